@@ -1,0 +1,7 @@
+"""ELECTRA pre-training and fine-tuning for fairseq (``--user-dir electra_plugin``).
+
+fairseq imports ``tasks/`` and ``models/`` of a user dir by itself; everything else that
+registers is imported here.
+"""
+
+from . import criterions, models, tasks  # noqa: F401

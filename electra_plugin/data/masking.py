@@ -1,0 +1,70 @@
+"""ELECTRA's input masking, deterministic per (seed, epoch, index)."""
+
+from functools import lru_cache
+
+import numpy as np
+import torch
+from fairseq.data import BaseWrapperDataset, data_utils
+
+
+class ElectraMaskingDataset(BaseWrapperDataset):
+    """Picks ``mask_prob`` of the non-special tokens of each sample, as the official code does.
+
+    Exactly ``max(1, round(mask_prob * n))`` of the ``n`` maskable positions are drawn without
+    replacement; each picked position becomes ``<mask>`` with probability
+    ``1 - leave_unmasked_prob`` (official: 0.85) and otherwise keeps its token; no random
+    tokens. ``<s>``, ``</s>``, ``<pad>`` and ``<mask>`` are never picked.
+
+    Build the input and target views with :meth:`apply_mask`; both recompute the same mask
+    from ``(seed, epoch, index)``, which is what makes runs and resumes reproducible.
+    """
+
+    @classmethod
+    def apply_mask(cls, dataset, *args, **kwargs):
+        return (cls(dataset, *args, **kwargs, return_target=False),
+                cls(dataset, *args, **kwargs, return_target=True))
+
+    def __init__(self, dataset, dictionary, mask_idx, seed=1, mask_prob=0.15,
+                 leave_unmasked_prob=0.15, return_target=False):
+        super().__init__(dataset)
+        assert 0.0 < mask_prob < 1.0 and 0.0 <= leave_unmasked_prob <= 1.0
+        self.pad_idx = dictionary.pad()
+        self.mask_idx = mask_idx
+        self.special = np.array(sorted({dictionary.bos(), dictionary.eos(), dictionary.pad(),
+                                        mask_idx}))
+        self.seed = seed
+        self.mask_prob = mask_prob
+        self.leave_unmasked_prob = leave_unmasked_prob
+        self.return_target = return_target
+        self.epoch = 0
+
+    @property
+    def can_reuse_epoch_itr_across_epochs(self):
+        return False  # the masks change every epoch
+
+    def set_epoch(self, epoch, **unused):
+        super().set_epoch(epoch)
+        self.epoch = epoch
+
+    def __getitem__(self, index):
+        return self._masked(self.seed, self.epoch, index)[int(self.return_target)]
+
+    @lru_cache(maxsize=8)
+    def _masked(self, seed, epoch, index):
+        """-> (input with masks, target: original token at picked positions, pad elsewhere)."""
+        tokens = self.dataset[index]
+        item = tokens.numpy()
+        candidates = np.flatnonzero(~np.isin(item, self.special))
+        picked = np.zeros(len(item), dtype=bool)
+        if len(candidates) > 0:
+            with data_utils.numpy_seed(seed, epoch, index):
+                count = min(len(candidates), max(1, int(round(self.mask_prob * len(candidates)))))
+                chosen = np.random.choice(candidates, count, replace=False)
+                keep = np.random.rand(count) < self.leave_unmasked_prob
+            picked[chosen] = True
+            masked_input = item.copy()
+            masked_input[chosen[~keep]] = self.mask_idx
+        else:
+            masked_input = item
+        target = np.where(picked, item, self.pad_idx)
+        return torch.from_numpy(masked_input), torch.from_numpy(target)

@@ -1,0 +1,1 @@
+from . import electra  # noqa: F401

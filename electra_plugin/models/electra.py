@@ -1,0 +1,260 @@
+"""ELECTRA: a generator (small masked LM) and a discriminator sharing one embedding block.
+
+``ElectraModel.forward`` runs the whole replaced-token-detection step so that DDP sees a
+single forward: generator on the masked input -> Gumbel-max sample at the masked positions
+-> corrupted input -> discriminator.
+"""
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import NamedTuple, Optional
+
+import torch
+import torch.nn as nn
+from fairseq.dataclass import FairseqDataclass
+from fairseq.models import BaseFairseqModel, register_model, register_model_architecture
+from omegaconf import OmegaConf, open_dict
+
+from ..errors import ElectraUsageError
+from .encoder import ElectraEmbeddings, ElectraEncoder
+from .heads import DiscriminatorHead, GeneratorHead
+
+logger = logging.getLogger(__name__)
+
+# The official sizes (google-research/electra configure_pretraining.py), in one place.
+# generator_size is the generator's hidden size as a fraction of the discriminator's;
+# the generator keeps the depth and head size, its FFN scales with its hidden size.
+ARCH_SIZES = {
+    "electra_tiny": dict(num_layers=4, hidden_size=128, num_heads=4, ffn_size=512,
+                         embedding_size=64, generator_size=0.25),
+    "electra_small": dict(num_layers=12, hidden_size=256, num_heads=4, ffn_size=1024,
+                          embedding_size=128, generator_size=0.25),
+    "electra_base": dict(num_layers=12, hidden_size=768, num_heads=12, ffn_size=3072,
+                         embedding_size=768, generator_size=1 / 3),
+    "electra_large": dict(num_layers=24, hidden_size=1024, num_heads=16, ffn_size=4096,
+                          embedding_size=1024, generator_size=0.25),
+}
+SIZE_FIELDS = tuple(ARCH_SIZES["electra_small"])
+
+
+@dataclass
+class ElectraConfig(FairseqDataclass):
+    # Size fields default to None: the --arch (or model._name) fills the ones left unset.
+    num_layers: Optional[int] = field(
+        default=None, metadata={"help": "Transformer layers (discriminator and generator)"})
+    hidden_size: Optional[int] = field(
+        default=None, metadata={"help": "discriminator hidden size"})
+    num_heads: Optional[int] = field(
+        default=None, metadata={"help": "discriminator attention heads"})
+    ffn_size: Optional[int] = field(
+        default=None, metadata={"help": "discriminator feed-forward inner size"})
+    embedding_size: Optional[int] = field(
+        default=None, metadata={"help": "token embedding size; projected to the hidden size "
+                                        "when different (ELECTRA-Small: 128 -> 256)"})
+    generator_size: Optional[float] = field(
+        default=None, metadata={"help": "generator hidden size as a fraction of the "
+                                        "discriminator's (official: 1/4 small and large, 1/3 "
+                                        "base); must give whole attention heads"})
+    max_positions: int = field(
+        default=512, metadata={"help": "number of learned position embeddings"})
+    type_vocab_size: int = field(
+        default=2, metadata={"help": "token type (segment) embeddings; 0 disables them"})
+    dropout: float = field(default=0.1, metadata={"help": "dropout probability"})
+    attention_dropout: float = field(
+        default=0.1, metadata={"help": "dropout probability on attention weights"})
+    untie_embeddings: bool = field(
+        default=False, metadata={"help": "give the generator its own embedding block instead "
+                                         "of sharing the discriminator's"})
+    temperature: float = field(
+        default=1.0, metadata={"help": "generator sampling temperature; 0 takes the argmax "
+                                       "(deterministic, for debugging)"})
+
+
+def complete_config(cfg):
+    """Fill unset size fields from the architecture and check that they fit together.
+
+    Runs whatever path built ``cfg`` (CLI --arch, hydra model._name, a checkpoint), so the
+    result never depends on whether fairseq merged dataclass defaults before or after the
+    arch function.
+    """
+    if not OmegaConf.is_config(cfg):
+        cfg = OmegaConf.create(vars(cfg))
+    arch = cfg.get("arch", None) or cfg.get("_name", None)
+    with open_dict(cfg):
+        full = OmegaConf.merge(OmegaConf.structured(ElectraConfig), {
+            k: v for k, v in cfg.items() if k in ElectraConfig.__dataclass_fields__})
+        for k, v in full.items():
+            cfg[k] = v
+        for k, v in ARCH_SIZES.get(arch, {}).items():
+            if cfg[k] is None:
+                cfg[k] = v
+        missing = [k for k in SIZE_FIELDS if cfg[k] is None]
+        if missing:
+            raise ElectraUsageError(
+                f"model size is not set ({', '.join(missing)}); pick --arch "
+                f"{'|'.join(ARCH_SIZES)} or give --{missing[0].replace('_', '-')}")
+        cfg.arch = arch
+    generator_sizes(cfg)
+    return cfg
+
+
+def generator_sizes(cfg):
+    """(hidden, heads, ffn) of the generator; raises when the fraction breaks a head."""
+    if cfg.hidden_size % cfg.num_heads:
+        raise ElectraUsageError(
+            f"hidden size {cfg.hidden_size} is not divisible by {cfg.num_heads} heads")
+    head_dim = cfg.hidden_size // cfg.num_heads
+    hidden = cfg.hidden_size * cfg.generator_size
+    heads = hidden / head_dim
+    if not 0 < cfg.generator_size <= 1 or not math.isclose(heads, round(heads), abs_tol=1e-4) \
+            or round(heads) == 0:
+        raise ElectraUsageError(
+            f"--generator-size {cfg.generator_size:g} gives a generator hidden size of "
+            f"{hidden:g}, which is not a whole number of {head_dim}-dim attention heads; use a "
+            f"fraction in (0, 1] that is a multiple of {head_dim}/{cfg.hidden_size}")
+    heads = round(heads)
+    return heads * head_dim, heads, cfg.ffn_size * heads // cfg.num_heads
+
+
+class RTDOutput(NamedTuple):
+    """What one replaced-token-detection step produced (a tuple, so DDP can walk it)."""
+
+    generator_logits: torch.Tensor  # M x V, at the M masked positions
+    masked_targets: torch.Tensor  # M, original tokens at those positions
+    discriminator_logits: torch.Tensor  # B x T, > 0 means "replaced"
+    replaced: torch.Tensor  # B x T bool: the corrupted token differs from the original
+    padding_mask: torch.Tensor  # B x T bool
+
+
+@register_model("electra", dataclass=ElectraConfig)
+class ElectraModel(BaseFairseqModel):
+    def __init__(self, cfg, dictionary, with_generator: bool):
+        super().__init__()
+        self.cfg = cfg
+        self.padding_idx = dictionary.pad()
+        vocab = len(dictionary)
+
+        def embeddings():
+            return ElectraEmbeddings(vocab, cfg.embedding_size, cfg.max_positions,
+                                     cfg.type_vocab_size, self.padding_idx, cfg.dropout)
+
+        def encoder(embed, hidden, heads, ffn):
+            return ElectraEncoder(embed, cfg.embedding_size, hidden, cfg.num_layers, heads, ffn,
+                                  cfg.dropout, cfg.attention_dropout, self.padding_idx)
+
+        shared = embeddings()
+        self.discriminator = encoder(shared, cfg.hidden_size, cfg.num_heads, cfg.ffn_size)
+        self.discriminator_head = DiscriminatorHead(cfg.hidden_size)
+        self.generator = self.generator_head = None
+        if with_generator:
+            gen_embed = embeddings() if cfg.untie_embeddings else shared
+            gen_hidden, gen_heads, gen_ffn = generator_sizes(cfg)
+            self.generator = encoder(gen_embed, gen_hidden, gen_heads, gen_ffn)
+            self.generator_head = GeneratorHead(gen_hidden, cfg.embedding_size,
+                                                gen_embed.word_embeddings)
+        self.apply(init_bert_params)
+
+    @classmethod
+    def build_model(cls, cfg, task):
+        cfg = complete_config(cfg)
+        tokens_per_sample = getattr(getattr(task, "cfg", None), "tokens_per_sample", None)
+        if tokens_per_sample is not None and tokens_per_sample > cfg.max_positions:
+            raise ElectraUsageError(
+                f"--tokens-per-sample {tokens_per_sample} is larger than the model's "
+                f"{cfg.max_positions} positions; lower it or raise --max-positions")
+        from ..tasks.electra_pretraining import ElectraPretrainingTask
+
+        with_generator = isinstance(task, ElectraPretrainingTask)
+        return cls(cfg, task.source_dictionary, with_generator=with_generator)
+
+    def forward(self, src_tokens, target=None, **kwargs):
+        """Replaced token detection when ``target`` is given, else the discriminator alone.
+
+        src_tokens: B x T masked input; target: B x T, the original token at masked positions
+        and padding elsewhere (the ``electra`` task's batch layout).
+        """
+        if target is None:
+            hidden, _ = self.discriminator(src_tokens)
+            return self.discriminator_head(hidden)
+        return self.replaced_token_detection(src_tokens, target)
+
+    def replaced_token_detection(self, src_tokens, target) -> RTDOutput:
+        padding_mask = src_tokens.eq(self.padding_idx)
+        masked = target.ne(self.padding_idx)
+        masked_targets = target[masked]
+        # 1. the generator fills the masked positions (vocabulary logits there only)
+        gen_hidden, _ = self.generator(src_tokens, padding_mask=padding_mask)
+        gen_logits = self.generator_head(gen_hidden[masked])
+        # 2. sample replacements; no gradient flows from the discriminator into the generator
+        sampled = self.sample(gen_logits.detach())
+        # 3. corrupt the input
+        corrupted = src_tokens.masked_scatter(masked, sampled)
+        original = torch.where(masked, target, src_tokens)
+        # 4. the discriminator tells replaced from original; a sample equal to the
+        #    original token counts as original
+        disc_hidden, _ = self.discriminator(corrupted, padding_mask=padding_mask)
+        return RTDOutput(
+            generator_logits=gen_logits,
+            masked_targets=masked_targets,
+            discriminator_logits=self.discriminator_head(disc_hidden),
+            replaced=corrupted.ne(original),
+            padding_mask=padding_mask,
+        )
+
+    @torch.no_grad()
+    def sample(self, logits):
+        """Gumbel-max sample, in fp32, of M x V logits -> M token ids."""
+        logits = logits.float()
+        if self.cfg.temperature == 0:
+            return logits.argmax(-1)
+        uniform = torch.rand_like(logits)
+        gumbel = -torch.log(-torch.log(uniform + 1e-9) + 1e-9)
+        return (logits / self.cfg.temperature + gumbel).argmax(-1)
+
+    def max_positions(self):
+        return self.cfg.max_positions
+
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        """Reject a checkpoint of another shape with one line instead of fairseq's wrapper."""
+        own = self.state_dict()
+        for key, value in state_dict.items():
+            if key in own and own[key].shape != value.shape:
+                raise ElectraUsageError(
+                    f"checkpoint does not fit this model: {key} has shape "
+                    f"{list(value.shape)} there but {list(own[key].shape)} here; use the --arch "
+                    f"and size options the checkpoint was trained with")
+        if strict:
+            missing = sorted(set(own) - set(state_dict))
+            unexpected = sorted(set(state_dict) - set(own))
+            if missing or unexpected:
+                raise ElectraUsageError(
+                    f"checkpoint does not fit this model: {len(missing)} missing keys "
+                    f"{missing[:3]} and {len(unexpected)} unexpected keys {unexpected[:3]}; "
+                    f"is it an ELECTRA checkpoint of the same --arch?")
+        return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg,
+                                       args=args)
+
+
+def init_bert_params(module):
+    """BERT initialisation: N(0, 0.02) weights, zero biases, unit LayerNorm."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        module.weight.data.normal_(mean=0.0, std=0.02)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        module.bias.data.zero_()
+    if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+        module.weight.data[module.padding_idx].zero_()
+
+
+def _register_arch(name):
+    @register_model_architecture("electra", name)
+    def fill_sizes(args):
+        for key, value in ARCH_SIZES[name].items():
+            if getattr(args, key, None) is None:
+                setattr(args, key, value)
+
+    return fill_sizes
+
+
+for _name in ARCH_SIZES:
+    _register_arch(_name)

@@ -1,0 +1,1 @@
+from . import electra_pretraining  # noqa: F401

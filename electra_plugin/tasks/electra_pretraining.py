@@ -1,0 +1,184 @@
+"""The ``electra`` task: fairseq-binarized text -> masked blocks for replaced token detection."""
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+from fairseq import utils
+from fairseq.data import (
+    Dictionary,
+    IdDataset,
+    NestedDictionaryDataset,
+    NumelDataset,
+    NumSamplesDataset,
+    PrependTokenDataset,
+    RightPadDataset,
+    SortDataset,
+    TokenBlockDataset,
+    data_utils,
+)
+from fairseq.data.shorten_dataset import maybe_shorten_dataset
+from fairseq.dataclass import FairseqDataclass
+from fairseq.tasks import FairseqTask, register_task
+from fairseq.tasks.language_modeling import SAMPLE_BREAK_MODE_CHOICES, SHORTEN_METHOD_CHOICES
+from omegaconf import II, MISSING
+
+from ..data.masking import ElectraMaskingDataset
+from ..errors import ElectraUsageError
+
+logger = logging.getLogger(__name__)
+
+MASK_SYMBOL = "<mask>"
+
+
+@dataclass
+class ElectraPretrainingConfig(FairseqDataclass):
+    data: str = field(
+        default=MISSING,
+        metadata={"help": "directory of fairseq-preprocess --only-source output (dict.txt, "
+                          "train.bin/idx, valid.bin/idx); colon-separated directories are "
+                          "used in turn, one per epoch"})
+    sample_break_mode: SAMPLE_BREAK_MODE_CHOICES = field(
+        default="none",
+        metadata={"help": "how text is cut into samples: 'none' fills every sample with "
+                          "tokens_per_sample tokens across sentence ends; 'complete' ends samples "
+                          "at sentence ends; 'complete_doc' also at document ends (empty "
+                          "lines); 'eos' one sentence per sample"})
+    tokens_per_sample: int = field(
+        default=512, metadata={"help": "tokens per sample, <s> included (official: 128 for "
+                                       "Small, 512 for Base and Large)"})
+    mask_prob: float = field(
+        default=0.15, metadata={"help": "fraction of the non-special tokens picked for the "
+                                        "generator to fill (official: 0.15, 0.25 for Large)"})
+    leave_unmasked_prob: float = field(
+        default=0.15, metadata={"help": "fraction of the picked tokens left unchanged instead "
+                                        "of replaced by <mask> (official: 0.15)"})
+    shorten_method: SHORTEN_METHOD_CHOICES = field(
+        default="none", metadata={"help": "if not none, shorten sentences longer than "
+                                          "tokens_per_sample ('truncate' or 'random_crop')"})
+    shorten_data_split_list: str = field(
+        default="", metadata={"help": "comma-separated splits to shorten (default: all)"})
+    seed: int = II("common.seed")
+
+
+@register_task("electra", dataclass=ElectraPretrainingConfig)
+class ElectraPretrainingTask(FairseqTask):
+    """Replaced token detection pre-training.
+
+    A batch holds ``net_input.src_tokens`` (B x T, the masked input) and ``target`` (B x T,
+    the original token at picked positions, ``<pad>`` elsewhere), the same layout as
+    fairseq's ``masked_lm``; the model builds the corrupted input itself.
+    """
+
+    cfg: ElectraPretrainingConfig
+
+    def __init__(self, cfg: ElectraPretrainingConfig, dictionary: Dictionary):
+        super().__init__(cfg)
+        self.dictionary = dictionary
+        # Same dictionary as fairseq's sentence_prediction builds from the same dict.txt.
+        self.mask_idx = dictionary.add_symbol(MASK_SYMBOL)
+
+    @classmethod
+    def setup_task(cls, cfg: ElectraPretrainingConfig, **kwargs):
+        return cls(cfg, load_dictionary(utils.split_paths(cfg.data)[0]))
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        paths = utils.split_paths(self.cfg.data)
+        data_path = paths[(epoch - 1) % len(paths)]
+        dataset = load_split(data_path, split, self.dictionary, combine)
+        dataset = maybe_shorten_dataset(
+            dataset, split, self.cfg.shorten_data_split_list, self.cfg.shorten_method,
+            self.cfg.tokens_per_sample, self.cfg.seed)
+        dataset = TokenBlockDataset(
+            dataset, dataset.sizes, self.cfg.tokens_per_sample - 1,  # room for <s>
+            pad=self.dictionary.pad(), eos=self.dictionary.eos(),
+            break_mode=self.cfg.sample_break_mode)
+        if len(dataset) and dataset.sizes.max() > self.cfg.tokens_per_sample - 1:
+            raise ElectraUsageError(
+                f"{split} has a sentence of {dataset.sizes.max()} tokens, longer than "
+                f"--tokens-per-sample {self.cfg.tokens_per_sample}; add --shorten-method "
+                f"truncate or use --sample-break-mode none")
+        dataset = PrependTokenDataset(dataset, self.dictionary.bos())
+        logger.info(f"loaded {len(dataset)} blocks from {os.path.join(data_path, split)}")
+
+        src, tgt = ElectraMaskingDataset.apply_mask(
+            dataset, self.dictionary, self.mask_idx, seed=self.cfg.seed,
+            mask_prob=self.cfg.mask_prob, leave_unmasked_prob=self.cfg.leave_unmasked_prob)
+        pad = self.dictionary.pad()
+        with data_utils.numpy_seed(self.cfg.seed + epoch):
+            shuffle = np.random.permutation(len(src))
+        self.datasets[split] = SortDataset(
+            NestedDictionaryDataset(
+                {
+                    "id": IdDataset(),
+                    "net_input": {
+                        "src_tokens": RightPadDataset(src, pad_idx=pad),
+                        "src_lengths": NumelDataset(src, reduce=False),
+                    },
+                    "target": RightPadDataset(tgt, pad_idx=pad),
+                    "nsentences": NumSamplesDataset(),
+                    "ntokens": NumelDataset(src, reduce=True),
+                },
+                sizes=[src.sizes],
+            ),
+            sort_order=[shuffle, src.sizes],
+        )
+
+    @property
+    def source_dictionary(self):
+        return self.dictionary
+
+    @property
+    def target_dictionary(self):
+        return self.dictionary
+
+    def max_positions(self):
+        return self.cfg.tokens_per_sample
+
+
+def load_dictionary(data_path: str) -> Dictionary:
+    """dict.txt of a binarized data directory, with errors that say what to run."""
+    if not os.path.isdir(data_path):
+        raise ElectraUsageError(
+            f"data directory {data_path} does not exist; binarize text first with "
+            f"scripts/prepare_data.py (or fairseq-preprocess --only-source)")
+    dict_path = os.path.join(data_path, "dict.txt")
+    if not os.path.isfile(dict_path):
+        raise ElectraUsageError(
+            f"{dict_path} is missing; a data directory needs the dict.txt that "
+            f"fairseq-preprocess wrote next to the .bin/.idx files")
+    try:
+        dictionary = Dictionary.load(dict_path)
+    except (ValueError, RuntimeError) as e:
+        raise ElectraUsageError(f"{dict_path} is not a fairseq dictionary ({e})") from None
+    logger.info(f"dictionary: {len(dictionary)} types")
+    return dictionary
+
+
+def load_split(data_path: str, split: str, dictionary: Dictionary, combine: bool):
+    """A binarized split, checked to be non-empty and to fit the dictionary."""
+    split_path = os.path.join(data_path, split)
+    dataset = data_utils.load_indexed_dataset(split_path, dictionary, combine=combine)
+    if dataset is None:
+        raise ElectraUsageError(
+            f"no '{split}' split in {data_path} (expected {split}.bin and {split}.idx); "
+            f"binarize it or choose another --valid-subset / --disable-validation")
+    if len(dataset) == 0 or dataset.sizes.sum() == 0:
+        raise ElectraUsageError(f"the '{split}' split in {data_path} is empty")
+    top = max_token_id(dataset)
+    if top is not None and top >= len(dictionary):
+        raise ElectraUsageError(
+            f"{split_path}.bin holds token id {top} but {data_path}/dict.txt has only "
+            f"{len(dictionary)} entries: the data was binarized with another dictionary; "
+            f"binarize it again with --srcdict {data_path}/dict.txt")
+    return dataset
+
+
+def max_token_id(dataset):
+    """Largest id in an mmap-indexed dataset (one pass over the memory map), else None."""
+    buffer = getattr(dataset, "_bin_buffer", None)
+    index = getattr(dataset, "_index", None)
+    if buffer is None or index is None:
+        return None
+    return int(np.frombuffer(buffer, dtype=index.dtype).max())

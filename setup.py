@@ -1,0 +1,28 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="electra-fairseq",
+    version="0.1.0",
+    description="ELECTRA (replaced token detection) pre-training and fine-tuning as a fairseq plugin",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["electra_plugin", "electra_plugin.*"]),
+    package_data={"electra_plugin": ["py.typed"]},
+    python_requires=">=3.11",
+    install_requires=[
+        # Install torch before this package (scripts/setup_env.sh pins 2.13.0): an unpinned
+        # torch with none installed pulls the newest CUDA build.
+        "torch>=2.1",
+        # fairseq main with the Python 3.11 dataclass fix; see README "Why ve-fairseq".
+        "ve-fairseq==0.12.3",
+        "hydra-core>=1.3,<1.4",
+        "omegaconf>=2.3,<2.4",
+        "sentencepiece>=0.1.99",
+        "sacremoses",
+        "numpy",
+    ],
+    extras_require={
+        "hf": ["transformers>=4.40", "safetensors"],
+        "test": ["pytest>=7"],
+    },
+)
