@@ -11,6 +11,7 @@ class ElectraUsageError(SystemExit):
     """
 
     def __init__(self, message: str):
+        message = " ".join(str(message).split())  # one line, whatever was quoted into it
         super().__init__(f"electra_plugin: error: {message}")
         self.message = message
 

@@ -159,6 +159,8 @@ def load_dictionary(data_path: str) -> Dictionary:
 def load_split(data_path: str, split: str, dictionary: Dictionary, combine: bool):
     """A binarized split, checked to be non-empty and to fit the dictionary."""
     split_path = os.path.join(data_path, split)
+    if os.path.isfile(split_path + ".bin") and os.path.getsize(split_path + ".bin") == 0:
+        raise ElectraUsageError(f"the '{split}' split in {data_path} is empty")
     dataset = data_utils.load_indexed_dataset(split_path, dictionary, combine=combine)
     if dataset is None:
         raise ElectraUsageError(

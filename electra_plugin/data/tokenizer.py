@@ -1,0 +1,232 @@
+"""Text -> fairseq pieces, shared by data preparation and later fine-tuning scripts.
+
+A data directory made by ``scripts/prepare_data.py`` holds, next to ``dict.txt`` and the
+binarized splits, the tokenizer it was encoded with and a small metadata file,
+``electra_tokenizer.json`` (deliberately not ``tokenizer.json``, which Hugging Face tools would
+try to parse as their own format)::
+
+    {"format": "electra_plugin.tokenizer", "version": 1,
+     "type": "sentencepiece", "model": "spm.model", "lowercase": false}
+    {"format": "electra_plugin.tokenizer", "version": 1,
+     "type": "wordpiece", "vocab": "vocab.txt", "lowercase": true,
+     "strip_accents": null, "tokenize_chinese_chars": true}
+
+``load_tokenizer(data_dir)`` rebuilds the same tokenizer, and ``tok.encode_line(text)`` gives
+the space-separated pieces that fairseq's ``Dictionary.encode_line`` (or fairseq-preprocess)
+turns into ids.  Pieces never contain whitespace, and anything the tokenizer cannot represent
+comes out as fairseq's ``<unk>``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+from electra_plugin.errors import ElectraUsageError
+
+__all__ = [
+    "METADATA_FILE",
+    "UNK_PIECE",
+    "FAIRSEQ_RESERVED",
+    "TextTokenizer",
+    "SentencePieceTokenizer",
+    "WordPieceTextTokenizer",
+    "load_tokenizer",
+    "normalize_whitespace",
+    "sentencepiece_dict_lines",
+]
+
+METADATA_FILE = "electra_tokenizer.json"
+FORMAT_NAME = "electra_plugin.tokenizer"
+FORMAT_VERSION = 1
+UNK_PIECE = "<unk>"
+# Symbols fairseq's Dictionary creates itself, plus the <mask> the plugin's tasks append.
+FAIRSEQ_RESERVED = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
+
+
+def normalize_whitespace(line: str) -> str:
+    """Collapse every run of (Unicode) whitespace to one space and trim the ends."""
+    return " ".join(line.split())
+
+
+def _safe_pieces(pieces: List[str]) -> List[str]:
+    # fairseq splits a line at any whitespace (re ``\s``); a piece containing some would be
+    # cut in two and mis-numbered, so it is sent as <unk> instead.
+    return [p if p and not any(c.isspace() for c in p) else UNK_PIECE for p in pieces]
+
+
+class TextTokenizer:
+    """Base class: ``pieces(text)`` and ``encode_line(text)``."""
+
+    kind = "base"
+
+    def __init__(self, lowercase: bool):
+        self.lowercase = bool(lowercase)
+
+    def pieces(self, text: str) -> List[str]:
+        raise NotImplementedError
+
+    def encode_line(self, text: str) -> str:
+        """One line of text -> space-separated pieces for fairseq (may be empty)."""
+        return " ".join(self.pieces(text))
+
+    def metadata(self) -> Dict[str, Any]:
+        raise NotImplementedError
+
+    def save_metadata(self, data_dir: str) -> str:
+        meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION}
+        meta.update(self.metadata())
+        path = os.path.join(data_dir, METADATA_FILE)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(meta, f, indent=2)
+            f.write("\n")
+        return path
+
+
+class SentencePieceTokenizer(TextTokenizer):
+    """A sentencepiece model; unknown pieces come out as ``<unk>``."""
+
+    kind = "sentencepiece"
+
+    def __init__(self, model_path: str, lowercase: bool = False, model_file: Optional[str] = None):
+        super().__init__(lowercase)
+        import sentencepiece as spm
+
+        self.model_path = model_path
+        self.model_file = model_file or os.path.basename(model_path)
+        try:
+            self.sp = spm.SentencePieceProcessor(model_file=model_path)
+        except (OSError, RuntimeError) as e:
+            raise ElectraUsageError(
+                f"cannot load sentencepiece model {model_path!r}: {str(e).splitlines()[0] if str(e) else e}"
+            )
+        n = self.sp.get_piece_size()
+        # id -> the string fairseq sees for it.
+        self._id_to_piece = [
+            UNK_PIECE if self.sp.is_unknown(i) else self.sp.id_to_piece(i) for i in range(n)
+        ]
+
+    def pieces(self, text: str) -> List[str]:
+        text = normalize_whitespace(text)
+        if self.lowercase:
+            text = text.lower()
+        if not text:
+            return []
+        table = self._id_to_piece
+        return _safe_pieces([table[i] for i in self.sp.encode(text)])
+
+    def dict_lines(self) -> List[str]:
+        return sentencepiece_dict_lines(self.sp, self.model_path)
+
+    def metadata(self) -> Dict[str, Any]:
+        return {"type": self.kind, "model": self.model_file, "lowercase": self.lowercase}
+
+
+class WordPieceTextTokenizer(TextTokenizer):
+    """BERT WordPiece (see ``electra_plugin.data.wordpiece``)."""
+
+    kind = "wordpiece"
+
+    def __init__(
+        self,
+        vocab_path: str,
+        lowercase: bool = True,
+        strip_accents: Optional[bool] = None,
+        tokenize_chinese_chars: bool = True,
+        vocab_file: Optional[str] = None,
+    ):
+        super().__init__(lowercase)
+        from electra_plugin.data.wordpiece import WordPieceTokenizer
+
+        self.vocab_path = vocab_path
+        self.vocab_file = vocab_file or os.path.basename(vocab_path)
+        self.strip_accents = strip_accents
+        self.tokenize_chinese_chars = bool(tokenize_chinese_chars)
+        self.wp = WordPieceTokenizer(
+            vocab_path,
+            do_lower_case=lowercase,
+            strip_accents=strip_accents,
+            tokenize_chinese_chars=tokenize_chinese_chars,
+        )
+
+    def pieces(self, text: str) -> List[str]:
+        return _safe_pieces(self.wp.fairseq_pieces(text))
+
+    def dict_lines(self) -> List[str]:
+        from electra_plugin.data.wordpiece import fairseq_dict_lines
+
+        return fairseq_dict_lines(self.wp.vocab_tokens, self.vocab_path)
+
+    def metadata(self) -> Dict[str, Any]:
+        return {
+            "type": self.kind,
+            "vocab": self.vocab_file,
+            "lowercase": self.lowercase,
+            "strip_accents": self.strip_accents,
+            "tokenize_chinese_chars": self.tokenize_chinese_chars,
+        }
+
+
+def sentencepiece_dict_lines(sp, source: str = "sentencepiece model") -> List[str]:
+    """dict.txt lines for a sentencepiece model: every piece except control and unknown ones.
+
+    For a model trained by prepare_data.py (ids <s>=0 <pad>=1 </s>=2 <unk>=3) the fairseq index
+    of every piece equals its sentencepiece id.
+    """
+    lines = []
+    seen = set()
+    for i in range(sp.get_piece_size()):
+        if sp.is_control(i) or sp.is_unknown(i):
+            continue
+        piece = sp.id_to_piece(i)
+        if piece in FAIRSEQ_RESERVED:
+            raise ElectraUsageError(
+                f"{source}: piece {i} is {piece!r}, a symbol fairseq reserves; "
+                f"make it a control symbol or train a new model"
+            )
+        if not piece or any(c.isspace() for c in piece):
+            raise ElectraUsageError(f"{source}: piece {i} ({piece!r}) is empty or contains whitespace")
+        if piece in seen:
+            raise ElectraUsageError(f"{source}: piece {piece!r} occurs twice")
+        seen.add(piece)
+        lines.append(f"{piece} 1")
+    return lines
+
+
+def tokenizer_from_metadata(data_dir: str, meta: Dict[str, Any]) -> TextTokenizer:
+    kind = meta.get("type")
+    if kind == "sentencepiece":
+        model = meta.get("model", "spm.model")
+        return SentencePieceTokenizer(
+            os.path.join(data_dir, model), lowercase=bool(meta.get("lowercase", False)), model_file=model
+        )
+    if kind == "wordpiece":
+        vocab = meta.get("vocab", "vocab.txt")
+        return WordPieceTextTokenizer(
+            os.path.join(data_dir, vocab),
+            lowercase=bool(meta.get("lowercase", True)),
+            strip_accents=meta.get("strip_accents"),
+            tokenize_chinese_chars=bool(meta.get("tokenize_chinese_chars", True)),
+            vocab_file=vocab,
+        )
+    raise ElectraUsageError(f"{os.path.join(data_dir, METADATA_FILE)}: unknown tokenizer type {kind!r}")
+
+
+def load_tokenizer(data_dir: str) -> TextTokenizer:
+    """The tokenizer a data directory made by prepare_data.py was encoded with."""
+    path = os.path.join(data_dir, METADATA_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            meta = json.load(f)
+    except FileNotFoundError:
+        raise ElectraUsageError(
+            f"{data_dir!r} has no {METADATA_FILE}; was it made by scripts/prepare_data.py?"
+        )
+    except (OSError, ValueError) as e:
+        raise ElectraUsageError(f"cannot read {path!r}: {e}")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        raise ElectraUsageError(f"{path!r} is not an electra_plugin tokenizer description")
+    if meta.get("version", 0) > FORMAT_VERSION:
+        raise ElectraUsageError(f"{path!r} has version {meta.get('version')}; this code reads up to {FORMAT_VERSION}")
+    return tokenizer_from_metadata(data_dir, meta)

@@ -1,0 +1,105 @@
+"""Bad input to fairseq-train gets one clear line, no traceback, and no lost files."""
+
+import hashlib
+import shutil
+
+import pytest
+
+from conftest import binarize, run, train_cmd, write_corpus
+
+
+def assert_one_line_error(proc, *phrases):
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    last = [line for line in proc.stderr.splitlines() if line.strip()][-1]
+    assert last.startswith("electra_plugin: error: "), proc.stderr[-2000:]
+    for phrase in phrases:
+        assert phrase in last, last
+    return last
+
+
+def digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_missing_data_directory(tmp_path):
+    proc = run(train_cmd(tmp_path / "nowhere", tmp_path / "ck", "--max-update", "1"))
+    assert_one_line_error(proc, "does not exist", "prepare_data.py")
+
+
+def test_missing_dictionary(tmp_path, data_bin):
+    data = tmp_path / "data"
+    shutil.copytree(data_bin, data)
+    (data / "dict.txt").unlink()
+    proc = run(train_cmd(data, tmp_path / "ck", "--max-update", "1"))
+    assert_one_line_error(proc, "dict.txt is missing")
+
+
+def test_malformed_dictionary(tmp_path, data_bin):
+    data = tmp_path / "data"
+    shutil.copytree(data_bin, data)
+    (data / "dict.txt").write_text("the\ncat 3\n")
+    proc = run(train_cmd(data, tmp_path / "ck", "--max-update", "1"))
+    assert_one_line_error(proc, "is not a fairseq dictionary")
+
+
+def test_data_binarized_with_another_dictionary(tmp_path, data_bin):
+    data = tmp_path / "data"
+    shutil.copytree(data_bin, data)
+    lines = (data / "dict.txt").read_text().splitlines()
+    (data / "dict.txt").write_text("\n".join(lines[:10]) + "\n")
+    proc = run(train_cmd(data, tmp_path / "ck", "--max-update", "1"))
+    assert_one_line_error(proc, "binarized with another dictionary", "--srcdict")
+
+
+def test_empty_split(tmp_path):
+    write_corpus(tmp_path / "train.txt", 50, seed=0)
+    (tmp_path / "valid.txt").write_text("")
+    data = binarize(tmp_path, tmp_path / "bin")
+    proc = run(train_cmd(data, tmp_path / "ck", "--max-update", "1"))
+    assert_one_line_error(proc, "'valid' split", "is empty")
+
+
+def test_missing_split(tmp_path, data_bin):
+    proc = run(train_cmd(data_bin, tmp_path / "ck", "--max-update", "1", "--valid-subset", "test"))
+    assert_one_line_error(proc, "no 'test' split", "--valid-subset")
+
+
+def test_tokens_per_sample_longer_than_positions(tmp_path, data_bin):
+    proc = run(train_cmd(data_bin, tmp_path / "ck", "--max-update", "1", "--max-positions", "16"))
+    assert_one_line_error(proc, "--tokens-per-sample 32", "16 positions")
+
+
+def test_generator_fraction_without_whole_heads(tmp_path, data_bin):
+    proc = run(train_cmd(data_bin, tmp_path / "ck", "--max-update", "1",
+                         "--generator-size", "0.3"))
+    assert_one_line_error(proc, "--generator-size 0.3", "attention heads")
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory, data_bin):
+    save = tmp_path_factory.mktemp("ck")
+    proc = run(train_cmd(data_bin, save, "--max-update", "1", "--no-epoch-checkpoints"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return save
+
+
+def test_restoring_a_checkpoint_of_another_size(tmp_path, data_bin, tiny_checkpoint):
+    ckpt = tiny_checkpoint / "checkpoint_last.pt"
+    before = digest(ckpt)
+    save = tmp_path / "other"
+    proc = run(train_cmd(data_bin, save, "--max-update", "2", "--hidden-size", "128",
+                         "--restore-file", ckpt))
+    assert_one_line_error(proc, "checkpoint does not fit this model", "--arch")
+    assert digest(ckpt) == before
+    assert not list(save.glob("*.pt"))
+
+
+def test_resuming_in_a_save_dir_of_another_size_keeps_its_checkpoint(tmp_path, data_bin,
+                                                                     tiny_checkpoint):
+    save = tmp_path / "ck"
+    shutil.copytree(tiny_checkpoint, save)
+    before = {p.name: digest(p) for p in save.glob("*.pt")}
+    proc = run(train_cmd(data_bin, save, "--max-update", "3", "--num-layers", "3"))
+    assert_one_line_error(proc, "checkpoint does not fit this model")
+    assert {p.name: digest(p) for p in save.glob("*.pt")} == before

@@ -1,0 +1,156 @@
+"""The generator/discriminator model: sizes, RTD step semantics, bad sizes."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from fairseq import options
+from fairseq.data import Dictionary
+from omegaconf import OmegaConf
+
+from electra_plugin.errors import ElectraUsageError
+from electra_plugin.models.electra import ARCH_SIZES, ElectraModel, complete_config, generator_sizes
+from electra_plugin.tasks.electra_pretraining import ElectraPretrainingConfig, ElectraPretrainingTask
+
+OFFICIAL = {  # (layers, hidden, heads, ffn, embedding) and generator (hidden, heads, ffn)
+    "electra_small": ((12, 256, 4, 1024, 128), (64, 1, 256)),
+    "electra_base": ((12, 768, 12, 3072, 768), (256, 4, 1024)),
+    "electra_large": ((24, 1024, 16, 4096, 1024), (256, 4, 1024)),
+}
+
+
+def make_task(vocab_size=60, tokens_per_sample=32):
+    d = Dictionary()
+    for i in range(vocab_size - len(d) - 1):
+        d.add_symbol(f"w{i}")
+    return ElectraPretrainingTask(
+        ElectraPretrainingConfig(data="unused", tokens_per_sample=tokens_per_sample, seed=1), d)
+
+
+def tiny_model(task=None, **overrides):
+    task = task or make_task()
+    cfg = OmegaConf.create(dict(_name="electra_tiny", num_layers=2, hidden_size=64, num_heads=4,
+                                ffn_size=128, embedding_size=32, **overrides))
+    torch.manual_seed(0)
+    return ElectraModel.build_model(cfg, task), task
+
+
+@pytest.mark.parametrize("arch", sorted(OFFICIAL))
+def test_official_sizes_from_hydra_name_and_cli_arch(arch):
+    sizes, gen = OFFICIAL[arch]
+    fields = ("num_layers", "hidden_size", "num_heads", "ffn_size", "embedding_size")
+    hydra_cfg = complete_config(OmegaConf.create({"_name": arch}))
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(
+        parser, ["data", "--task", "electra", "--arch", arch, "--criterion", "electra"])
+    cli_cfg = complete_config(args)
+    for cfg in (hydra_cfg, cli_cfg):
+        assert tuple(cfg[f] for f in fields) == sizes
+        assert generator_sizes(cfg) == gen
+
+
+def test_explicit_sizes_win_over_the_arch():
+    cfg = complete_config(OmegaConf.create({"_name": "electra_base", "num_layers": 6}))
+    assert cfg.num_layers == 6 and cfg.hidden_size == 768
+
+
+def test_small_discriminator_has_the_papers_14m_parameters():
+    model, _ = ElectraModel.build_model(OmegaConf.create({"_name": "electra_small"}),
+                                        make_task(vocab_size=30522)), None
+    disc = sum(p.numel() for p in model.discriminator.parameters())
+    disc += sum(p.numel() for p in model.discriminator_head.parameters())
+    assert 13.4e6 < disc < 14.0e6  # HF google/electra-small-discriminator: 13.55M
+    # generator shares the embedding block and ties its output layer to it
+    assert model.generator.embeddings is model.discriminator.embeddings
+    assert model.generator_head.embed_tokens[0] is model.discriminator.embeddings.word_embeddings
+
+
+def test_untied_embeddings_are_separate():
+    model, _ = tiny_model(untie_embeddings=True)
+    assert model.generator.embeddings is not model.discriminator.embeddings
+    assert model.generator_head.embed_tokens[0] is model.generator.embeddings.word_embeddings
+
+
+def test_generator_fraction_must_give_whole_heads():
+    with pytest.raises(ElectraUsageError, match="whole number of 64-dim attention heads"):
+        complete_config(OmegaConf.create({"_name": "electra_base", "generator_size": 0.3}))
+    with pytest.raises(ElectraUsageError, match="generator-size"):
+        complete_config(OmegaConf.create({"_name": "electra_small", "generator_size": 0.1}))
+    assert generator_sizes(complete_config(
+        OmegaConf.create({"_name": "electra_base", "generator_size": 0.5}))) == (384, 6, 1536)
+
+
+def test_plain_electra_needs_sizes():
+    with pytest.raises(ElectraUsageError, match="model size is not set"):
+        complete_config(OmegaConf.create({"_name": "electra"}))
+
+
+def test_tokens_per_sample_must_fit_positions():
+    with pytest.raises(ElectraUsageError, match="larger than the model's 512 positions"):
+        tiny_model(make_task(tokens_per_sample=513))
+
+
+def masked_batch(task, rows=3, length=20, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    d = task.dictionary
+    tokens = torch.randint(d.nspecial, len(d) - 1, (rows, length), generator=g)
+    tokens[:, 0] = d.bos()
+    tokens[:, -1] = d.eos()
+    tokens[-1, -5:] = d.pad()  # a padded row
+    picked = (torch.rand(rows, length, generator=g) < 0.3) & (tokens >= d.nspecial)
+    picked[:, 1] = True
+    src = tokens.masked_fill(picked, task.mask_idx)
+    target = tokens.masked_fill(~picked, d.pad())
+    return src, target, tokens, picked
+
+
+def test_rtd_step_shapes_and_labels():
+    model, task = tiny_model()
+    src, target, original, picked = masked_batch(task)
+    out = model(src, target=target)
+    assert out.generator_logits.shape == (int(picked.sum()), len(task.dictionary))
+    assert torch.equal(out.masked_targets, original[picked])
+    assert out.discriminator_logits.shape == src.shape
+    assert torch.equal(out.padding_mask, src.eq(task.dictionary.pad()))
+    # only picked positions can be replaced
+    assert not out.replaced[~picked].any()
+
+
+def test_sample_equal_to_original_is_labelled_original():
+    model, task = tiny_model()
+    src, target, original, picked = masked_batch(task)
+    # make the generator certain of one token: every sample is that token
+    favourite = int(original[0, 1])
+    with torch.no_grad():
+        model.generator_head.bias[favourite] = 1e4
+    out = model(src, target=target)
+    assert torch.equal(out.replaced, picked & original.ne(favourite))
+    assert out.replaced.any() and (picked & original.eq(favourite)).any()
+
+
+def test_gumbel_sampling_follows_the_generator_distribution():
+    model, _ = tiny_model()
+    logits = torch.log(torch.tensor([[0.7, 0.2, 0.1]])).expand(20000, 3)
+    torch.manual_seed(1)
+    counts = torch.bincount(model.sample(logits), minlength=3).float() / 20000
+    assert torch.allclose(counts, torch.tensor([0.7, 0.2, 0.1]), atol=0.015)
+    model.cfg.temperature = 0
+    assert model.sample(logits).eq(0).all()
+
+
+def test_discriminator_loss_does_not_reach_the_generator():
+    model, task = tiny_model(dropout=0.0, attention_dropout=0.0)
+    src, target, _, _ = masked_batch(task)
+    out = model(src, target=target)
+    F.binary_cross_entropy_with_logits(out.discriminator_logits, out.replaced.float()).backward()
+    assert all(p.grad is None for p in model.generator.encoder.parameters())
+    assert all(p.grad is None for p in model.generator_head.parameters())
+    assert model.discriminator.embeddings.word_embeddings.weight.grad.abs().sum() > 0
+
+
+def test_padding_does_not_change_outputs():
+    model, task = tiny_model(dropout=0.0, attention_dropout=0.0)
+    model.eval()
+    src, _, _, _ = masked_batch(task)
+    row = src[:1, :12]
+    padded = torch.cat([row, torch.full((1, 6), task.dictionary.pad())], dim=1)
+    assert torch.allclose(model(row)[0], model(padded)[0, :12], atol=1e-5)
