@@ -4,4 +4,4 @@ fairseq imports ``tasks/`` and ``models/`` of a user dir by itself; everything e
 registers is imported here.
 """
 
-from . import criterions, models, tasks  # noqa: F401
+from . import criterions, models, optim, tasks  # noqa: F401

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional
+import re
+from typing import Any, Dict, List, Optional, Tuple
 
 from electra_plugin.errors import ElectraUsageError
 
@@ -35,7 +36,12 @@ __all__ = [
     "load_tokenizer",
     "normalize_whitespace",
     "sentencepiece_dict_lines",
+    "PieceSpan",
 ]
+
+# (piece, start, end): the piece as ``pieces`` gives it and the characters ``text[start:end]``
+# it came from (surrounding whitespace excluded; start == end for a piece of whitespace only).
+PieceSpan = Tuple[str, int, int]
 
 METADATA_FILE = "electra_tokenizer.json"
 FORMAT_NAME = "electra_plugin.tokenizer"
@@ -70,6 +76,21 @@ class TextTokenizer:
     def encode_line(self, text: str) -> str:
         """One line of text -> space-separated pieces for fairseq (may be empty)."""
         return " ".join(self.pieces(text))
+
+    def pieces_with_offsets(self, text: str) -> List[PieceSpan]:
+        """``pieces(text)`` with the character span of ``text`` each piece came from.
+
+        Span extraction (SQuAD) needs this to map predicted pieces back to the original text.
+        The pieces are checked to be exactly ``pieces(text)``.
+        """
+        spans = self._pieces_with_offsets(text)
+        if [p for p, _, _ in spans] != self.pieces(text):
+            raise RuntimeError(f"{type(self).__name__}: offsets disagree with pieces() "
+                               f"for {text[:80]!r}")  # a bug, not a user error
+        return spans
+
+    def _pieces_with_offsets(self, text: str) -> List[PieceSpan]:
+        raise NotImplementedError
 
     def metadata(self) -> Dict[str, Any]:
         raise NotImplementedError
@@ -119,6 +140,36 @@ class SentencePieceTokenizer(TextTokenizer):
     def dict_lines(self) -> List[str]:
         return sentencepiece_dict_lines(self.sp, self.model_path)
 
+    def _pieces_with_offsets(self, text: str) -> List[PieceSpan]:
+        # Encode exactly the string pieces() encodes, remembering where each of its
+        # characters was in ``text``: whitespace runs collapse, lower-casing may lengthen.
+        chars, where = [], []
+        for word in re.finditer(r"\S+", text):
+            if chars:
+                chars.append(" ")
+                where.append(word.start() - 1)
+            for i in range(word.start(), word.end()):
+                folded = text[i].lower() if self.lowercase else text[i]
+                chars.extend(folded)
+                where.extend([i] * len(folded))
+        norm = "".join(chars)
+        if self.lowercase and norm.lower() != norm:  # context-dependent case (final sigma)
+            norm = normalize_whitespace(text).lower()
+            if len(norm) != len(where):
+                raise RuntimeError(f"cannot align lower-cased text {text[:80]!r}")
+        if not norm:
+            return []
+        mapping = self.sp.encode(norm, out_type="offset_mapping")
+        pieces = _safe_pieces([self._id_to_piece[i] for i in mapping["ids"]])
+        spans = []
+        for piece, (begin, end) in zip(pieces, mapping["offsets"]):
+            while begin < end and norm[begin] == " ":  # "▁x" covers the space before x
+                begin += 1
+            start = where[begin] if begin < end else (where[begin] if begin < len(where)
+                                                      else len(text))
+            spans.append((piece, start, where[end - 1] + 1 if begin < end else start))
+        return spans
+
     def metadata(self) -> Dict[str, Any]:
         return {"type": self.kind, "model": self.model_file, "lowercase": self.lowercase}
 
@@ -152,6 +203,77 @@ class WordPieceTextTokenizer(TextTokenizer):
 
     def pieces(self, text: str) -> List[str]:
         return _safe_pieces(self.wp.fairseq_pieces(text))
+
+    def _pieces_with_offsets(self, text: str) -> List[PieceSpan]:
+        # The basic tokenizer of wordpiece.py, character by character, keeping the index in
+        # ``text`` of every normalised character; then WordPiece splits each word.
+        from electra_plugin.data import wordpiece as wpm
+
+        wp = self.wp
+        fold = wp.strip_accents or wp.do_lower_case
+        words: List[Tuple[str, List[int]]] = []  # (normalised word, index of each char)
+        cur: List[str] = []
+        cur_at: List[int] = []
+
+        def flush():
+            if cur:
+                words.append(("".join(cur), list(cur_at)))
+                cur.clear()
+                cur_at.clear()
+
+        def fold_char(ch):
+            return wpm._fold_char(ch, wp.strip_accents, wp.do_lower_case) if fold else ch
+
+        specials = {}
+        if wp.keep_special_tokens:
+            pattern = "|".join(re.escape(t) for t in sorted(wpm.BERT_SPECIAL_TOKENS, key=len,
+                                                              reverse=True))
+            specials = {m.start(): m.end() for m in re.finditer(pattern, text)}
+        i = 0
+        while i < len(text):
+            if i in specials:
+                flush()
+                words.append((text[i:specials[i]], None))
+                i = specials[i]
+                continue
+            ch = text[i]
+            cls = wpm._char_class(ch)
+            if cls == wpm._KEEP:
+                for c in fold_char(ch):
+                    if c != ch and wpm._char_class(c) == wpm._PUNCT:
+                        flush()
+                        words.append((c, [i]))
+                    else:
+                        cur.append(c)
+                        cur_at.append(i)
+            elif cls in (wpm._PUNCT, wpm._CJK):
+                flush()
+                word = fold_char(ch)
+                words.append((word, [i] * len(word)))
+            elif cls == wpm._SPACE:
+                flush()
+            i += 1
+        flush()
+
+        spans: List[PieceSpan] = []
+        for word, at in words:
+            if at is None:  # a literal [CLS], [SEP] ... kept whole
+                start = text.index(word, spans[-1][2] if spans else 0)
+                spans.append((word, start, start + len(word)))
+                continue
+            pieces = wp.wordpiece(word)
+            if pieces == [wp.unk_token]:
+                spans.append((pieces[0], at[0], at[-1] + 1))
+                continue
+            pos = 0
+            for k, piece in enumerate(pieces):
+                n = len(piece) - (2 if k else 0)  # continuation pieces carry "##"
+                spans.append((piece, at[pos], at[pos + n - 1] + 1))
+                pos += n
+        fairseq = [wpm.BERT_TO_FAIRSEQ_SPECIAL.get(p, p) for p, _, _ in spans]
+        fairseq = _safe_pieces([UNK_PIECE if p != q else p for p, q in
+                                zip([p for p, _, _ in spans], fairseq)])
+        return [(p, s, e) for p, (_, s, e) in zip(fairseq, spans)]
 
     def dict_lines(self) -> List[str]:
         from electra_plugin.data.wordpiece import fairseq_dict_lines

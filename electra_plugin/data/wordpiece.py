@@ -23,12 +23,16 @@ Differences from the original Python BERT code (google-research/bert, and transf
 ``BertTokenizerLegacy``), all following what today's ``BertTokenizer`` does:
 unassigned code points (category Cn) are kept rather than dropped, a capital sigma is always
 lower-cased to ``σ`` (``str.lower`` of a whole word would give a final ``ς``), text is not
-NFC-normalised when not lower-casing, and literal special-token strings in the text stay
-whole.  Character categories come from Python's ``unicodedata``; the Rust library uses older
-Unicode tables, so a few hundred rare code points that were added or re-categorised in later
-Unicode versions (e.g. U+2E43-U+2E5D punctuation, some Brahmic-script marks) can be treated
-differently.  Ordinary text, including accented Latin, Greek, Cyrillic, CJK and emoji, is
-tokenised identically.
+NFC-normalised when not lower-casing, literal special-token strings in the text stay whole,
+and U+2B820..U+2B91F are not treated as CJK (see ``_is_cjk``).
+
+Character categories come from Python's ``unicodedata`` (Unicode 14 in Python 3.11), while the
+Rust library uses older tables for punctuation, format characters and non-spacing marks and a
+newer one for lower-casing.  Checked over every code point: about 120 rare characters (with
+lower-casing about 560, mostly marks of Brahmic and historic scripts) that were added or
+re-categorised in Unicode 9-16, e.g. U+2E43-U+2E5D punctuation, are split or stripped
+differently.  None is Latin, Greek, Cyrillic, CJK, Hangul, Kana or an emoji; ordinary text in
+those scripts is tokenized identically.
 """
 
 from __future__ import annotations
@@ -92,13 +96,16 @@ _ASCII_WORD_OR_PUNCT = re.compile(r"[^ !-/:-@\[-`{-~]+|[!-/:-@\[-`{-~]")
 
 def _is_cjk(cp: int) -> bool:
     # The "CJK Unified Ideographs" blocks BERT pads with spaces (not Hangul, Kana, ...).
+    # Extension E starts at U+2B820, and the original BERT code says so; the Rust code behind
+    # today's BertTokenizer starts that range at U+2B920, and we follow it to give the same
+    # tokens (U+2B820..U+2B91F, 256 rare ideographs, are not padded).
     return (
         0x4E00 <= cp <= 0x9FFF
         or 0x3400 <= cp <= 0x4DBF
         or 0x20000 <= cp <= 0x2A6DF
         or 0x2A700 <= cp <= 0x2B73F
         or 0x2B740 <= cp <= 0x2B81F
-        or 0x2B820 <= cp <= 0x2CEAF
+        or 0x2B920 <= cp <= 0x2CEAF
         or 0xF900 <= cp <= 0xFAFF
         or 0x2F800 <= cp <= 0x2FA1F
     )

@@ -17,8 +17,9 @@ from fairseq.models import BaseFairseqModel, register_model, register_model_arch
 from omegaconf import OmegaConf, open_dict
 
 from ..errors import ElectraUsageError
+from ..optim.layer_decay import tag_parameters
 from .encoder import ElectraEmbeddings, ElectraEncoder
-from .heads import DiscriminatorHead, GeneratorHead
+from .heads import ClassificationHead, DiscriminatorHead, GeneratorHead
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,9 @@ class ElectraConfig(FairseqDataclass):
     temperature: float = field(
         default=1.0, metadata={"help": "generator sampling temperature; 0 takes the argmax "
                                        "(deterministic, for debugging)"})
+    load_checkpoint_heads: bool = field(
+        default=False, metadata={"help": "keep the classification heads a checkpoint has "
+                                         "(for evaluation and the hub interface)"})
 
 
 def complete_config(cfg):
@@ -129,7 +133,15 @@ class RTDOutput(NamedTuple):
 
 @register_model("electra", dataclass=ElectraConfig)
 class ElectraModel(BaseFairseqModel):
-    def __init__(self, cfg, dictionary, with_generator: bool):
+    """Generator + discriminator for pre-training; the discriminator alone for fine-tuning.
+
+    Built by the ``electra`` task it holds ``generator``, ``generator_head`` and the
+    replaced-token ``discriminator_head``; built by any other task (``sentence_prediction``,
+    ``squad`` ...) it holds only ``discriminator`` and ``classification_heads``, and loading
+    a pre-training checkpoint drops the other weights.
+    """
+
+    def __init__(self, cfg, dictionary, pretraining: bool):
         super().__init__()
         self.cfg = cfg
         self.padding_idx = dictionary.pad()
@@ -145,15 +157,29 @@ class ElectraModel(BaseFairseqModel):
 
         shared = embeddings()
         self.discriminator = encoder(shared, cfg.hidden_size, cfg.num_heads, cfg.ffn_size)
-        self.discriminator_head = DiscriminatorHead(cfg.hidden_size)
-        self.generator = self.generator_head = None
-        if with_generator:
+        self.classification_heads = nn.ModuleDict()
+        self.generator = self.generator_head = self.discriminator_head = None
+        if pretraining:
+            self.discriminator_head = DiscriminatorHead(cfg.hidden_size)
             gen_embed = embeddings() if cfg.untie_embeddings else shared
             gen_hidden, gen_heads, gen_ffn = generator_sizes(cfg)
             self.generator = encoder(gen_embed, gen_hidden, gen_heads, gen_ffn)
             self.generator_head = GeneratorHead(gen_hidden, cfg.embedding_size,
                                                 gen_embed.word_embeddings)
         self.apply(init_bert_params)
+        self.tag_parameters()
+
+    def tag_parameters(self):
+        """Depth tags for ``--optimizer electra_adam`` (layer-wise lr decay)."""
+
+        def layer_of(name):
+            if name.startswith("discriminator.embeddings"):
+                return 0
+            if name.startswith("discriminator.encoder.layer."):
+                return int(name.split(".")[3]) + 1
+            return None
+
+        tag_parameters(self.named_parameters(), self.cfg.num_layers, layer_of)
 
     @classmethod
     def build_model(cls, cfg, task):
@@ -165,19 +191,36 @@ class ElectraModel(BaseFairseqModel):
                 f"{cfg.max_positions} positions; lower it or raise --max-positions")
         from ..tasks.electra_pretraining import ElectraPretrainingTask
 
-        with_generator = isinstance(task, ElectraPretrainingTask)
-        return cls(cfg, task.source_dictionary, with_generator=with_generator)
+        pretraining = isinstance(task, ElectraPretrainingTask)
+        return cls(cfg, task.source_dictionary, pretraining=pretraining)
 
-    def forward(self, src_tokens, target=None, **kwargs):
-        """Replaced token detection when ``target`` is given, else the discriminator alone.
+    def forward(self, src_tokens, target=None, features_only=False, return_all_hiddens=False,
+                classification_head_name=None, token_types=None, **kwargs):
+        """Replaced token detection when ``target`` is given, else the discriminator.
 
-        src_tokens: B x T masked input; target: B x T, the original token at masked positions
-        and padding elsewhere (the ``electra`` task's batch layout).
+        src_tokens: B x T. With ``target`` (B x T: the original token at masked positions,
+        padding elsewhere; the ``electra`` task's batch) returns an :class:`RTDOutput`.
+        Otherwise returns ``(x, {"inner_states": [...]})`` like fairseq's RoBERTa: x is
+        B x T x H features (``features_only``), B x C logits of a classification head, or
+        B x T replaced-token logits (pre-training model only).
         """
-        if target is None:
-            hidden, _ = self.discriminator(src_tokens)
-            return self.discriminator_head(hidden)
-        return self.replaced_token_detection(src_tokens, target)
+        if target is not None:
+            return self.replaced_token_detection(src_tokens, target)
+        x, states = self.discriminator(src_tokens, token_types,
+                                       return_all_hiddens=return_all_hiddens)
+        if classification_head_name is not None:
+            if classification_head_name not in self.classification_heads:
+                raise ElectraUsageError(
+                    f"no classification head named '{classification_head_name}'; this model "
+                    f"has {sorted(self.classification_heads) or 'none'}")
+            x = self.classification_heads[classification_head_name](x)
+        elif not features_only:
+            if self.discriminator_head is None:
+                raise ElectraUsageError(
+                    "this model has no replaced-token head (it was built for fine-tuning); "
+                    "load the pre-training checkpoint with the electra task")
+            x = self.discriminator_head(x)
+        return x, {"inner_states": states}
 
     def replaced_token_detection(self, src_tokens, target) -> RTDOutput:
         padding_mask = src_tokens.eq(self.padding_idx)
@@ -212,18 +255,66 @@ class ElectraModel(BaseFairseqModel):
         gumbel = -torch.log(-torch.log(uniform + 1e-9) + 1e-9)
         return (logits / self.cfg.temperature + gumbel).argmax(-1)
 
+    def register_classification_head(self, name, num_classes=None, inner_dim=None, **kwargs):
+        """Adds (or replaces) a sentence-level head on the first token, as RoBERTa does."""
+        if name in self.classification_heads:
+            old = self.classification_heads[name]
+            if old.out_proj.out_features != num_classes:
+                logger.warning(f"re-registering head '{name}' with {num_classes} classes "
+                               f"(was {old.out_proj.out_features})")
+        self.classification_heads[name] = ClassificationHead(
+            self.cfg.hidden_size, inner_dim or self.cfg.hidden_size, num_classes,
+            self.cfg.dropout)
+        self.tag_parameters()
+
     def max_positions(self):
         return self.cfg.max_positions
 
+    def upgrade_state_dict_named(self, state_dict, name):
+        """Fit a checkpoint's optional parts to this model.
+
+        Pre-training parts (generator, replaced-token head) are dropped when this model was
+        built for fine-tuning. Classification heads the checkpoint has and this model lacks are
+        registered with ``--load-checkpoint-heads`` and dropped otherwise; a head of the same
+        name with another number of classes is an error (``--classification-head-name``
+        picks a new head).
+        """
+        prefix = name + "." if name else ""
+        super().upgrade_state_dict_named(state_dict, name)
+        if self.generator is None:
+            for key in [k for k in state_dict if k.startswith(tuple(
+                    prefix + p for p in ("generator.", "generator_head.",
+                                         "discriminator_head.")))]:
+                del state_dict[key]
+        heads_prefix = prefix + "classification_heads."
+        for head, num_classes in _heads_in(state_dict, heads_prefix).items():
+            if head not in self.classification_heads:
+                if self.cfg.get("load_checkpoint_heads", False):
+                    self.register_classification_head(head, num_classes)
+                else:
+                    logger.info(f"dropping classification head '{head}' of the checkpoint")
+                    for key in [k for k in state_dict if k.startswith(f"{heads_prefix}{head}.")]:
+                        del state_dict[key]
+            elif self.classification_heads[head].out_proj.out_features != num_classes:
+                raise ElectraUsageError(
+                    f"the checkpoint's classification head '{head}' has {num_classes} classes "
+                    f"but this run asks for {self.classification_heads[head].out_proj.out_features}"
+                    f"; set --num-classes {num_classes} or give the new head another "
+                    f"--classification-head-name")
+        for key, value in self.classification_heads.state_dict().items():
+            state_dict.setdefault(heads_prefix + key, value)  # new heads keep their init
+
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         """Reject a checkpoint of another shape with one line instead of fairseq's wrapper."""
+        self.upgrade_state_dict(state_dict)
         own = self.state_dict()
         for key, value in state_dict.items():
             if key in own and own[key].shape != value.shape:
                 raise ElectraUsageError(
                     f"checkpoint does not fit this model: {key} has shape "
                     f"{list(value.shape)} there but {list(own[key].shape)} here; use the --arch "
-                    f"and size options the checkpoint was trained with")
+                    f"and size options the checkpoint was trained with (or the dictionary it "
+                    f"was trained with)")
         if strict:
             missing = sorted(set(own) - set(state_dict))
             unexpected = sorted(set(state_dict) - set(own))
@@ -234,6 +325,13 @@ class ElectraModel(BaseFairseqModel):
                     f"is it an ELECTRA checkpoint of the same --arch?")
         return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg,
                                        args=args)
+
+
+def _heads_in(state_dict, heads_prefix):
+    """{head name: number of classes} of the classification heads in a state dict."""
+    return {key[len(heads_prefix):].split(".")[0]: value.size(0)
+            for key, value in state_dict.items()
+            if key.startswith(heads_prefix) and key.endswith(".out_proj.weight")}
 
 
 def init_bert_params(module):

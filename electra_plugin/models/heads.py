@@ -38,3 +38,22 @@ class DiscriminatorHead(nn.Module):
     def forward(self, hidden):
         """hidden: B x T x H -> B x T logits (> 0 means "replaced")."""
         return self.dense_prediction(F.gelu(self.dense(hidden))).squeeze(-1)
+
+
+class ClassificationHead(nn.Module):
+    """Sentence-level head on the first token (``<s>``/[CLS]), as HF's ELECTRA classifier.
+
+    dropout -> dense -> GELU -> dropout -> out_proj; keys map to HF's ``classifier.*``.
+    """
+
+    def __init__(self, hidden_size, inner_dim, num_classes, dropout):
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, inner_dim)
+        self.out_proj = nn.Linear(inner_dim, num_classes)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, features):
+        """features: B x T x H -> B x C."""
+        x = self.dropout(features[:, 0])
+        x = self.dropout(F.gelu(self.dense(x)))
+        return self.out_proj(x)

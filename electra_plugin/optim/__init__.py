@@ -1,0 +1,1 @@
+from . import layer_decay  # noqa: F401
