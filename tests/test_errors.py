@@ -67,7 +67,7 @@ def test_missing_split(tmp_path, data_bin):
 
 def test_tokens_per_sample_longer_than_positions(tmp_path, data_bin):
     proc = run(train_cmd(data_bin, tmp_path / "ck", "--max-update", "1", "--max-positions", "16"))
-    assert_one_line_error(proc, "--tokens-per-sample 32", "16 positions")
+    assert_one_line_error(proc, "--tokens-per-sample 32", "model's 16 positions")
 
 
 def test_generator_fraction_without_whole_heads(tmp_path, data_bin):

@@ -184,11 +184,13 @@ class ElectraModel(BaseFairseqModel):
     @classmethod
     def build_model(cls, cfg, task):
         cfg = complete_config(cfg)
-        tokens_per_sample = getattr(getattr(task, "cfg", None), "tokens_per_sample", None)
-        if tokens_per_sample is not None and tokens_per_sample > cfg.max_positions:
-            raise ElectraUsageError(
-                f"--tokens-per-sample {tokens_per_sample} is larger than the model's "
-                f"{cfg.max_positions} positions; lower it or raise --max-positions")
+        for option in ("tokens_per_sample", "max_positions", "max_seq_len"):
+            length = getattr(getattr(task, "cfg", None), option, None)
+            if length is not None and length > cfg.max_positions:
+                raise ElectraUsageError(
+                    f"the task's --{option.replace('_', '-')} {length} is larger than the "
+                    f"model's {cfg.max_positions} positions; lower it (sequences are cut with "
+                    f"--shorten-method truncate) or use a model with more positions")
         from ..tasks.electra_pretraining import ElectraPretrainingTask
 
         pretraining = isinstance(task, ElectraPretrainingTask)
@@ -267,8 +269,25 @@ class ElectraModel(BaseFairseqModel):
             self.cfg.dropout)
         self.tag_parameters()
 
+    def register_span_head(self, name, answerable: bool):
+        """Adds (or replaces) a SQuAD start/end head, with a no-answer classifier for 2.0."""
+        from .span_head import SpanHead
+
+        head = SpanHead(self.cfg.hidden_size, answerable, self.cfg.dropout)
+        head.apply(init_bert_params)
+        self.classification_heads[name] = head
+        self.tag_parameters()
+
     def max_positions(self):
         return self.cfg.max_positions
+
+    @classmethod
+    def from_pretrained(cls, model_dir, checkpoint_file="checkpoint_best.pt",
+                        data_name_or_path=".", **overrides):
+        """An :class:`ElectraHubInterface` (encode, predict, replaced_token_scores ...)."""
+        from .hub_interface import from_pretrained
+
+        return from_pretrained(model_dir, checkpoint_file, data_name_or_path, **overrides)
 
     def upgrade_state_dict_named(self, state_dict, name):
         """Fit a checkpoint's optional parts to this model.
@@ -310,11 +329,15 @@ class ElectraModel(BaseFairseqModel):
         own = self.state_dict()
         for key, value in state_dict.items():
             if key in own and own[key].shape != value.shape:
+                if key.endswith("word_embeddings.weight"):
+                    raise ElectraUsageError(
+                        f"the checkpoint's vocabulary has {value.shape[0]} entries but this "
+                        f"data's dictionary gives {own[key].shape[0]}: the data was binarized "
+                        f"with another dict.txt; binarize it with the pre-training dict.txt")
                 raise ElectraUsageError(
                     f"checkpoint does not fit this model: {key} has shape "
                     f"{list(value.shape)} there but {list(own[key].shape)} here; use the --arch "
-                    f"and size options the checkpoint was trained with (or the dictionary it "
-                    f"was trained with)")
+                    f"and size options the checkpoint was trained with")
         if strict:
             missing = sorted(set(own) - set(state_dict))
             unexpected = sorted(set(state_dict) - set(own))

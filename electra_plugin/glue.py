@@ -1,0 +1,147 @@
+"""The GLUE benchmark as the official file layout defines it: columns, labels, metrics, recipe.
+
+One table serves the preprocessing script, the evaluation script and the generated hydra
+configs (``scripts/glue_configs.py``), so a task is described once.
+"""
+
+import csv
+import math
+import sys
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .errors import ElectraUsageError
+
+
+@dataclass(frozen=True)
+class GlueTask:
+    name: str  # directory name in the official layout
+    text_columns: Tuple[int, ...]  # 0-based columns of the sentence(s)
+    label_column: int  # may be negative (from the end)
+    labels: Optional[Tuple[str, ...]]  # None: regression (STS-B)
+    metrics: Tuple[str, ...]  # the official metric(s); the first one picks checkpoints
+    train_size: int  # official train set size, for the recipe's update counts
+    epochs: int = 3
+    header: bool = True
+    dev_splits: Tuple[str, ...] = ("dev",)
+
+    @property
+    def num_classes(self):
+        return 1 if self.labels is None else len(self.labels)
+
+
+GLUE_TASKS: Dict[str, GlueTask] = {t.name: t for t in [
+    GlueTask("CoLA", (3,), 1, ("0", "1"), ("mcc",), 8551, header=False),
+    GlueTask("SST-2", (0,), 1, ("0", "1"), ("accuracy",), 67349),
+    GlueTask("MRPC", (3, 4), 0, ("0", "1"), ("f1", "accuracy"), 3668),
+    GlueTask("QQP", (3, 4), 5, ("0", "1"), ("f1", "accuracy"), 363846),
+    GlueTask("STS-B", (7, 8), -1, None, ("pearson", "spearman"), 5749, epochs=10),
+    GlueTask("MNLI", (8, 9), -1, ("contradiction", "entailment", "neutral"), ("accuracy",),
+             392702, dev_splits=("dev_matched", "dev_mismatched")),
+    GlueTask("QNLI", (1, 2), -1, ("entailment", "not_entailment"), ("accuracy",), 104743),
+    GlueTask("RTE", (1, 2), -1, ("entailment", "not_entailment"), ("accuracy",), 2490,
+             epochs=10),
+    GlueTask("WNLI", (1, 2), -1, ("0", "1"), ("accuracy",), 635),
+]}
+
+
+def get_task(name: str) -> GlueTask:
+    for task in GLUE_TASKS.values():
+        if name.lower().replace("-", "") == task.name.lower().replace("-", ""):
+            return task
+    raise ElectraUsageError(f"unknown GLUE task '{name}'; choose one of {', '.join(GLUE_TASKS)}")
+
+
+def read_split(task: GlueTask, path: str, labelled: bool = True):
+    """-> (list of sentence tuples, list of label strings or None) from an official TSV."""
+    csv.field_size_limit(sys.maxsize)
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    except OSError as e:
+        raise ElectraUsageError(f"cannot read {path}: {e.strerror}") from None
+    if task.header and rows:
+        rows = rows[1:]
+    sentences, labels = [], []
+    need = max(task.text_columns + (task.label_column if task.label_column >= 0 else 0,)) + 1
+    for number, row in enumerate(rows, start=2 if task.header else 1):
+        if len(row) < need:
+            raise ElectraUsageError(
+                f"{path}:{number} has {len(row)} tab-separated columns, {task.name} needs at "
+                f"least {need}; is this the official GLUE file for {task.name}?")
+        sentences.append(tuple(row[c] for c in task.text_columns))
+        if labelled:
+            label = row[task.label_column].strip()
+            if task.labels is None:
+                try:
+                    float(label)
+                except ValueError:
+                    raise ElectraUsageError(
+                        f"{path}:{number}: '{label}' is not a number ({task.name} is a "
+                        f"regression task)") from None
+            elif label not in task.labels:
+                raise ElectraUsageError(
+                    f"{path}:{number}: label '{label}' is not one of {task.name}'s labels "
+                    f"{list(task.labels)}")
+            labels.append(label)
+    if not sentences:
+        raise ElectraUsageError(f"{path} holds no examples")
+    return sentences, (labels if labelled else None)
+
+
+# --- the official metrics, written out so that they are checked, not imported --------------
+
+def accuracy(pred: Sequence, gold: Sequence) -> float:
+    return float(np.mean(np.asarray(pred) == np.asarray(gold)))
+
+
+def f1(pred: Sequence[int], gold: Sequence[int], positive: int = 1) -> float:
+    pred, gold = np.asarray(pred) == positive, np.asarray(gold) == positive
+    tp = np.sum(pred & gold)
+    if tp == 0:
+        return 0.0
+    precision, recall = tp / pred.sum(), tp / gold.sum()
+    return float(2 * precision * recall / (precision + recall))
+
+
+def mcc(pred: Sequence[int], gold: Sequence[int]) -> float:
+    """Matthews correlation of binary labels (0 when a marginal is empty, as sklearn)."""
+    pred, gold = np.asarray(pred) == 1, np.asarray(gold) == 1
+    tp, tn = float(np.sum(pred & gold)), float(np.sum(~pred & ~gold))
+    fp, fn = float(np.sum(pred & ~gold)), float(np.sum(~pred & gold))
+    denom = math.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+    return 0.0 if denom == 0 else (tp * tn - fp * fn) / denom
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> float:
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    x, y = x - x.mean(), y - y.mean()
+    denom = math.sqrt(float(np.sum(x * x) * np.sum(y * y)))
+    return 0.0 if denom == 0 else float(np.sum(x * y) / denom)
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Average ranks (ties share the mean of their positions)."""
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(len(x))
+    sorted_x = x[order]
+    start = 0
+    for end in range(1, len(x) + 1):
+        if end == len(x) or sorted_x[end] != sorted_x[start]:
+            ranks[order[start:end]] = (start + end - 1) / 2.0
+            start = end
+    return ranks
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    return pearson(_ranks(np.asarray(x, dtype=np.float64)), _ranks(np.asarray(y, dtype=np.float64)))
+
+
+METRICS = {"accuracy": accuracy, "f1": f1, "mcc": mcc, "pearson": pearson, "spearman": spearman}
+
+
+def score(task: GlueTask, pred: List, gold: List) -> Dict[str, float]:
+    """The task's official metrics, in percent."""
+    return {name: 100.0 * METRICS[name](pred, gold) for name in task.metrics}

@@ -1,0 +1,104 @@
+"""Python access to a trained ELECTRA checkpoint, in the style of fairseq's RoBERTa hub."""
+
+import os
+from typing import List, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..data.tokenizer import load_tokenizer
+from ..errors import ElectraUsageError
+
+
+def from_pretrained(model_dir, checkpoint_file="checkpoint_best.pt", data_name_or_path=".",
+                    **overrides):
+    """Load ``model_dir/checkpoint_file`` with its task; ``data_name_or_path`` is relative to
+    ``model_dir`` (or absolute) and must hold the dictionary the model was trained with."""
+    from fairseq import hub_utils
+
+    path = os.path.join(model_dir, checkpoint_file)
+    if not os.path.isfile(path):
+        raise ElectraUsageError(f"no checkpoint at {path}")
+    data = os.path.join(model_dir, data_name_or_path)
+    if not os.path.isdir(data):
+        raise ElectraUsageError(f"data directory {data} does not exist; pass the directory "
+                                f"holding the dict.txt the model was trained with")
+    loaded = hub_utils.from_pretrained(model_dir, checkpoint_file, data_name_or_path,
+                                       archive_map={}, load_checkpoint_heads=True, **overrides)
+    return ElectraHubInterface(loaded["args"], loaded["task"], loaded["models"][0])
+
+
+class ElectraHubInterface(nn.Module):
+    """encode / decode / extract_features / predict / replaced_token_scores for one model.
+
+    Text is tokenized with the tokenizer ``scripts/prepare_data.py`` saved into the data
+    directory (copied next to fine-tuning data by the GLUE and SQuAD preprocessing scripts).
+    """
+
+    def __init__(self, cfg, task, model):
+        super().__init__()
+        self.cfg = cfg
+        self.task = task
+        self.model = model.eval()
+        self._tokenizer = None
+
+    @property
+    def device(self):
+        return next(self.model.parameters()).device
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.task.cfg.data)
+        return self._tokenizer
+
+    def encode(self, sentence: str, *addl_sentences: str) -> torch.LongTensor:
+        """``<s> a </s> b </s>`` token ids (ELECTRA's [CLS] a [SEP] b [SEP])."""
+        d = self.task.source_dictionary
+        ids = [d.bos()]
+        for text in (sentence,) + addl_sentences:
+            ids += [d.index(p) for p in self.tokenizer.pieces(text)] + [d.eos()]
+        if len(ids) > self.model.max_positions():
+            raise ElectraUsageError(f"the input has {len(ids)} tokens, more than the model's "
+                                    f"{self.model.max_positions()} positions")
+        return torch.tensor(ids, dtype=torch.long)
+
+    def pieces(self, tokens: torch.LongTensor) -> List[str]:
+        d = self.task.source_dictionary
+        return [d[int(t)] for t in tokens]
+
+    def decode(self, tokens: torch.LongTensor) -> str:
+        """Text of the ids between the specials; sentences are joined by a space."""
+        d = self.task.source_dictionary
+        specials = {d.bos(), d.eos(), d.pad()}
+        return self.tokenizer.detokenize([d[int(t)] for t in tokens if int(t) not in specials])
+
+    def _batch(self, tokens):
+        tokens = tokens.unsqueeze(0) if tokens.dim() == 1 else tokens
+        return tokens.to(device=self.device, dtype=torch.long)
+
+    @torch.no_grad()
+    def extract_features(self, tokens, return_all_hiddens=False):
+        """B x T x H last-layer features, or a list of every layer's with return_all_hiddens."""
+        features, extra = self.model(self._batch(tokens), features_only=True,
+                                     return_all_hiddens=return_all_hiddens)
+        return extra["inner_states"] if return_all_hiddens else features
+
+    def register_classification_head(self, name, num_classes=None, **kwargs):
+        self.model.register_classification_head(name, num_classes=num_classes, **kwargs)
+
+    @torch.no_grad()
+    def predict(self, head: str, tokens, return_logits=False):
+        """Log-probabilities (or raw logits / regression values) of a classification head."""
+        logits, _ = self.model(self._batch(tokens), features_only=True,
+                               classification_head_name=head)
+        return logits if return_logits else F.log_softmax(logits.float(), dim=-1)
+
+    @torch.no_grad()
+    def replaced_token_scores(self, sentence: str) -> List[Tuple[str, float]]:
+        """The discriminator's probability that each piece of ``sentence`` was replaced."""
+        tokens = self.encode(sentence)
+        logits, _ = self.model(self._batch(tokens))
+        probs = torch.sigmoid(logits[0].float())[1:-1]
+        return list(zip(self.pieces(tokens[1:-1]), probs.tolist()))

@@ -1,0 +1,235 @@
+"""GLUE: official file layout -> binarized data -> fine-tuning -> official metrics."""
+
+import json
+import random
+import sys
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import pearsonr, spearmanr
+from sklearn.metrics import f1_score, matthews_corrcoef
+
+from conftest import PLUGIN, REPO, SUBJECTS, OBJECTS, VERBS, run
+from electra_plugin import glue
+
+SCRIPTS = REPO / "scripts"
+
+
+def sentence(rng):
+    return f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)} ."
+
+
+def write_rte(root, n_train=96, n_dev=40, seed=0):
+    """Label = entailment when the hypothesis repeats the premise's subject."""
+    rng = random.Random(seed)
+    root.mkdir(parents=True)
+    for split, n in (("train", n_train), ("dev", n_dev)):
+        rows = ["index\tsentence1\tsentence2\tlabel"]
+        for i in range(n):
+            premise = sentence(rng)
+            subject = " ".join(premise.split()[:2])
+            same = rng.random() < 0.5
+            other = subject if same else rng.choice([s for s in SUBJECTS if s != subject])
+            label = "entailment" if same else "not_entailment"
+            rows.append(f"{i}\t{premise}\t{other} {rng.choice(VERBS)} it .\t{label}")
+        (root / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    return root
+
+
+def write_stsb(root, n=40, seed=1):
+    rng = random.Random(seed)
+    root.mkdir(parents=True)
+    for split in ("train", "dev"):
+        rows = ["index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\t"
+                "sentence2\tscore"]
+        for i in range(n):
+            rows.append(f"{i}\tmain\tf\t2012\t{i}\ts\ts\t{sentence(rng)}\t{sentence(rng)}\t"
+                        f"{rng.uniform(0, 5):.3f}")
+        (root / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    return root
+
+
+def write_cola(root, n=30, seed=2):
+    rng = random.Random(seed)
+    root.mkdir(parents=True)
+    for split in ("train", "dev"):
+        rows = [f"src\t{rng.randint(0, 1)}\t\t{sentence(rng)}" for _ in range(n)]
+        (root / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    return root
+
+
+def preprocess(task, glue_dir, spm_data, dest, *extra):
+    return run([sys.executable, SCRIPTS / "glue_preprocess.py", "--task", task, "--glue-dir",
+                glue_dir, "--pretrain-data", spm_data, "--destdir", dest, *extra])
+
+
+def test_official_metrics_match_sklearn_and_scipy():
+    rng = np.random.default_rng(0)
+    pred, gold = rng.integers(0, 2, 200), rng.integers(0, 2, 200)
+    assert glue.f1(pred, gold) == pytest.approx(f1_score(gold, pred))
+    assert glue.mcc(pred, gold) == pytest.approx(matthews_corrcoef(gold, pred))
+    x = rng.normal(size=100)
+    y = x + rng.normal(size=100)
+    y[:10] = y[10]  # ties
+    assert glue.pearson(x, y) == pytest.approx(pearsonr(x, y)[0])
+    assert glue.spearman(x, y) == pytest.approx(spearmanr(x, y)[0])
+    assert glue.score(glue.get_task("mrpc"), [1, 0, 1, 1], [1, 0, 0, 1]) == {
+        "f1": pytest.approx(80.0), "accuracy": 75.0}
+
+
+def test_generated_configs_are_up_to_date_and_follow_the_recipe():
+    sys.path.insert(0, str(SCRIPTS))
+    import glue_configs
+
+    config_dir = REPO / "examples" / "glue" / "config"
+    for rel, text in glue_configs.config_files().items():
+        assert (config_dir / rel).read_text() == text, f"run scripts/glue_configs.py ({rel})"
+    from omegaconf import OmegaConf
+
+    for task in glue.GLUE_TASKS.values():
+        cfg = OmegaConf.load(config_dir / f"{task.name.lower().replace('-', '')}.yaml")
+        assert cfg.dataset.batch_size == 32
+        assert cfg.optimization.max_epoch == (10 if task.name in ("RTE", "STS-B") else 3)
+        total = cfg.lr_scheduler.total_num_update
+        assert total == cfg.optimization.max_update
+        assert cfg.lr_scheduler.warmup_updates == pytest.approx(0.1 * total, abs=1)
+        assert cfg.task.num_classes == task.num_classes
+        assert cfg.criterion.regression_target == (task.name == "STS-B")
+    sizes = {s: OmegaConf.load(config_dir / "size" / f"{s}.yaml") for s in ("small", "base",
+                                                                            "large")}
+    assert [sizes[s].optimization.lr[0] for s in sizes] == [3e-4, 1e-4, 5e-5]
+    assert [sizes[s].optimizer.layer_decay for s in sizes] == [0.8, 0.8, 0.9]
+
+
+def test_rte_preprocess_finetune_evaluate(tmp_path, spm_data, pretrained):
+    glue_dir = write_rte(tmp_path / "RTE")
+    dest = tmp_path / "RTE-bin"
+    proc = preprocess("RTE", glue_dir, spm_data, dest)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for sub in ("input0", "input1", "label"):
+        assert (dest / sub / "train.bin").exists() and (dest / sub / "valid.bin").exists()
+    labels = (dest / "label" / "dict.txt").read_text().split()
+    assert labels[0::2] == ["entailment", "not_entailment"]
+
+    save = tmp_path / "ft"
+    proc = run([sys.executable, "-m", "fairseq_cli.hydra_train", "--config-dir",
+                REPO / "examples" / "glue" / "config", "--config-name", "rte",
+                f"common.user_dir={PLUGIN}", f"task.data={dest}",
+                f"checkpoint.restore_file={pretrained}", f"checkpoint.save_dir={save}",
+                "model._name=electra_tiny", "common.cpu=true", "optimization.max_update=4",
+                "optimization.max_epoch=1", "lr_scheduler.total_num_update=4",
+                "lr_scheduler.warmup_updates=1", "dataset.batch_size=16",
+                "dataset.num_workers=0", f"hydra.run.dir={tmp_path / 'hydra'}"],
+               cwd=tmp_path)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    log = proc.stdout + proc.stderr
+    assert "electra_adam" in log and "'layer_decay': 0.8" in log
+    state = torch.load(save / "checkpoint_best.pt", weights_only=False)
+    assert not any(k.startswith("generator") for k in state["model"])
+    assert state["model"]["classification_heads.sentence_classification_head.out_proj.weight"] \
+        .shape[0] == 2
+
+    proc = run([sys.executable, SCRIPTS / "glue_evaluate.py", "--task", "RTE", "--checkpoint",
+                save / "checkpoint_best.pt", "--data", dest, "--json",
+                "--predictions", tmp_path / "pred.txt"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["n"] == 40 and 0 <= result["accuracy"] <= 100
+    predictions = (tmp_path / "pred.txt").read_text().split()
+    assert len(predictions) == 40 and set(predictions) <= {"entailment", "not_entailment"}
+    gold = [row.split("\t")[-1] for row in (glue_dir / "dev.tsv").read_text().splitlines()[1:]]
+    assert result["accuracy"] == pytest.approx(
+        100 * np.mean([p == g for p, g in zip(predictions, gold)]))
+
+
+def test_stsb_regression_and_cola_without_header(tmp_path, spm_data, pretrained):
+    stsb = tmp_path / "STS-B-bin"
+    assert preprocess("STS-B", write_stsb(tmp_path / "STS-B"), spm_data, stsb).returncode == 0
+    assert len((stsb / "label" / "valid.label").read_text().split()) == 40
+    cola = tmp_path / "CoLA-bin"
+    proc = preprocess("CoLA", write_cola(tmp_path / "CoLA"), spm_data, cola)
+    assert proc.returncode == 0 and "dev: 30 examples" in proc.stderr
+
+    save = tmp_path / "ft"
+    proc = run([sys.executable, "-m", "fairseq_cli.train", stsb, "--user-dir", PLUGIN,
+                "--task", "sentence_prediction", "--arch", "electra_tiny", "--cpu",
+                "--criterion", "sentence_prediction", "--regression-target", "--num-classes",
+                "1", "--init-token", "0", "--restore-file", pretrained, "--reset-optimizer",
+                "--reset-dataloader", "--reset-meters", "--optimizer", "electra_adam",
+                "--layer-decay", "0.8", "--lr", "1e-4", "--batch-size", "8", "--max-update",
+                "3", "--save-dir", save, "--best-checkpoint-metric", "loss",
+                "--report-pearson-and-spearman", "--num-workers", "0"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run([sys.executable, SCRIPTS / "glue_evaluate.py", "--task", "STS-B",
+                "--checkpoint", save / "checkpoint_last.pt", "--data", stsb, "--json"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(result) >= {"pearson", "spearman"} and -100 <= result["pearson"] <= 100
+
+
+def assert_one_line_error(proc, *phrases):
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    last = [line for line in proc.stderr.splitlines() if line.strip()][-1]
+    assert last.startswith("electra_plugin: error:"), last
+    for phrase in phrases:
+        assert phrase in last, last
+
+
+def finetune_cmd(data, pretrained, save, *extra):
+    return [sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
+            "--task", "sentence_prediction", "--arch", "electra_tiny", "--cpu",
+            "--criterion", "sentence_prediction", "--num-classes", "2", "--init-token", "0",
+            "--restore-file", pretrained, "--reset-optimizer", "--reset-dataloader",
+            "--reset-meters", "--optimizer", "electra_adam", "--lr", "1e-4", "--batch-size",
+            "8", "--max-update", "2", "--save-dir", save, "--num-workers", "0", *extra]
+
+
+@pytest.fixture(scope="module")
+def rte_bin(tmp_path_factory, spm_data):
+    root = tmp_path_factory.mktemp("rte")
+    proc = preprocess("RTE", write_rte(root / "RTE", 24, 8), spm_data, root / "bin")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root / "bin"
+
+
+def test_data_binarized_with_another_dictionary(tmp_path, rte_bin, pretrained):
+    data = tmp_path / "data"
+    import shutil
+
+    shutil.copytree(rte_bin, data)
+    d = data / "input0" / "dict.txt"
+    d.write_text(d.read_text() + "extra_word 1\n")
+    proc = run(finetune_cmd(data, pretrained, tmp_path / "ck"))
+    assert_one_line_error(proc, "binarized with another dict.txt")
+
+
+def test_head_with_another_class_count(tmp_path, rte_bin, pretrained):
+    first = tmp_path / "first"
+    assert run(finetune_cmd(rte_bin, pretrained, first)).returncode == 0
+    proc = run(finetune_cmd(rte_bin, first / "checkpoint_last.pt", tmp_path / "second",
+                            "--num-classes", "3"))
+    assert_one_line_error(proc, "has 2 classes but this run asks for 3",
+                          "--classification-head-name")
+
+
+def test_positions_longer_than_the_model(tmp_path, rte_bin, pretrained):
+    proc = run(finetune_cmd(rte_bin, pretrained, tmp_path / "ck", "--max-positions", "1024",
+                            "--tokens-per-sample", "512"))
+    assert proc.returncode != 0
+
+
+def test_preprocess_errors(tmp_path, spm_data):
+    rte = write_rte(tmp_path / "RTE", 4, 4)
+    proc = preprocess("RTE", rte, spm_data, tmp_path / "out", "--max-seq-len", "1024")
+    assert_one_line_error(proc, "--max-seq-len 1024")
+    proc = preprocess("NOPE", rte, spm_data, tmp_path / "out")
+    assert_one_line_error(proc, "unknown GLUE task")
+    (rte / "dev.tsv").write_text("index\tsentence1\tsentence2\tlabel\n0\tA\tB\tmaybe\n")
+    proc = preprocess("RTE", rte, spm_data, tmp_path / "out")
+    assert_one_line_error(proc, "label 'maybe'")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    proc = preprocess("RTE", write_rte(tmp_path / "RTE2", 4, 4), spm_data, tmp_path / "full")
+    assert_one_line_error(proc, "already holds files", "--force")
+    assert (tmp_path / "full" / "keep.txt").read_text() == "mine"
