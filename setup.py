@@ -21,6 +21,7 @@ setup(
         "sacremoses",
         "numpy",
     ],
+    entry_points={"console_scripts": ["electra-train = electra_plugin.train_cli:cli_main"]},
     extras_require={
         "hf": ["transformers>=4.40", "safetensors"],
         "test": ["pytest>=7"],

@@ -71,6 +71,7 @@ def task_yaml(task: GlueTask) -> str:
         f"  batch_size: {BATCH_SIZE}",
         "  required_batch_size_multiple: 1",
         "  num_workers: 1",
+        "  data_buffer_size: 0  # fairseq's prefetch thread can abort the exit",
         "",
         "optimizer:",
         "  _name: electra_adam",

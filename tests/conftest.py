@@ -61,6 +61,7 @@ def train_cmd(data: Path, save_dir: Path, *extra: str, arch: str = "electra_tiny
         "--optimizer", "adam", "--lr", "5e-4", "--lr-scheduler", "polynomial_decay",
         "--warmup-updates", "2", "--total-num-update", "100", "--save-dir", str(save_dir),
         "--log-format", "json", "--log-interval", "1", "--no-progress-bar", "--seed", "3",
+        "--data-buffer-size", "0",  # fairseq's prefetch thread can abort the exit (README)
         *extra,
     ]
 
@@ -69,3 +70,29 @@ def run(cmd, **kwargs) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env,
                           timeout=600, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def spm_data(tmp_path_factory) -> Path:
+    """The tiny corpus through scripts/prepare_data.py (sentencepiece, 80 pieces)."""
+    root = tmp_path_factory.mktemp("spm")
+    write_corpus(root / "corpus.txt", 1500, seed=5)
+    proc = run([sys.executable, REPO / "scripts" / "prepare_data.py", "--train",
+                root / "corpus.txt", "--destdir", root / "bin", "--sentencepiece-vocab-size",
+                "80", "--workers", "1"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root / "bin"
+
+
+@pytest.fixture(scope="session")
+def pretrained(tmp_path_factory, spm_data) -> Path:
+    """A 6-update electra_tiny pre-training checkpoint on spm_data."""
+    save = tmp_path_factory.mktemp("pretrained")
+    proc = run([sys.executable, "-m", "fairseq_cli.train", spm_data, "--user-dir", PLUGIN,
+                "--task", "electra", "--criterion", "electra", "--arch", "electra_tiny",
+                "--cpu", "--tokens-per-sample", "64", "--batch-size", "8", "--num-workers", "0",
+                "--optimizer", "electra_adam", "--lr", "5e-4", "--max-update", "6",
+                "--save-dir", save, "--no-epoch-checkpoints", "--disable-validation",
+                "--seed", "1", "--data-buffer-size", "0"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return save / "checkpoint_last.pt"

@@ -120,7 +120,8 @@ def test_rte_preprocess_finetune_evaluate(tmp_path, spm_data, pretrained):
                 "model._name=electra_tiny", "common.cpu=true", "optimization.max_update=4",
                 "optimization.max_epoch=1", "lr_scheduler.total_num_update=4",
                 "lr_scheduler.warmup_updates=1", "dataset.batch_size=16",
-                "dataset.num_workers=0", f"hydra.run.dir={tmp_path / 'hydra'}"],
+                "dataset.num_workers=0", "dataset.data_buffer_size=0",
+                f"hydra.run.dir={tmp_path / 'hydra'}"],
                cwd=tmp_path)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     log = proc.stdout + proc.stderr
@@ -159,7 +160,8 @@ def test_stsb_regression_and_cola_without_header(tmp_path, spm_data, pretrained)
                 "--reset-dataloader", "--reset-meters", "--optimizer", "electra_adam",
                 "--layer-decay", "0.8", "--lr", "1e-4", "--batch-size", "8", "--max-update",
                 "3", "--save-dir", save, "--best-checkpoint-metric", "loss",
-                "--report-pearson-and-spearman", "--num-workers", "0"])
+                "--report-pearson-and-spearman", "--num-workers", "0",
+                "--data-buffer-size", "0"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     proc = run([sys.executable, SCRIPTS / "glue_evaluate.py", "--task", "STS-B",
                 "--checkpoint", save / "checkpoint_last.pt", "--data", stsb, "--json"])
@@ -182,7 +184,8 @@ def finetune_cmd(data, pretrained, save, *extra):
             "--criterion", "sentence_prediction", "--num-classes", "2", "--init-token", "0",
             "--restore-file", pretrained, "--reset-optimizer", "--reset-dataloader",
             "--reset-meters", "--optimizer", "electra_adam", "--lr", "1e-4", "--batch-size",
-            "8", "--max-update", "2", "--save-dir", save, "--num-workers", "0", *extra]
+            "8", "--max-update", "2", "--save-dir", save, "--num-workers", "0",
+            "--data-buffer-size", "0", *extra]
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,949 @@
+"""ELECTRA checkpoints between this plugin and Hugging Face ``transformers``.
+
+Everything is driven by three tables, each used in both directions:
+
+* :data:`KEY_TABLE`: every parameter as (component, fairseq name, HF name, shape), with
+  ``{n}`` for a layer index and ``{head}`` for a classification head's name. Expanded for a
+  concrete model size it gives the exact set of names and shapes each side must have: a
+  missing, unexpected or wrongly-shaped tensor is an error that names it.
+* :data:`CONFIG_TABLE`: our model config field <-> HF ``ElectraConfig`` field; settings the
+  plugin cannot express (another activation or LayerNorm epsilon, relative positions,
+  decoder mode) are errors.
+* the vocabulary permutation: HF rows follow the WordPiece ``vocab.txt``; fairseq rows
+  follow its dictionary (``<s> <pad> </s> <unk>``, the vocab entries without the five BERT
+  specials, then ``<mask>``), see :mod:`electra_plugin.data.wordpiece`. The rows of every
+  tensor whose first dimension is the vocabulary (word embeddings, generator output bias)
+  are permuted.
+
+Which HF class holds which components::
+
+    ElectraForPreTraining             discriminator + discriminator_head
+    ElectraForSequenceClassification  discriminator + classification_head
+    ElectraModel                      discriminator (saved without the "electra." prefix)
+    ElectraForMaskedLM                generator + generator_head
+
+Decisions:
+
+* Import reads ``model.safetensors`` or ``pytorch_model.bin`` (sharded or not) and stores
+  fp32. The generator's output layer must be tied to its word embeddings (as in ELECTRA and
+  in HF's ``ElectraForMaskedLM``). Generator and discriminator share the embedding block
+  exactly when every embedding tensor of the two is equal; otherwise the checkpoint gets
+  ``untie_embeddings=True``.
+* Export needs the dictionary the model was trained with (``--data``, default: the
+  checkpoint's ``task.data``). When the dictionary came from a WordPiece vocab.txt (found
+  through ``electra_tokenizer.json``, as ``vocab.txt`` next to ``dict.txt``, or given
+  explicitly) the HF rows follow that vocab.txt and the export is a complete HF model with
+  tokenizer files. Otherwise (a sentencepiece or other dictionary) the rows stay in fairseq
+  order, ``dict.txt`` (and ``spm.model`` when the data directory has one) is copied, a note
+  explains that token ids are fairseq dictionary ids, and no vocab.txt is written: a BERT
+  tokenizer over those pieces would give wrong ids.
+* A model without token types (``type_vocab_size=0``) is exported with one all-zero token
+  type row, which HF adds to every token: the same numbers.
+"""
+
+import json
+import logging
+import math
+import os
+import shutil
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+
+import torch
+from omegaconf import OmegaConf
+
+from ..checkpoint import load_checkpoint, write_checkpoint
+from ..data.tokenizer import METADATA_FILE, WordPieceTextTokenizer
+from ..data.wordpiece import BERT_SPECIAL_TOKENS, load_vocab, vocab_to_fairseq_indices
+from ..data.wordpiece import write_fairseq_dict
+from ..errors import ElectraUsageError
+from ..models.electra import complete_config, generator_sizes
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["KEY_TABLE", "CONFIG_TABLE", "from_hf", "to_hf", "model_cli_args"]
+
+DEFAULT_HEAD = "sentence_classification_head"  # fairseq's --classification-head-name default
+
+
+# ------------------------------------------------------------------------------ key table
+class Row(NamedTuple):
+    component: str
+    fairseq: str
+    hf: str
+    # Symbols: V vocabulary, E embedding size, H hidden size of that encoder, F its FFN size,
+    # P positions, T token types, C classes. A leading V marks rows the vocabulary permutes.
+    shape: Tuple[str, ...]
+    when: Optional[str] = None  # "projected": only if E != H; "token_types": only if T > 0
+
+
+def _encoder_rows(component: str, prefix: str) -> List[Row]:
+    """One encoder (embeddings, projection, layers) under ``prefix`` on the fairseq side."""
+    rows = [
+        ("embeddings.word_embeddings.weight", ("V", "E"), None),
+        ("embeddings.position_embeddings.weight", ("P", "E"), None),
+        ("embeddings.token_type_embeddings.weight", ("T", "E"), "token_types"),
+        ("embeddings.LayerNorm.weight", ("E",), None),
+        ("embeddings.LayerNorm.bias", ("E",), None),
+        ("embeddings_project.weight", ("H", "E"), "projected"),
+        ("embeddings_project.bias", ("H",), "projected"),
+        ("encoder.layer.{n}.attention.self.query.weight", ("H", "H"), None),
+        ("encoder.layer.{n}.attention.self.query.bias", ("H",), None),
+        ("encoder.layer.{n}.attention.self.key.weight", ("H", "H"), None),
+        ("encoder.layer.{n}.attention.self.key.bias", ("H",), None),
+        ("encoder.layer.{n}.attention.self.value.weight", ("H", "H"), None),
+        ("encoder.layer.{n}.attention.self.value.bias", ("H",), None),
+        ("encoder.layer.{n}.attention.output.dense.weight", ("H", "H"), None),
+        ("encoder.layer.{n}.attention.output.dense.bias", ("H",), None),
+        ("encoder.layer.{n}.attention.output.LayerNorm.weight", ("H",), None),
+        ("encoder.layer.{n}.attention.output.LayerNorm.bias", ("H",), None),
+        ("encoder.layer.{n}.intermediate.dense.weight", ("F", "H"), None),
+        ("encoder.layer.{n}.intermediate.dense.bias", ("F",), None),
+        ("encoder.layer.{n}.output.dense.weight", ("H", "F"), None),
+        ("encoder.layer.{n}.output.dense.bias", ("H",), None),
+        ("encoder.layer.{n}.output.LayerNorm.weight", ("H",), None),
+        ("encoder.layer.{n}.output.LayerNorm.bias", ("H",), None),
+    ]
+    # Our encoder modules carry HF's names, so only the prefix differs.
+    return [Row(component, prefix + name, "electra." + name, shape, when)
+            for name, shape, when in rows]
+
+
+KEY_TABLE: Tuple[Row, ...] = (
+    *_encoder_rows("discriminator", "discriminator."),
+    Row("discriminator_head", "discriminator_head.dense.weight",
+        "discriminator_predictions.dense.weight", ("H", "H")),
+    Row("discriminator_head", "discriminator_head.dense.bias",
+        "discriminator_predictions.dense.bias", ("H",)),
+    Row("discriminator_head", "discriminator_head.dense_prediction.weight",
+        "discriminator_predictions.dense_prediction.weight", ("1", "H")),
+    Row("discriminator_head", "discriminator_head.dense_prediction.bias",
+        "discriminator_predictions.dense_prediction.bias", ("1",)),
+    *_encoder_rows("generator", "generator."),
+    Row("generator_head", "generator_head.dense.weight",
+        "generator_predictions.dense.weight", ("E", "H")),
+    Row("generator_head", "generator_head.dense.bias", "generator_predictions.dense.bias", ("E",)),
+    Row("generator_head", "generator_head.LayerNorm.weight",
+        "generator_predictions.LayerNorm.weight", ("E",)),
+    Row("generator_head", "generator_head.LayerNorm.bias",
+        "generator_predictions.LayerNorm.bias", ("E",)),
+    # The output weight is the word embedding matrix on both sides (tied), only the bias is own.
+    Row("generator_head", "generator_head.bias", "generator_lm_head.bias", ("V",)),
+    Row("classification_head", "classification_heads.{head}.dense.weight",
+        "classifier.dense.weight", ("H", "H")),
+    Row("classification_head", "classification_heads.{head}.dense.bias",
+        "classifier.dense.bias", ("H",)),
+    Row("classification_head", "classification_heads.{head}.out_proj.weight",
+        "classifier.out_proj.weight", ("C", "H")),
+    Row("classification_head", "classification_heads.{head}.out_proj.bias",
+        "classifier.out_proj.bias", ("C",)),
+)
+
+# HF model classes and the components they hold.
+HF_ARCHITECTURES = {
+    "ElectraForPreTraining": ("discriminator", "discriminator_head"),
+    "ElectraForSequenceClassification": ("discriminator", "classification_head"),
+    "ElectraModel": ("discriminator",),
+    "ElectraForMaskedLM": ("generator", "generator_head"),
+}
+# fairseq state-dict prefixes of the components (classification heads: "...heads.NAME.").
+COMPONENT_PREFIXES = {
+    "discriminator": "discriminator.",
+    "discriminator_head": "discriminator_head.",
+    "generator": "generator.",
+    "generator_head": "generator_head.",
+    "classification_head": "classification_heads.",
+}
+# Non-persistent buffers that transformers 4.x wrote into some checkpoints: not parameters.
+_HF_BUFFERS = ("electra.embeddings.position_ids", "electra.embeddings.token_type_ids")
+_TIED_LM_WEIGHT = ("generator_lm_head.weight", "electra.embeddings.word_embeddings.weight")
+
+
+class _Param(NamedTuple):
+    fairseq: str
+    hf: str
+    shape: Tuple[int, ...]
+    vocab_rows: bool
+
+
+def _expand(components: Iterable[str], sizes: Dict[str, Dict[str, int]],
+            head: Optional[str] = None) -> List[_Param]:
+    """The concrete parameters of ``components``; ``sizes[component]`` gives its symbols."""
+    params = []
+    for row in KEY_TABLE:
+        if row.component not in components:
+            continue
+        s = dict(sizes[row.component], **{"1": 1})
+        if row.when == "projected" and s["E"] == s["H"]:
+            continue
+        if row.when == "token_types" and s["T"] == 0:
+            continue
+        shape = tuple(s[d] for d in row.shape)
+        for n in range(s["L"]) if "{n}" in row.fairseq else [None]:
+            params.append(_Param(row.fairseq.format(n=n, head=head), row.hf.format(n=n, head=head),
+                                 shape, row.shape[0] == "V"))
+    return params
+
+
+def _rename(state: Dict[str, torch.Tensor], params: List[_Param], to_hf: bool,
+            where: str) -> Dict[str, torch.Tensor]:
+    """Rename a state dict to the other side; every key and shape must match the table."""
+    src = {(p.fairseq if to_hf else p.hf): p for p in params}
+    unexpected = sorted(k for k in state if k not in src)
+    missing = sorted(k for k in src if k not in state)
+    wrong = [f"{k} {list(state[k].shape)} (expected {list(src[k].shape)})"
+             for k in sorted(state) if k in src and tuple(state[k].shape) != src[k].shape]
+    if unexpected or missing or wrong:
+        problems = []
+        for what, keys in (("missing", missing), ("unexpected", unexpected),
+                           ("wrongly shaped", wrong)):
+            if keys:
+                more = f" and {len(keys) - 4} more" if len(keys) > 4 else ""
+                problems.append(f"{len(keys)} {what}: {', '.join(keys[:4])}{more}")
+        raise ElectraUsageError(f"{where}: weights do not match the config: "
+                                f"{'; '.join(problems)}")
+    return {(src[k].hf if to_hf else src[k].fairseq): v for k, v in state.items()}
+
+
+def _permute_rows(state: Dict[str, torch.Tensor], params: List[_Param], to_hf: bool,
+                  fairseq_index: Optional[torch.Tensor]) -> None:
+    """In place: vocabulary rows from HF (vocab.txt) order to fairseq order or back.
+
+    ``fairseq_index[i]`` is the fairseq row of vocab.txt row i; None keeps the order.
+    """
+    if fairseq_index is None:
+        return
+    for p in params:
+        if not p.vocab_rows:
+            continue
+        key = p.hf if to_hf else p.fairseq
+        value = state[key]
+        if to_hf:
+            state[key] = value[fairseq_index].contiguous()
+        else:
+            out = torch.empty_like(value)
+            out[fairseq_index] = value
+            state[key] = out
+
+
+# --------------------------------------------------------------------------- config table
+# Our model config field <-> HF ElectraConfig field (per encoder).
+CONFIG_TABLE = (
+    ("num_layers", "num_hidden_layers"),
+    ("hidden_size", "hidden_size"),
+    ("num_heads", "num_attention_heads"),
+    ("ffn_size", "intermediate_size"),
+    ("embedding_size", "embedding_size"),
+    ("max_positions", "max_position_embeddings"),
+    ("type_vocab_size", "type_vocab_size"),
+    ("dropout", "hidden_dropout_prob"),
+    ("attention_dropout", "attention_probs_dropout_prob"),
+)
+# transformers' ElectraConfig defaults, for fields a config.json leaves out.
+HF_DEFAULTS = {
+    "vocab_size": 30522, "embedding_size": 128, "hidden_size": 256, "num_hidden_layers": 12,
+    "num_attention_heads": 4, "intermediate_size": 1024, "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+    "max_position_embeddings": 512, "type_vocab_size": 2, "initializer_range": 0.02,
+    "layer_norm_eps": 1e-12, "pad_token_id": 0,
+}
+# What the plugin's encoder computes; anything else in a config.json is an error.
+LAYER_NORM_EPS = 1e-12
+HIDDEN_ACT = "gelu"
+_SHARED_ENCODER_FIELDS = ("num_layers", "embedding_size", "max_positions", "type_vocab_size")
+
+
+def _read_json(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ElectraUsageError(f"cannot read {path}: {e}")
+    if not isinstance(value, dict):
+        raise ElectraUsageError(f"{path} is not a JSON object")
+    return value
+
+
+def read_hf_config(model_dir: str) -> dict:
+    """config.json of an HF ELECTRA directory, with defaults filled and unsupported settings
+    rejected."""
+    if not os.path.isdir(model_dir):
+        raise ElectraUsageError(f"{model_dir} is not a directory (expected a Hugging Face model "
+                                f"directory written by save_pretrained)")
+    path = os.path.join(model_dir, "config.json")
+    if not os.path.isfile(path):
+        raise ElectraUsageError(f"{model_dir} has no config.json; is it a Hugging Face model "
+                                f"directory (written by save_pretrained)?")
+    config = _read_json(path)
+    if config.get("model_type") != "electra":
+        raise ElectraUsageError(f"{path} describes a '{config.get('model_type')}' model, not "
+                                f"ELECTRA (model_type must be 'electra')")
+    config = {**HF_DEFAULTS, **config}
+    if config["hidden_act"] != HIDDEN_ACT:
+        raise ElectraUsageError(f"{path}: hidden_act '{config['hidden_act']}' is not supported; "
+                                f"the plugin's ELECTRA uses '{HIDDEN_ACT}' (exact GELU)")
+    if not math.isclose(float(config["layer_norm_eps"]), LAYER_NORM_EPS, rel_tol=1e-6):
+        raise ElectraUsageError(f"{path}: layer_norm_eps {config['layer_norm_eps']} is not "
+                                f"supported; the plugin's ELECTRA uses {LAYER_NORM_EPS}")
+    if config.get("position_embedding_type", "absolute") != "absolute":
+        raise ElectraUsageError(f"{path}: position_embedding_type "
+                                f"'{config['position_embedding_type']}' is not supported "
+                                f"(only 'absolute')")
+    if config.get("is_decoder") or config.get("add_cross_attention"):
+        raise ElectraUsageError(f"{path}: decoder ELECTRA models (is_decoder / "
+                                f"add_cross_attention) are not supported")
+    if config["hidden_size"] % config["num_attention_heads"]:
+        raise ElectraUsageError(f"{path}: hidden_size {config['hidden_size']} is not divisible "
+                                f"by num_attention_heads {config['num_attention_heads']}")
+    return config
+
+
+def _fields_from_hf(config: dict) -> Dict[str, float]:
+    return {ours: config[theirs] for ours, theirs in CONFIG_TABLE}
+
+
+def _hf_config(fields: dict, architecture: str, vocab_size: int, pad_token_id: int,
+               dtype: str, labels: Optional[Sequence[str]] = None) -> dict:
+    """An HF ElectraConfig dict (the fields transformers writes) for one encoder."""
+    config = {
+        "add_cross_attention": False,
+        "architectures": [architecture],
+        "bos_token_id": None,
+        "classifier_dropout": None,
+        "dtype": dtype,
+        "eos_token_id": None,
+        "hidden_act": HIDDEN_ACT,
+        "initializer_range": 0.02,
+        "is_decoder": False,
+        "layer_norm_eps": LAYER_NORM_EPS,
+        "model_type": "electra",
+        "pad_token_id": pad_token_id,
+        "summary_activation": "gelu",
+        "summary_last_dropout": 0.1,
+        "summary_type": "first",
+        "summary_use_proj": True,
+        "tie_word_embeddings": True,
+        "use_cache": True,
+        "vocab_size": vocab_size,
+    }
+    for ours, theirs in CONFIG_TABLE:
+        config[theirs] = fields[ours]
+    if labels is not None:
+        config["id2label"] = {str(i): label for i, label in enumerate(labels)}
+        config["label2id"] = {label: i for i, label in enumerate(labels)}
+    return dict(sorted(config.items()))
+
+
+def _symbols(fields: dict, vocab_size: int, num_classes: int = 0) -> Dict[str, int]:
+    return {"V": vocab_size, "E": fields["embedding_size"], "H": fields["hidden_size"],
+            "F": fields["ffn_size"], "P": fields["max_positions"],
+            "T": fields["type_vocab_size"], "L": fields["num_layers"], "C": num_classes}
+
+
+def _generator_fields(fields: dict, generator_size: float) -> dict:
+    """Our generator's per-encoder fields, from the discriminator's and the size fraction."""
+    cfg = OmegaConf.create(dict(fields, generator_size=generator_size))
+    hidden, heads, ffn = generator_sizes(cfg)
+    return dict(fields, hidden_size=hidden, num_heads=heads, ffn_size=ffn)
+
+
+def _fit_generator_size(fields: dict, gen_fields: dict, where: str) -> float:
+    """generator_size for an HF generator config; errors if our sizing rule cannot give it."""
+    head_dim = fields["hidden_size"] // fields["num_heads"]
+    gen_hidden, gen_heads, gen_ffn = (gen_fields["hidden_size"], gen_fields["num_heads"],
+                                      gen_fields["ffn_size"])
+    size = gen_hidden / fields["hidden_size"]
+    rule = (f"the plugin's generator keeps the discriminator's {head_dim}-dim heads and scales "
+            f"the FFN with the hidden size")
+    if gen_hidden % gen_heads or gen_hidden // gen_heads != head_dim or not 0 < size <= 1:
+        raise ElectraUsageError(
+            f"{where}: a generator with hidden_size {gen_hidden} and {gen_heads} heads does not "
+            f"fit the discriminator's hidden_size {fields['hidden_size']} and "
+            f"{fields['num_heads']} heads: {rule}")
+    expected = _generator_fields(fields, size)
+    if expected["ffn_size"] != gen_ffn:
+        raise ElectraUsageError(
+            f"{where}: generator intermediate_size {gen_ffn} should be "
+            f"{expected['ffn_size']} for hidden_size {gen_hidden}: {rule}")
+    return size
+
+
+# ------------------------------------------------------------------------- HF directories
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json")
+# Files an export writes (and, with overwrite, replaces) in each model directory.
+_EXPORT_FILES = _WEIGHT_FILES + ("config.json", "vocab.txt", "tokenizer_config.json",
+                                 "special_tokens_map.json", "tokenizer.json", "dict.txt",
+                                 "spm.model", "VOCABULARY.md")
+
+
+def _load_weight_file(path: str) -> Dict[str, torch.Tensor]:
+    try:
+        if path.endswith(".safetensors"):
+            from safetensors.torch import load_file
+
+            return load_file(path)
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # corrupt file, not a weights file, pickled objects
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ElectraUsageError(f"cannot read weights {path}: {first[:200]}")
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ElectraUsageError(f"{path} is not a state dict of tensors")
+    return state
+
+
+def read_hf_weights(model_dir: str) -> Dict[str, torch.Tensor]:
+    """All tensors of an HF directory: model.safetensors or pytorch_model.bin, maybe sharded."""
+    for name in _WEIGHT_FILES:
+        path = os.path.join(model_dir, name)
+        if os.path.isfile(path):
+            break
+    else:
+        raise ElectraUsageError(f"{model_dir} has no weights (model.safetensors or "
+                                f"pytorch_model.bin)")
+    if not name.endswith(".index.json"):
+        return _load_weight_file(path)
+    weight_map = _read_json(path).get("weight_map")
+    if not isinstance(weight_map, dict):
+        raise ElectraUsageError(f"{path} has no weight_map")
+    state = {}
+    for shard in sorted(set(weight_map.values())):
+        state.update(_load_weight_file(os.path.join(model_dir, shard)))
+    return state
+
+
+def _detect_architecture(config: dict, weights: Dict[str, torch.Tensor], where: str) -> str:
+    archs = [a for a in config.get("architectures") or [] if a]
+    if archs and archs[0] not in HF_ARCHITECTURES:
+        raise ElectraUsageError(f"{where}: {archs[0]} is not supported; convert one of "
+                                f"{', '.join(HF_ARCHITECTURES)}")
+    for arch, marker in (("ElectraForMaskedLM", "generator_predictions."),
+                         ("ElectraForMaskedLM", "generator_lm_head."),
+                         ("ElectraForPreTraining", "discriminator_predictions."),
+                         ("ElectraForSequenceClassification", "classifier.")):
+        if any(k.startswith(marker) for k in weights):
+            return arch
+    return "ElectraModel"
+
+
+@dataclass
+class _HFModel:
+    path: str
+    config: dict
+    weights: Dict[str, torch.Tensor]  # keys with the "electra." prefix, buffers dropped
+    architecture: str
+
+    @classmethod
+    def read(cls, model_dir: str) -> "_HFModel":
+        config = read_hf_config(model_dir)
+        weights = read_hf_weights(model_dir)
+        architecture = _detect_architecture(config, weights, model_dir)
+        if architecture == "ElectraModel" and not any(k.startswith("electra.") for k in weights):
+            weights = {"electra." + k: v for k, v in weights.items()}  # base model: no prefix
+        weights = {k: v for k, v in weights.items() if k not in _HF_BUFFERS}
+        return cls(model_dir, config, weights, architecture)
+
+
+def _read_vocab(model_dir: str) -> Tuple[List[str], torch.Tensor]:
+    """WordPiece entries of an HF directory and, per entry, its fairseq dictionary index.
+
+    Reads vocab.txt, or else the WordPiece model of a tokenizer.json (what transformers 5
+    writes instead of vocab.txt).
+    """
+    path = os.path.join(model_dir, "vocab.txt")
+    if os.path.isfile(path):
+        tokens = load_vocab(path)
+    else:
+        tokens = _tokenizer_json_vocab(model_dir)
+        path = os.path.join(model_dir, "tokenizer.json")
+    index = vocab_to_fairseq_indices(tokens)
+    if sorted(index) != list(range(len(tokens))):
+        twice = [t for t in BERT_SPECIAL_TOKENS if tokens.count(t) > 1]
+        raise ElectraUsageError(f"{path} lists {', '.join(twice) or 'a special token'} more "
+                                f"than once; a fairseq dictionary has one row per special")
+    return tokens, torch.tensor(index)
+
+
+def _tokenizer_json_vocab(model_dir: str) -> List[str]:
+    path = os.path.join(model_dir, "tokenizer.json")
+    model = _read_json(path).get("model") if os.path.isfile(path) else None
+    if not isinstance(model, dict) or model.get("type") != "WordPiece":
+        raise ElectraUsageError(
+            f"{model_dir} has no vocab.txt (nor a WordPiece tokenizer.json); the conversion "
+            f"needs the WordPiece vocabulary to order the embedding rows (models with other "
+            f"tokenizers are not supported)")
+    vocab = model.get("vocab") or {}
+    tokens = sorted(vocab, key=vocab.get)
+    if [vocab[t] for t in tokens] != list(range(len(tokens))):
+        raise ElectraUsageError(f"{path}: WordPiece ids are not 0..{len(tokens) - 1}")
+    missing = [t for t in BERT_SPECIAL_TOKENS if t not in vocab]
+    if missing:
+        raise ElectraUsageError(f"{path} lacks {', '.join(missing)}")
+    return tokens
+
+
+def _check_dictionary(dictionary, tokens: Sequence[str], index: torch.Tensor, where: str):
+    """The fairseq dictionary must hold vocab.txt's rows at ``index`` (specials by role)."""
+    role = {"[CLS]": dictionary.bos_word, "[PAD]": dictionary.pad_word,
+            "[SEP]": dictionary.eos_word, "[UNK]": dictionary.unk_word, "[MASK]": "<mask>"}
+    if len(dictionary) != len(tokens):
+        raise ElectraUsageError(f"{where}: the dictionary has {len(dictionary)} entries (with "
+                                f"<mask>) but vocab.txt {len(tokens)}; they are not the same "
+                                f"vocabulary")
+    for row, (token, i) in enumerate(zip(tokens, index.tolist())):
+        if dictionary.symbols[i] != role.get(token, token):
+            raise ElectraUsageError(
+                f"{where}: vocab.txt line {row + 1} ({token!r}) is {dictionary.symbols[i]!r} in "
+                f"the dictionary; the dictionary was not made from this vocab.txt")
+
+
+def _prepare_out_dir(out_dir: str, overwrite: bool, managed: Sequence[str]) -> None:
+    """Refuse a directory that holds files; with overwrite, remove the files we write."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise ElectraUsageError(f"{out_dir} exists and is not a directory")
+    present = sorted(os.listdir(out_dir)) if os.path.isdir(out_dir) else []
+    if present and not overwrite:
+        shown = ", ".join(present[:3]) + (" ..." if len(present) > 3 else "")
+        raise ElectraUsageError(f"{out_dir} already holds files ({shown}); choose an empty "
+                                f"directory or overwrite them (--overwrite)")
+    for name in managed:
+        path = os.path.join(out_dir, name)
+        if os.path.isfile(path):
+            os.remove(path)
+    os.makedirs(out_dir, exist_ok=True)
+
+
+# -------------------------------------------------------------------------------- import
+@dataclass
+class ImportResult:
+    checkpoint: str
+    dictionary: str
+    model_cfg: dict
+    task: str
+
+    @property
+    def cli_args(self) -> List[str]:
+        return model_cli_args(self.model_cfg)
+
+
+def model_cli_args(model_cfg) -> List[str]:
+    """fairseq-train options that build the model of ``model_cfg`` (to continue training)."""
+    args = ["--arch", "electra"]
+    for field in ("num_layers", "hidden_size", "num_heads", "ffn_size", "embedding_size",
+                  "generator_size", "max_positions", "type_vocab_size", "dropout",
+                  "attention_dropout"):
+        args += ["--" + field.replace("_", "-"), repr(model_cfg[field])]
+    if model_cfg.get("untie_embeddings"):
+        args.append("--untie-embeddings")
+    return args
+
+
+def _default_generator_size(num_heads: int) -> float:
+    """A valid placeholder for discriminator-only checkpoints: about 1/4, whole heads."""
+    return max(1, round(num_heads / 4)) / num_heads
+
+
+def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
+            head_name: str = DEFAULT_HEAD, overwrite: bool = False) -> ImportResult:
+    """Hugging Face ELECTRA directory(ies) -> ``out_dir/{checkpoint.pt,dict.txt,vocab.txt}``.
+
+    Args:
+        discriminator_dir: ``ElectraForPreTraining``, ``ElectraModel`` or
+            ``ElectraForSequenceClassification`` (config.json, weights, vocab.txt).
+        generator_dir: optional ``ElectraForMaskedLM``; with it the checkpoint is a
+            pre-training one (task ``electra``: generator, discriminator, replaced-token
+            head) and the discriminator must be an ``ElectraForPreTraining``.
+        out_dir: an empty (or new) directory; it also becomes the checkpoint's data
+            directory (``dict.txt`` and ``electra_tokenizer.json`` to encode text with).
+        head_name: fairseq name of an imported sequence classification head.
+        overwrite: replace the files a previous import wrote there.
+
+    Without a generator the checkpoint is discriminator-only (task ``masked_lm``, which
+    loads the same dictionary): for fine-tuning with ``--restore-file``/``--finetune-from-model``
+    or ``load_model_ensemble_and_task``.
+    """
+    discriminator_dir, out_dir = os.fspath(discriminator_dir), os.fspath(out_dir)
+    disc = _HFModel.read(discriminator_dir)
+    if disc.architecture == "ElectraForMaskedLM":
+        raise ElectraUsageError(
+            f"{discriminator_dir} is a generator (ElectraForMaskedLM); give the discriminator "
+            f"(ElectraForPreTraining) first and the generator as the generator")
+    tokens, index = _read_vocab(discriminator_dir)
+    vocab_size = len(tokens)
+    if disc.config["vocab_size"] != vocab_size:
+        raise ElectraUsageError(f"{discriminator_dir}: config.json has vocab_size "
+                                f"{disc.config['vocab_size']} but vocab.txt {vocab_size} entries")
+    fields = _fields_from_hf(disc.config)
+    components = HF_ARCHITECTURES[disc.architecture]
+    num_classes = 0
+    if "classification_head" in components:
+        id2label = disc.config.get("id2label")
+        num_classes = len(id2label) if id2label else int(disc.config.get("num_labels", 2))
+    sizes = {c: _symbols(fields, vocab_size, num_classes) for c in components}
+    params = _expand(components, sizes, head_name)
+    state = _rename(disc.weights, params, to_hf=False, where=discriminator_dir)
+    _permute_rows(state, params, to_hf=False, fairseq_index=index)
+
+    model_cfg = dict(_name="electra", **fields,
+                     generator_size=_default_generator_size(fields["num_heads"]),
+                     untie_embeddings=False,
+                     load_checkpoint_heads="classification_head" in components)
+    if generator_dir is not None:
+        if disc.architecture != "ElectraForPreTraining":
+            raise ElectraUsageError(
+                f"{discriminator_dir} is an {disc.architecture}, not ElectraForPreTraining; a "
+                f"pre-training checkpoint (with a generator) needs the replaced-token head")
+        generator_dir = os.fspath(generator_dir)
+        gen_state, model_cfg["generator_size"], model_cfg["untie_embeddings"] = _import_generator(
+            generator_dir, disc, fields, tokens, index)
+        if not model_cfg["untie_embeddings"]:  # one shared block: store its tensors once
+            gen_state.update({k: state["discriminator" + k[len("generator"):]]
+                              for k in gen_state if k.startswith("generator.embeddings.")})
+        state.update(gen_state)
+
+    managed = ("checkpoint.pt", "dict.txt", "vocab.txt", METADATA_FILE)
+    _prepare_out_dir(out_dir, overwrite, managed)
+    dict_path = os.path.join(out_dir, "dict.txt")
+    vocab_path = os.path.join(out_dir, "vocab.txt")
+    if os.path.isfile(os.path.join(discriminator_dir, "vocab.txt")):
+        shutil.copyfile(os.path.join(discriminator_dir, "vocab.txt"), vocab_path)
+    else:
+        with open(vocab_path, "w", encoding="utf-8", newline="\n") as f:
+            f.write("".join(token + "\n" for token in tokens))
+    write_fairseq_dict(vocab_path, dict_path)
+    from fairseq.data import Dictionary
+
+    dictionary = Dictionary.load(dict_path)
+    dictionary.add_symbol("<mask>")
+    _check_dictionary(dictionary, tokens, index, dict_path)
+    tok_cfg = _tokenizer_settings(discriminator_dir)
+    WordPieceTextTokenizer(vocab_path, lowercase=tok_cfg["do_lower_case"],
+                           strip_accents=tok_cfg["strip_accents"],
+                           tokenize_chinese_chars=tok_cfg["tokenize_chinese_chars"],
+                           vocab_file="vocab.txt").save_metadata(out_dir)
+
+    pretraining = generator_dir is not None
+    task_cfg = {"_name": "electra" if pretraining else "masked_lm",
+                "data": os.path.abspath(out_dir),
+                "tokens_per_sample": min(512, fields["max_positions"])}
+    checkpoint = write_checkpoint(
+        os.path.join(out_dir, "checkpoint.pt"), model_cfg, task_cfg, state,
+        criterion_cfg={"_name": "electra"} if pretraining else None, overwrite=True)
+    logger.info(f"imported {discriminator_dir}"
+                f"{' + ' + generator_dir if generator_dir else ''} -> {checkpoint}")
+    return ImportResult(checkpoint, dict_path, model_cfg, task_cfg["_name"])
+
+
+def _import_generator(generator_dir, disc: _HFModel, fields: dict, tokens, index):
+    """(fairseq generator state, generator_size, untie_embeddings) of an HF generator."""
+    gen = _HFModel.read(generator_dir)
+    if gen.architecture != "ElectraForMaskedLM":
+        raise ElectraUsageError(f"{generator_dir} is an {gen.architecture}, not a generator "
+                                f"(ElectraForMaskedLM)")
+    if any(os.path.isfile(os.path.join(generator_dir, name))
+           for name in ("vocab.txt", "tokenizer.json")):
+        if _read_vocab(generator_dir)[0] != list(tokens):
+            raise ElectraUsageError(f"{generator_dir}: the generator's vocabulary differs from "
+                                    f"the discriminator's")
+    if gen.config["vocab_size"] != len(tokens):
+        raise ElectraUsageError(f"{generator_dir}: vocab_size {gen.config['vocab_size']} differs "
+                                f"from the discriminator's {len(tokens)}")
+    gen_fields = _fields_from_hf(gen.config)
+    for field in _SHARED_ENCODER_FIELDS:
+        if gen_fields[field] != fields[field]:
+            theirs = dict(CONFIG_TABLE)[field]
+            raise ElectraUsageError(
+                f"{generator_dir}: generator {theirs} {gen_fields[field]} differs from the "
+                f"discriminator's {fields[field]}; the plugin's generator shares it")
+    for field in ("dropout", "attention_dropout"):
+        if gen_fields[field] != fields[field]:
+            logger.warning(f"generator {field} {gen_fields[field]} differs from the "
+                           f"discriminator's; the checkpoint uses {fields[field]} for both")
+    generator_size = _fit_generator_size(fields, gen_fields, generator_dir)
+    weights = dict(gen.weights)
+    lm_weight = weights.pop(_TIED_LM_WEIGHT[0], None)
+    embeddings = weights.get(_TIED_LM_WEIGHT[1])
+    if lm_weight is not None and embeddings is not None and not (
+            lm_weight.shape == embeddings.shape and torch.equal(lm_weight, embeddings)):
+        raise ElectraUsageError(
+            f"{generator_dir}: generator_lm_head.weight differs from the word embeddings; the "
+            f"plugin's generator output layer is tied to them (tie_word_embeddings)")
+    shared = [k for k in disc.weights if k.startswith("electra.embeddings.")]
+    tied = all(k in weights and weights[k].shape == disc.weights[k].shape
+               and torch.equal(weights[k], disc.weights[k]) for k in shared)
+    gen_fields = _generator_fields(fields, generator_size)
+    components = HF_ARCHITECTURES[gen.architecture]
+    sizes = {c: _symbols(gen_fields, len(tokens)) for c in components}
+    params = _expand(components, sizes)
+    state = _rename(weights, params, to_hf=False, where=generator_dir)
+    _permute_rows(state, params, to_hf=False, fairseq_index=index)
+    logger.info(f"generator size {generator_size:g}, embeddings "
+                f"{'shared with' if tied else 'separate from'} the discriminator's")
+    return state, generator_size, not tied
+
+
+def _tokenizer_settings(model_dir: str) -> dict:
+    """do_lower_case etc. from an HF tokenizer_config.json (BERT's defaults otherwise)."""
+    settings = {"do_lower_case": True, "strip_accents": None, "tokenize_chinese_chars": True}
+    path = os.path.join(model_dir, "tokenizer.json")
+    if os.path.isfile(path):  # the BertNormalizer of a fast tokenizer
+        normalizer = _read_json(path).get("normalizer") or {}
+        if normalizer.get("type") == "BertNormalizer":
+            for ours, theirs in (("do_lower_case", "lowercase"), ("strip_accents", "strip_accents"),
+                                 ("tokenize_chinese_chars", "handle_chinese_chars")):
+                if theirs in normalizer:
+                    settings[ours] = normalizer[theirs]
+    path = os.path.join(model_dir, "tokenizer_config.json")
+    if os.path.isfile(path):
+        config = _read_json(path)
+        settings.update({k: config[k] for k in settings if k in config})
+    return settings
+
+
+# -------------------------------------------------------------------------------- export
+@dataclass
+class ExportResult:
+    discriminator_dir: str
+    architecture: str
+    generator_dir: Optional[str]
+    wordpiece_vocab: bool  # False: rows in fairseq dictionary order, no vocab.txt
+
+
+_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+
+def _component_of(key: str) -> str:
+    for component, prefix in COMPONENT_PREFIXES.items():
+        if key.startswith(prefix):
+            return component
+    raise ElectraUsageError(f"checkpoint key {key} belongs to no ELECTRA component")
+
+
+def _find_dictionary(cfg, data: Optional[str]):
+    """(dictionary with <mask>, the directory of its dict.txt)."""
+    from fairseq.data import Dictionary
+
+    if data is None:
+        data = cfg.task.get("data", None)
+        data = str(data).split(":")[0] if data else None
+    if not data:
+        raise ElectraUsageError("the checkpoint names no data directory; pass the directory "
+                                "with the dict.txt it was trained with (--data)")
+    for candidate in (data, os.path.join(data, "input0")):  # sentence_prediction layout
+        path = os.path.join(candidate, "dict.txt")
+        if os.path.isfile(path):
+            try:
+                dictionary = Dictionary.load(path)
+            except (ValueError, RuntimeError) as e:
+                raise ElectraUsageError(f"{path} is not a fairseq dictionary "
+                                        f"({str(e).splitlines()[0][:200]})")
+            dictionary.add_symbol("<mask>")
+            return dictionary, candidate
+    raise ElectraUsageError(f"{data}/dict.txt does not exist; pass the directory with the "
+                            f"dict.txt the checkpoint was trained with (--data)")
+
+
+def _find_vocab(dict_dir: str, vocab: Optional[str]):
+    """(vocab.txt path or None, tokenizer settings, electra_tokenizer.json contents).
+
+    None means the dictionary did not come from a WordPiece vocabulary we can find.
+    """
+    meta = {}
+    meta_path = os.path.join(dict_dir, METADATA_FILE)
+    if os.path.isfile(meta_path):
+        meta = _read_json(meta_path)
+    settings = {"do_lower_case": bool(meta.get("lowercase", True)),
+                "strip_accents": meta.get("strip_accents"),
+                "tokenize_chinese_chars": bool(meta.get("tokenize_chinese_chars", True))}
+    if vocab is not None:
+        if not os.path.isfile(vocab):
+            raise ElectraUsageError(f"vocabulary {vocab} does not exist")
+        return vocab, settings, meta
+    candidates = []
+    if meta.get("type") == "wordpiece":
+        candidates.append(os.path.join(dict_dir, meta.get("vocab", "vocab.txt")))
+    if meta.get("type") in (None, "wordpiece"):
+        candidates.append(os.path.join(dict_dir, "vocab.txt"))
+    for path in candidates:
+        if os.path.isfile(path):
+            return path, settings, meta
+    return None, settings, meta
+
+
+def _write_safetensors(state: Dict[str, torch.Tensor], path: str) -> None:
+    from safetensors.torch import save_file
+
+    save_file({k: v.detach().contiguous() for k, v in state.items()}, path,
+              metadata={"format": "pt"})
+
+
+def _write_model_dir(model_dir, hf_state, config, vocab_path, tokenizer_settings,
+                     dict_dir, meta):
+    os.makedirs(model_dir, exist_ok=True)
+    _write_safetensors(hf_state, os.path.join(model_dir, "model.safetensors"))
+    with open(os.path.join(model_dir, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")
+    if vocab_path is not None:
+        shutil.copyfile(vocab_path, os.path.join(model_dir, "vocab.txt"))
+        tokenizer_config = dict(tokenizer_settings, tokenizer_class="ElectraTokenizer",
+                                model_max_length=config["max_position_embeddings"])
+        with open(os.path.join(model_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+            json.dump(tokenizer_config, f, indent=2)
+            f.write("\n")
+        return
+    shutil.copyfile(os.path.join(dict_dir, "dict.txt"), os.path.join(model_dir, "dict.txt"))
+    spm = os.path.join(dict_dir, meta.get("model", "spm.model"))
+    if meta.get("type") == "sentencepiece" and os.path.isfile(spm):
+        shutil.copyfile(spm, os.path.join(model_dir, "spm.model"))
+    with open(os.path.join(model_dir, "VOCABULARY.md"), "w", encoding="utf-8") as f:
+        f.write(
+            "# Vocabulary of this model\n\n"
+            "Exported from a fairseq ELECTRA checkpoint whose dictionary did not come from a\n"
+            "WordPiece vocab.txt, so no Hugging Face tokenizer is included. Embedding rows\n"
+            "follow the fairseq dictionary: id 0 <s>, 1 <pad>, 2 </s>, 3 <unk>, then the\n"
+            "entries of dict.txt in order, then <mask> (the last id). Encode text with the\n"
+            "tokenizer the data was prepared with (spm.model when present: its piece ids\n"
+            "equal these ids if it was trained by scripts/prepare_data.py), or look pieces\n"
+            "up in dict.txt, and start each sequence with <s> (0).\n")
+
+
+def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] = None,
+          vocab: Optional[str] = None, head: Optional[str] = None) -> ExportResult:
+    """An ELECTRA checkpoint -> Hugging Face directory(ies) under ``out_dir``.
+
+    ``out_dir`` gets the discriminator: ``ElectraForSequenceClassification`` when the
+    checkpoint has a classification head (``head`` picks one when it has several),
+    otherwise ``ElectraForPreTraining`` with the replaced-token head or ``ElectraModel``
+    without it. A generator goes to ``out_dir/generator`` as ``ElectraForMaskedLM``.
+    Each directory gets config.json, model.safetensors and the vocabulary (see the module
+    docstring for dictionaries that did not come from WordPiece).
+
+    Args:
+        checkpoint: a checkpoint of this plugin (``fairseq-train`` output or ``from_hf``).
+        out_dir: an empty or new directory, unless ``overwrite``.
+        data: directory of the dict.txt the model was trained with (default: the
+            checkpoint's ``task.data``).
+        vocab: the WordPiece vocab.txt that dict.txt was made from, when it is not next to
+            dict.txt.
+        head: name of the classification head to export.
+    """
+    checkpoint, out_dir = os.fspath(checkpoint), os.fspath(out_dir)
+    state = load_checkpoint(checkpoint)
+    cfg = complete_config(OmegaConf.create(OmegaConf.to_container(state["cfg"].model)))
+    weights = dict(state["model"])
+    by_component: Dict[str, Dict[str, torch.Tensor]] = {}
+    for key, value in weights.items():
+        by_component.setdefault(_component_of(key), {})[key] = value
+    head_keys = by_component.get("classification_head", {})
+    heads = sorted({k.split(".")[1] for k in head_keys})
+    # Sentence classification heads (dense + out_proj) have an HF class; span (SQuAD) heads
+    # registered in the same ModuleDict do not map onto one here and are left out.
+    sentence_heads = [h for h in heads if f"classification_heads.{h}.dense.weight" in head_keys]
+    if head is not None and head not in heads:
+        raise ElectraUsageError(f"{checkpoint} has no classification head '{head}' (it has "
+                                f"{', '.join(heads) or 'none'})")
+    if head is not None and head not in sentence_heads:
+        raise ElectraUsageError(f"head '{head}' of {checkpoint} is not a sentence "
+                                f"classification head (dense + out_proj); only those export "
+                                f"(as ElectraForSequenceClassification)")
+    if head is None and len(sentence_heads) > 1:
+        raise ElectraUsageError(f"{checkpoint} has classification heads "
+                                f"{', '.join(sentence_heads)}; pick one to export")
+    head = head if head is not None else (sentence_heads[0] if sentence_heads else None)
+
+    dictionary, dict_dir = _find_dictionary(state["cfg"], data)
+    vocab_path, tokenizer_settings, meta = _find_vocab(dict_dir, vocab)
+    index = None
+    if vocab_path is not None:
+        tokens = load_vocab(vocab_path)
+        index = torch.tensor(vocab_to_fairseq_indices(tokens))
+        _check_dictionary(dictionary, tokens, index, os.path.join(dict_dir, "dict.txt"))
+        pad_token_id = tokens.index("[PAD]")
+    else:
+        logger.warning(f"{dict_dir}/dict.txt did not come from a WordPiece vocab.txt: rows stay "
+                       f"in fairseq order and no HF tokenizer is written (see VOCABULARY.md)")
+        pad_token_id = dictionary.pad()
+    rows = weights["discriminator.embeddings.word_embeddings.weight"].size(0)
+    if rows != len(dictionary):
+        raise ElectraUsageError(f"{checkpoint} has {rows} embedding rows but {dict_dir}/dict.txt "
+                                f"gives {len(dictionary)} (with <mask>); pass the dictionary the "
+                                f"model was trained with (--data)")
+
+    fields = {ours: cfg[ours] for ours, _ in CONFIG_TABLE}
+    if fields["type_vocab_size"] == 0:  # HF always adds a token type row: make it zero
+        fields["type_vocab_size"] = 1
+        for prefix in ("discriminator", "generator"):
+            if f"{prefix}.embeddings.word_embeddings.weight" in weights:
+                by_component[prefix][f"{prefix}.embeddings.token_type_embeddings.weight"] = \
+                    torch.zeros(1, fields["embedding_size"])
+    dtype = _DTYPES.get(weights["discriminator.embeddings.word_embeddings.weight"].dtype,
+                        "float32")
+
+    if head is not None:
+        architecture = "ElectraForSequenceClassification"
+        dropped = [c for c in ("discriminator_head",) if c in by_component]
+    elif "discriminator_head" in by_component:
+        architecture, dropped = "ElectraForPreTraining", []
+    else:
+        architecture, dropped = "ElectraModel", []
+    for name in heads:
+        if name != head:
+            dropped.append(f"classification head '{name}'")
+    if dropped:
+        logger.info(f"not exported: {', '.join(dropped)}")
+    components = HF_ARCHITECTURES[architecture]
+    num_classes, labels = 0, None
+    disc_state = {}
+    for component in components:
+        part = by_component.get(component, {})
+        if component == "classification_head":
+            part = {k: v for k, v in part.items() if k.startswith(f"classification_heads.{head}.")}
+            num_classes = part[f"classification_heads.{head}.out_proj.weight"].size(0)
+            labels = _label_names(dict_dir, num_classes)
+        disc_state.update(part)
+    sizes = {c: _symbols(fields, len(dictionary), num_classes) for c in components}
+    params = _expand(components, sizes, head)
+    hf_state = _rename(disc_state, params, to_hf=True, where=checkpoint)
+    _permute_rows(hf_state, params, to_hf=True, fairseq_index=index)
+    if architecture == "ElectraModel":
+        hf_state = {k[len("electra."):]: v for k, v in hf_state.items()}
+
+    gen_dir = os.path.join(out_dir, "generator") if "generator" in by_component else None
+    _prepare_out_dir(out_dir, overwrite, _EXPORT_FILES)
+    old_gen_dir = os.path.join(out_dir, "generator")
+    if os.path.isdir(old_gen_dir):  # overwrite: no stale generator next to the new export
+        _prepare_out_dir(old_gen_dir, overwrite, _EXPORT_FILES)
+        if gen_dir is None and not os.listdir(old_gen_dir):
+            os.rmdir(old_gen_dir)
+    _write_model_dir(out_dir, hf_state,
+                     _hf_config(fields, architecture, len(dictionary), pad_token_id, dtype,
+                                labels),
+                     vocab_path, tokenizer_settings, dict_dir, meta)
+
+    if gen_dir is not None:
+        gen_fields = _generator_fields(fields, cfg.generator_size)
+        components = HF_ARCHITECTURES["ElectraForMaskedLM"]
+        sizes = {c: _symbols(gen_fields, len(dictionary)) for c in components}
+        params = _expand(components, sizes)
+        gen_state = {**by_component["generator"], **by_component.get("generator_head", {})}
+        gen_hf = _rename(gen_state, params, to_hf=True, where=checkpoint)
+        _permute_rows(gen_hf, params, to_hf=True, fairseq_index=index)
+        _write_model_dir(gen_dir, gen_hf,
+                         _hf_config(gen_fields, "ElectraForMaskedLM", len(dictionary),
+                                    pad_token_id, dtype),
+                         vocab_path, tokenizer_settings, dict_dir, meta)
+    logger.info(f"exported {checkpoint} -> {out_dir} ({architecture})"
+                f"{' + generator/ (ElectraForMaskedLM)' if gen_dir else ''}")
+    return ExportResult(out_dir, architecture, gen_dir, vocab_path is not None)
+
+
+def _label_names(dict_dir: str, num_classes: int) -> List[str]:
+    """Class names from a sentence_prediction label/dict.txt next to input0/, else LABEL_i."""
+    path = os.path.join(os.path.dirname(dict_dir.rstrip(os.sep)), "label", "dict.txt")
+    if os.path.basename(dict_dir.rstrip(os.sep)) == "input0" and os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            names = [line.split()[0] for line in f if line.strip()]
+        if len(names) == num_classes:
+            return names
+    return [f"LABEL_{i}" for i in range(num_classes)]

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Convert ELECTRA checkpoints between this fairseq plugin and Hugging Face transformers.
+
+import: HF directories (config.json, model.safetensors or pytorch_model.bin, vocab.txt) ->
+        OUT/checkpoint.pt, OUT/dict.txt, OUT/vocab.txt, OUT/electra_tokenizer.json
+  python scripts/convert_hf.py import --discriminator electra-small-discriminator \\
+      [--generator electra-small-generator] --out imported/
+  With --generator the checkpoint is for continued pre-training (--task electra); without
+  it, the discriminator alone (ElectraForPreTraining, ElectraModel or
+  ElectraForSequenceClassification) for fine-tuning.
+
+export: a checkpoint -> OUT (discriminator: ElectraForPreTraining, ElectraModel or
+        ElectraForSequenceClassification) and OUT/generator (ElectraForMaskedLM), each with
+        config.json, model.safetensors and vocab.txt
+  python scripts/convert_hf.py export checkpoints/checkpoint_best.pt --out hf/ \\
+      [--data data-bin/news] [--vocab vocab.txt] [--head NAME] [--overwrite]
+
+Errors (bad directories, configs that do not fit, mismatched weights, a non-empty target)
+are reported in one line and exit with status 1.
+"""
+
+import argparse
+import logging
+import sys
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 2)[2])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    imp = sub.add_parser("import", help="Hugging Face directories -> fairseq checkpoint")
+    imp.add_argument("--discriminator", required=True,
+                     help="HF directory of ElectraForPreTraining, ElectraModel or "
+                          "ElectraForSequenceClassification")
+    imp.add_argument("--generator", default=None,
+                     help="HF directory of ElectraForMaskedLM (makes a pre-training checkpoint)")
+    imp.add_argument("--out", required=True, help="empty output directory")
+    imp.add_argument("--head-name", default="sentence_classification_head",
+                     help="fairseq name for an imported classification head")
+    imp.add_argument("--overwrite", action="store_true",
+                     help="replace the files of a previous import in --out")
+
+    exp = sub.add_parser("export", help="fairseq checkpoint -> Hugging Face directories")
+    exp.add_argument("checkpoint", help="checkpoint file of this plugin")
+    exp.add_argument("--out", required=True, help="empty output directory")
+    exp.add_argument("--data", default=None,
+                     help="directory with the dict.txt the model was trained with "
+                          "(default: the checkpoint's task.data)")
+    exp.add_argument("--vocab", default=None,
+                     help="WordPiece vocab.txt dict.txt was made from, if not next to dict.txt")
+    exp.add_argument("--head", default=None,
+                     help="classification head to export when the checkpoint has several")
+    exp.add_argument("--overwrite", action="store_true",
+                     help="replace the exported files already in --out")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    from electra_plugin.convert.hf import from_hf, to_hf
+
+    if args.command == "import":
+        result = from_hf(args.discriminator, args.generator, out_dir=args.out,
+                         head_name=args.head_name, overwrite=args.overwrite)
+        print(f"wrote {result.checkpoint} (task {result.task}) and {result.dictionary}")
+        if result.task == "electra":
+            how = "continue pre-training (binarize text with --srcdict " + result.dictionary + ")"
+            flags = "--task electra --criterion electra"
+        else:
+            how = "fine-tune"
+            flags = "--task sentence_prediction ..."
+        print(f"to {how}: fairseq-train DATA --user-dir electra_plugin {flags} "
+              f"{' '.join(result.cli_args)} --restore-file {result.checkpoint} "
+              f"--reset-optimizer --reset-dataloader --reset-meters")
+    else:
+        result = to_hf(args.checkpoint, args.out, overwrite=args.overwrite, data=args.data,
+                       vocab=args.vocab, head=args.head)
+        print(f"wrote {result.discriminator_dir} ({result.architecture})")
+        if result.generator_dir:
+            print(f"wrote {result.generator_dir} (ElectraForMaskedLM)")
+        if not result.wordpiece_vocab:
+            print("note: no WordPiece vocab.txt for this dictionary; ids are fairseq "
+                  "dictionary ids (see VOCABULARY.md)")
+
+
+if __name__ == "__main__":
+    main()

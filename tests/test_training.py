@@ -1,0 +1,459 @@
+"""End-to-end training runs: fairseq-train / fairseq-hydra-train as subprocesses (CPU; one
+mixed-precision test needs CUDA).
+
+Every run uses the tiny templated corpus (``data_bin``) and a few updates. Runs pass
+``--data-buffer-size 0`` (hydra: ``dataset.data_buffer_size=0``): with fairseq's default
+prefetch thread (a daemon ``BackgroundConsumer``), a run that stops by ``--max-update`` while
+that thread is still collating batches can abort at interpreter exit with "terminate called
+without an active exception" (exit -6 / 134) *after* it saved its checkpoints. Stock fairseq
+``--task masked_lm`` does the same; it is not the plugin's doing, but it makes a test flaky.
+"""
+
+import argparse
+import json
+import math
+import os
+import re
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import PLUGIN, REPO, run, train_cmd
+from omegaconf import OmegaConf
+
+CONFIG_DIR = REPO / "examples" / "pretraining" / "config"
+LOGGED = ("loss", "gen_loss", "disc_loss", "gen_acc", "disc_acc", "disc_precision",
+          "disc_recall", "replaced_frac", "disc_baseline")
+PERCENTAGES = ("gen_acc", "disc_acc", "disc_precision", "disc_recall", "replaced_frac",
+               "disc_baseline")
+TIMING = {"wps", "ups", "wall", "train_wall"}  # differ between any two runs
+DISC_WEIGHT = 50.0  # the criterion's default (official lambda)
+
+# The official ELECTRA sizes (google-research/electra configure_pretraining.py, paper
+# Table 6): discriminator, then the generator (same depth and head size; hidden size 1/4
+# for Small and Large, 1/3 for Base).
+OFFICIAL = {
+    "electra_small": dict(layers=12, hidden=256, heads=4, ffn=1024, embedding=128,
+                          gen_hidden=64, gen_heads=1, gen_ffn=256),
+    "electra_base": dict(layers=12, hidden=768, heads=12, ffn=3072, embedding=768,
+                         gen_hidden=256, gen_heads=4, gen_ffn=1024),
+    "electra_large": dict(layers=24, hidden=1024, heads=16, ffn=4096, embedding=1024,
+                          gen_hidden=256, gen_heads=4, gen_ffn=1024),
+}
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def train(data, save_dir, *extra):
+    """Run fairseq-train (small CPU command line from conftest) and return its stdout."""
+    result = run(train_cmd(data, save_dir, *extra))
+    assert result.returncode == 0, failure("fairseq-train", result)
+    return result.stdout
+
+
+def hydra_cmd(config_name, data, save_dir, run_dir, *overrides, cpu=True):
+    """fairseq-hydra-train on a pre-training yaml, shrunk to a few small batches."""
+    return [
+        sys.executable, "-m", "fairseq_cli.hydra_train",
+        "--config-dir", str(CONFIG_DIR), "--config-name", config_name,
+        f"task.data={data}", f"common.user_dir={PLUGIN}", f"common.cpu={str(cpu).lower()}",
+        "common.log_format=json", "common.log_interval=1",
+        "task.tokens_per_sample=32", "dataset.batch_size=4", "dataset.num_workers=0",
+        "dataset.data_buffer_size=0", "dataset.disable_validation=true",
+        f"checkpoint.save_dir={save_dir}", f"hydra.run.dir={run_dir}", *overrides,
+    ]
+
+
+def hydra_train(tmp, data, *overrides, config_name="electra_small", cpu=True):
+    """fairseq-hydra-train from a scratch cwd (hydra changes directory) -> (stdout, save_dir)."""
+    save_dir, cwd = tmp / "checkpoints", tmp / "cwd"
+    cwd.mkdir(parents=True, exist_ok=True)
+    result = run(hydra_cmd(config_name, data, save_dir, tmp / "hydra", *overrides, cpu=cpu),
+                 cwd=cwd)
+    assert result.returncode == 0, failure("fairseq-hydra-train", result)
+    return result.stdout, save_dir
+
+
+def failure(what, result):
+    return f"{what} exited {result.returncode}\n--- stdout\n{result.stdout[-3000:]}\n" \
+           f"--- stderr\n{result.stderr[-3000:]}"
+
+
+def records(stdout, tag="train_inner"):
+    """The json metrics of every ``tag`` log line, values as floats.
+
+    fairseq-train writes ``... | INFO | train_inner | {...}``, fairseq-hydra-train
+    ``[...][train_inner][INFO] - {...}``.
+    """
+    out = []
+    for line in stdout.splitlines():
+        if (f"| {tag} |" in line or f"[{tag}]" in line) and "{" in line:
+            raw = json.loads(line[line.index("{"):])
+            out.append({k: float(v) for k, v in raw.items()})
+    return out
+
+
+def checkpoint(path):
+    assert path.is_file(), f"{path} was not written"
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def assert_same_params(a, b, atol, what):
+    assert a.keys() == b.keys(), f"{what}: different parameter names"
+    worst = max(a, key=lambda k: (a[k].float() - b[k].float()).abs().max().item())
+    diff = (a[worst].float() - b[worst].float()).abs().max().item()
+    assert diff <= atol, f"{what}: {worst} differs by {diff:g} (atol {atol:g})"
+
+
+def assert_metrics_equal(a, b, what):
+    """Two lists of logged records agree up to the logged rounding (timings aside)."""
+    assert len(a) == len(b) > 0, f"{what}: {len(a)} vs {len(b)} log lines"
+    for ra, rb in zip(a, b):
+        assert ra.keys() == rb.keys()
+        for key in ra.keys() - TIMING:
+            assert abs(ra[key] - rb[key]) <= 0.011 + 1e-4 * abs(ra[key]), \
+                f"{what}: {key} {ra[key]} vs {rb[key]} at update {ra['num_updates']:g}"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def vocab_size(data):
+    from fairseq.data import Dictionary
+
+    return len(Dictionary.load(str(data / "dict.txt"))) + 1  # + <mask>
+
+
+def import_plugin():
+    """Register the plugin in this process the way fairseq's --user-dir does."""
+    from fairseq.utils import import_user_module
+
+    import_user_module(argparse.Namespace(user_dir=PLUGIN))
+
+
+def bce_of_constant(p):
+    """Binary cross-entropy of the best constant prediction for a label rate p."""
+    return -(p * math.log(p) + (1 - p) * math.log(1 - p))
+
+
+def assert_official_sizes(model, arch):
+    size = OFFICIAL[arch]
+    disc, gen = model.discriminator, model.generator
+    assert gen is not None, "pre-training model has no generator"
+    assert len(disc.encoder.layer) == size["layers"]
+    assert len(gen.encoder.layer) == size["layers"]
+    d0, g0 = disc.encoder.layer[0], gen.encoder.layer[0]
+    assert d0.attention.self.query.weight.shape == (size["hidden"], size["hidden"])
+    assert d0.attention.self.num_heads == size["heads"]
+    assert d0.intermediate.dense.weight.shape == (size["ffn"], size["hidden"])
+    assert disc.embeddings.word_embeddings.embedding_dim == size["embedding"]
+    if size["embedding"] == size["hidden"]:
+        assert disc.embeddings_project is None
+    else:
+        assert disc.embeddings_project.weight.shape == (size["hidden"], size["embedding"])
+    assert g0.attention.self.query.weight.shape == (size["gen_hidden"], size["gen_hidden"])
+    assert g0.attention.self.num_heads == size["gen_heads"]
+    assert g0.intermediate.dense.weight.shape == (size["gen_ffn"], size["gen_hidden"])
+    # one embedding block shared, projected to the generator's width
+    assert gen.embeddings is disc.embeddings
+    assert gen.embeddings_project.weight.shape == (size["gen_hidden"], size["embedding"])
+
+
+# ----------------------------------------------------------------------------- shared runs
+
+
+@pytest.fixture(scope="module")
+def cli_run(data_bin, tmp_path_factory):
+    """3 updates of fairseq-train --arch electra_tiny (validation on) -> (stdout, save_dir)."""
+    save_dir = tmp_path_factory.mktemp("cli") / "checkpoints"
+    return train(data_bin, save_dir, "--max-update", "3"), save_dir
+
+
+@pytest.fixture(scope="module")
+def hydra_small_run(data_bin, tmp_path_factory):
+    """2 updates of fairseq-hydra-train --config-name electra_small -> (stdout, save_dir)."""
+    return hydra_train(tmp_path_factory.mktemp("hydra_small"), data_bin,
+                       "optimization.max_update=2")
+
+
+# ----------------------------------------------------------------------------- 1. CLI
+
+
+def test_cli_run_logs_the_electra_metrics(cli_run, data_bin):
+    stdout, save_dir = cli_run
+    assert (save_dir / "checkpoint_last.pt").is_file()
+    inner = records(stdout)
+    assert [r["num_updates"] for r in inner] == [1, 2, 3]
+    for r in inner:
+        missing = [k for k in LOGGED if k not in r]
+        assert not missing, f"train_inner lacks {missing}: {r}"
+        assert all(0 <= r[k] <= 100 for k in PERCENTAGES), r
+        assert r["gen_loss"] > 0 and r["disc_loss"] > 0
+        # loss = L_MLM + 50 L_Disc; each logged value is rounded to 3 decimals
+        assert abs(r["loss"] - (r["gen_loss"] + DISC_WEIGHT * r["disc_loss"])) \
+            <= 0.0005 * (2 + DISC_WEIGHT) + 1e-6, r
+        # full blocks: 8 samples of --tokens-per-sample 32 tokens
+        assert r["bsz"] == 8 and r["wpb"] == 8 * 32
+        # some but fewer than ~mask_prob of the tokens are replaced
+        assert 0 < 100 - r["disc_baseline"] < 20, r
+    # at initialisation the generator is ~uniform over the vocabulary and the
+    # discriminator ~undecided, and nearly every sample differs from the original token
+    first = inner[0]
+    assert abs(first["gen_loss"] - math.log(vocab_size(data_bin))) < 0.3, first
+    assert abs(first["disc_loss"] - math.log(2)) < 0.03, first
+    assert all(r["replaced_frac"] > 80 for r in inner), inner
+    # the validation pass logs the same metrics with the same identity
+    (valid,) = records(stdout, "valid")
+    assert all(f"valid_{k}" in valid for k in LOGGED), valid
+    assert abs(valid["valid_loss"] - (valid["valid_gen_loss"]
+                                      + DISC_WEIGHT * valid["valid_disc_loss"])) <= 0.03
+
+
+# ----------------------------------------------------------------------------- 2. hydra
+
+
+def test_hydra_small_yaml_gives_official_small_model_and_optimizer(hydra_small_run, data_bin):
+    from fairseq import checkpoint_utils
+
+    import_plugin()
+    stdout, save_dir = hydra_small_run
+    path = save_dir / "checkpoint_last.pt"
+    state = checkpoint(path)
+    cfg = state["cfg"]
+
+    # the model reloaded from the checkpoint has ELECTRA-Small's sizes
+    (model,), _, _ = checkpoint_utils.load_model_ensemble_and_task(
+        [str(path)], arg_overrides={"data": str(data_bin)})
+    assert_official_sizes(model, "electra_small")
+
+    # hydra applied the yaml: the official optimizer settings reached the real optimizer
+    yaml = OmegaConf.load(CONFIG_DIR / "electra_small.yaml")
+    assert list(yaml.optimization.lr) == [5e-4]
+    assert yaml.optimizer.weight_decay == 0.01 and yaml.optimization.clip_norm == 1.0
+    groups = state["last_optimizer_state"]["param_groups"]
+    # weight decay 0.01 on the weights; groups exempt from it (official: LayerNorm and
+    # biases) may carry 0, nothing else
+    decays = {g["weight_decay"] for g in groups}
+    assert 0.01 in decays and decays <= {0.0, 0.01}, decays
+    for group in groups:
+        assert tuple(group["betas"]) == pytest.approx((0.9, 0.999))
+        assert group["eps"] == pytest.approx(1e-6)
+    assert cfg["optimizer"]["weight_decay"] == 0.01
+    assert cfg["optimization"]["clip_norm"] == 1.0
+    assert cfg["model"]["_name"] == "electra_small" and cfg["criterion"]["disc_weight"] == 50
+    inner = records(stdout)
+    assert [r["num_updates"] for r in inner] == [1, 2]
+    warmup = yaml.lr_scheduler.warmup_updates
+    for r in inner:
+        # polynomial_decay warm-up from the yaml's peak lr 5e-4 over its 10000 updates
+        assert r["lr"] == pytest.approx(5e-4 * r["num_updates"] / warmup, rel=1e-3)
+        # clip_norm 1.0: fairseq logs "clip" (% of clipped updates) only when it is > 0,
+        # and the initial gradient norm is far above 1
+        assert r["gnorm"] > 1 and r["clip"] == 100, r
+        assert r["bsz"] == 4 and r["wpb"] == 4 * 32
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # hydra's deprecation notes
+@pytest.mark.parametrize("arch", ["electra_base", "electra_large"])
+def test_hydra_base_and_large_yamls_give_official_sizes(arch, data_bin):
+    """Compose the yaml as fairseq-hydra-train does and build the model on the meta device."""
+    from fairseq import tasks
+    from fairseq.dataclass.initialize import add_defaults, hydra_init
+    from hydra import compose, initialize_config_dir
+
+    import_plugin()
+    hydra_init(arch)
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.1"):
+        cfg = compose(config_name=arch,
+                      overrides=[f"task.data={data_bin}", f"common.user_dir={PLUGIN}"])
+    add_defaults(cfg)
+    cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
+    assert cfg.model._name == arch
+    task = tasks.setup_task(cfg.task)
+    with torch.device("meta"):  # shapes only: no memory, no init cost
+        model = task.build_model(cfg.model)
+    assert_official_sizes(model, arch)
+
+
+# ----------------------------------------------------------------------------- 3. resume
+
+
+def test_stop_and_resume_gives_the_same_model(data_bin, tmp_path):
+    """6 updates in one go == 3 updates, stop, restart to 6 (default dropout and sampling)."""
+    once, twice = tmp_path / "once", tmp_path / "twice"
+    train(data_bin, once, "--max-update", "6")
+    train(data_bin, twice, "--max-update", "3")
+    resumed = train(data_bin, twice, "--max-update", "6")
+
+    assert "Loaded checkpoint" in resumed
+    assert [r["num_updates"] for r in records(resumed)] == [4, 5, 6]
+    a = checkpoint(once / "checkpoint_last.pt")
+    b = checkpoint(twice / "checkpoint_last.pt")
+    assert a["optimizer_history"][-1]["num_updates"] == 6
+    assert b["optimizer_history"][-1]["num_updates"] == 6
+    assert_same_params(a["model"], b["model"], atol=1e-6, what="resumed vs uninterrupted")
+
+
+# ----------------------------------------------------------------------------- 4. DDP
+
+
+def test_two_gloo_workers_match_update_freq_2(data_bin, tmp_path):
+    """--update-freq 2 on one process == 2 CPU processes (gloo, legacy_ddp), deterministic model."""
+    deterministic = ("--temperature", "0", "--dropout", "0", "--attention-dropout", "0",
+                     "--max-update", "3")
+    single = train(data_bin, tmp_path / "freq2", "--update-freq", "2", *deterministic)
+
+    port = free_port()
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    procs = []
+    for rank in range(2):
+        cmd = train_cmd(
+            data_bin, tmp_path / "ddp", *deterministic,
+            "--distributed-world-size", "2", "--distributed-rank", str(rank),
+            "--distributed-no-spawn", "--distributed-backend", "gloo",
+            "--ddp-backend", "legacy_ddp", "--distributed-init-method",
+            f"tcp://127.0.0.1:{port}")
+        procs.append(subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, env=env))
+    outputs = []
+    try:
+        for p in procs:
+            outputs.append(p.communicate(timeout=300))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for rank, (p, (out, err)) in enumerate(zip(procs, outputs)):
+        assert p.returncode == 0, f"rank {rank} exited {p.returncode}\n{out[-2000:]}\n{err[-3000:]}"
+
+    ddp = records(outputs[0][0])
+    assert "distributed init (rank 1)" in outputs[1][0] + outputs[1][1]
+    assert [r["num_updates"] for r in ddp] == [1, 2, 3]
+    # reduced metrics of the two workers == the two micro-batches of one process
+    assert_metrics_equal(records(single), ddp, "update-freq 2 vs 2 workers")
+    assert all(r["bsz"] == 16 for r in ddp)
+    a = checkpoint(tmp_path / "freq2" / "checkpoint_last.pt")["model"]
+    b = checkpoint(tmp_path / "ddp" / "checkpoint_last.pt")["model"]
+    assert_same_params(a, b, atol=1e-5, what="update-freq 2 vs 2 workers")
+
+
+# ----------------------------------------------------------------------------- 5. precision
+
+
+def test_fp16_on_cpu_matches_fp32(cli_run, data_bin, tmp_path):
+    """The RTD step in half precision (CPU; fairseq's flat fp32 copy needs CUDA, hence
+    --fp16-no-flatten-grads) gives the fp32 losses up to half-precision error."""
+    stdout = train(data_bin, tmp_path / "fp16", "--max-update", "2", "--fp16",
+                   "--fp16-no-flatten-grads")
+    half, full = records(stdout), records(cli_run[0])[:2]
+    assert [r["num_updates"] for r in half] == [1, 2]
+    assert all("loss_scale" in r for r in half), "FP16Optimizer was not used"
+    for h, f in zip(half, full):
+        assert abs(h["gen_loss"] - f["gen_loss"]) < 0.05, (h, f)
+        assert abs(h["disc_loss"] - f["disc_loss"]) < 0.01, (h, f)
+    state = checkpoint(tmp_path / "fp16" / "checkpoint_last.pt")
+    assert all(torch.isfinite(v).all() for v in state["model"].values())
+
+
+def test_hydra_bf16_trains_without_tpu(hydra_small_run, data_bin, tmp_path):
+    """common.bf16=true through hydra (what the README recommends) keeps tpu off and gives
+    the fp32 run's losses up to bf16 error."""
+    stdout, save_dir = hydra_train(tmp_path, data_bin, "optimization.max_update=2",
+                                   "common.bf16=true")
+    state = checkpoint(save_dir / "checkpoint_last.pt")
+    assert state["cfg"]["common"]["bf16"] is True
+    assert state["cfg"]["common"]["tpu"] is False
+    low, full = records(stdout), records(hydra_small_run[0])
+    assert [r["num_updates"] for r in low] == [1, 2]
+    for lo, f in zip(low, full):
+        assert abs(lo["gen_loss"] - f["gen_loss"]) < 0.05, (lo, f)
+        assert abs(lo["disc_loss"] - f["disc_loss"]) < 0.01, (lo, f)
+    assert all(torch.isfinite(v).all() for v in state["model"].values())
+
+
+def test_cli_bf16_flag_turns_on_tpu(data_bin, tmp_path):
+    """fairseq issue 4696: fairseq-train --bf16 sets tpu=True (then the trainer asks
+    torch_xla for a device and crashes, on GPU as on CPU). If this starts failing,
+    fairseq fixed it and the README's "use hydra common.bf16=true" advice can relax."""
+    from fairseq import options
+
+    argv = [str(c) for c in train_cmd(data_bin, tmp_path, "--bf16")[3:]]
+    args = options.parse_args_and_arch(options.get_training_parser(), argv)
+    assert args.bf16 is True and args.tpu is True
+
+
+def test_electra_train_entry_point_runs_bf16_without_tpu(data_bin, tmp_path):
+    """electra-train is fairseq-train with --bf16 kept off the TPU path."""
+    cmd = train_cmd(data_bin, tmp_path, "--max-update", "2", "--bf16")
+    cmd[1:3] = ["-m", "electra_plugin.train_cli"]
+    result = run(cmd)
+    assert result.returncode == 0, failure("electra-train --bf16", result)
+    state = checkpoint(tmp_path / "checkpoint_last.pt")
+    assert state["cfg"]["common"]["bf16"] is True and state["cfg"]["common"]["tpu"] is False
+    assert [r["num_updates"] for r in records(result.stdout)] == [1, 2]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="needs a CUDA GPU (fp16 and bf16 on CPU are covered by the tests "
+                           "above; amp is a no-op without CUDA)")
+@pytest.mark.parametrize("precision", ["fp16", "amp", "bf16"])
+def test_mixed_precision_on_gpu(precision, data_bin, tmp_path):
+    """2 updates on CUDA: fp16 and amp through fairseq-train, bf16 through hydra
+    (common.bf16=true, since fairseq-train --bf16 turns on tpu)."""
+    if precision == "bf16":
+        stdout, save_dir = hydra_train(tmp_path, data_bin, "optimization.max_update=2",
+                                       "common.bf16=true", cpu=False)
+    else:
+        save_dir = tmp_path / "checkpoints"
+        cmd = [c for c in train_cmd(data_bin, save_dir, "--max-update", "2",
+                                    f"--{precision}") if c != "--cpu"]
+        result = run(cmd)
+        assert result.returncode == 0, failure(f"fairseq-train --{precision}", result)
+        stdout = result.stdout
+    assert re.search(r"rank\s+0: capabilities =", stdout), "the trainer did not run on CUDA"
+    inner = records(stdout)
+    assert [r["num_updates"] for r in inner] == [1, 2]
+    for r in inner:
+        assert all(math.isfinite(r[k]) for k in ("loss", "gen_loss", "disc_loss")), r
+        assert abs(r["loss"] - (r["gen_loss"] + DISC_WEIGHT * r["disc_loss"])) <= 0.03, r
+        # fp16 and amp scale the loss, bf16 does not
+        assert ("loss_scale" in r) == (precision != "bf16"), r
+    state = checkpoint(save_dir / "checkpoint_last.pt")
+    assert state["cfg"]["common"][precision] is True
+    assert state["cfg"]["common"]["tpu"] is False
+    assert all(torch.isfinite(v).all() for v in state["model"].values())
+
+
+# ----------------------------------------------------------------------------- 6. learning
+
+
+def test_generator_and_discriminator_learn(data_bin, tmp_path):
+    """50 updates on the templated corpus: the generator's loss falls and the discriminator
+    beats the all-"original" baseline.
+
+    With the official sampling (temperature 1) the tiny model needs a few hundred updates
+    before disc_acc leaves disc_baseline (the generator first learns unigram statistics,
+    whose samples are hard to tell apart); the argmax generator (--temperature 0) with
+    more masking (--mask-prob 0.4) gives the discriminator a learnable signal within 50.
+    """
+    stdout = train(data_bin, tmp_path, "--max-update", "50", "--disable-validation",
+                   "--temperature", "0", "--mask-prob", "0.4", "--lr", "2e-3",
+                   "--warmup-updates", "5", "--total-num-update", "50")
+    inner = records(stdout)
+    assert len(inner) == 50
+
+    def mean(key, rows):
+        return sum(r[key] for r in rows) / len(rows)
+
+    start, end = inner[:5], inner[-5:]
+    assert mean("gen_loss", end) < mean("gen_loss", start) - 0.15, (start, end)
+    assert mean("disc_acc", end) > mean("disc_baseline", end) + 5, end
+    # and below the cross-entropy of always predicting the replaced-token rate
+    prior = bce_of_constant(1 - mean("disc_baseline", end) / 100)
+    assert mean("disc_loss", end) < prior - 0.1, (prior, end)
