@@ -123,6 +123,7 @@ def main(argv=None):
                 f.writelines(f"{label} 1\n" for label in task.labels)
             fairseq_preprocess(label_dir, label_dict, option_prefixes("label", True),
                                args.workers, log)
+    tokenizer.save_to(args.destdir)  # the hub interface encodes text with it
     log(f"wrote {args.destdir} ({task.name}, {task.num_classes} "
         f"{'output' if task.labels is None else 'classes'})")
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from typing import Any, Dict, List, Optional, Tuple
 
 from electra_plugin.errors import ElectraUsageError
@@ -95,6 +96,23 @@ class TextTokenizer:
     def metadata(self) -> Dict[str, Any]:
         raise NotImplementedError
 
+    def detokenize(self, pieces: List[str]) -> str:
+        """Readable text from pieces (the inverse of ``pieces`` up to normalisation)."""
+        raise NotImplementedError
+
+    def files(self) -> List[str]:
+        """The files the metadata refers to."""
+        raise NotImplementedError
+
+    def save_to(self, data_dir: str) -> None:
+        """Make ``data_dir`` carry this tokenizer (its files and the metadata), so that
+        ``load_tokenizer(data_dir)`` works there, e.g. next to fine-tuning data."""
+        for path in self.files():
+            target = os.path.join(data_dir, os.path.basename(path))
+            if not os.path.exists(target) or not os.path.samefile(path, target):
+                shutil.copyfile(path, target)
+        self.save_metadata(data_dir)
+
     def save_metadata(self, data_dir: str) -> str:
         meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION}
         meta.update(self.metadata())
@@ -137,6 +155,12 @@ class SentencePieceTokenizer(TextTokenizer):
         table = self._id_to_piece
         return _safe_pieces([table[i] for i in self.sp.encode(text)])
 
+    def detokenize(self, pieces: List[str]) -> str:
+        return self.sp.decode_pieces(list(pieces))
+
+    def files(self) -> List[str]:
+        return [self.model_path]
+
     def dict_lines(self) -> List[str]:
         return sentencepiece_dict_lines(self.sp, self.model_path)
 
@@ -165,9 +189,13 @@ class SentencePieceTokenizer(TextTokenizer):
         for piece, (begin, end) in zip(pieces, mapping["offsets"]):
             while begin < end and norm[begin] == " ":  # "▁x" covers the space before x
                 begin += 1
-            start = where[begin] if begin < end else (where[begin] if begin < len(where)
-                                                      else len(text))
-            spans.append((piece, start, where[end - 1] + 1 if begin < end else start))
+            while begin < end and norm[end - 1] == " ":
+                end -= 1
+            if begin < end:
+                spans.append((piece, where[begin], where[end - 1] + 1))
+            else:  # whitespace only: an empty span where the next character starts
+                at = where[begin] if begin < len(where) else len(text)
+                spans.append((piece, at, at))
         return spans
 
     def metadata(self) -> Dict[str, Any]:
@@ -224,7 +252,7 @@ class WordPieceTextTokenizer(TextTokenizer):
         def fold_char(ch):
             return wpm._fold_char(ch, wp.strip_accents, wp.do_lower_case) if fold else ch
 
-        specials = {}
+        specials, special_words = {}, set()
         if wp.keep_special_tokens:
             pattern = "|".join(re.escape(t) for t in sorted(wpm.BERT_SPECIAL_TOKENS, key=len,
                                                               reverse=True))
@@ -233,7 +261,8 @@ class WordPieceTextTokenizer(TextTokenizer):
         while i < len(text):
             if i in specials:
                 flush()
-                words.append((text[i:specials[i]], None))
+                words.append((text[i:specials[i]], list(range(i, specials[i]))))
+                special_words.add(len(words) - 1)
                 i = specials[i]
                 continue
             ch = text[i]
@@ -256,13 +285,9 @@ class WordPieceTextTokenizer(TextTokenizer):
         flush()
 
         spans: List[PieceSpan] = []
-        for word, at in words:
-            if at is None:  # a literal [CLS], [SEP] ... kept whole
-                start = text.index(word, spans[-1][2] if spans else 0)
-                spans.append((word, start, start + len(word)))
-                continue
-            pieces = wp.wordpiece(word)
-            if pieces == [wp.unk_token]:
+        for w, (word, at) in enumerate(words):
+            pieces = [word] if w in special_words else wp.wordpiece(word)
+            if len(pieces) == 1:  # the whole word (also [UNK] and literal specials)
                 spans.append((pieces[0], at[0], at[-1] + 1))
                 continue
             pos = 0
@@ -270,10 +295,22 @@ class WordPieceTextTokenizer(TextTokenizer):
                 n = len(piece) - (2 if k else 0)  # continuation pieces carry "##"
                 spans.append((piece, at[pos], at[pos + n - 1] + 1))
                 pos += n
-        fairseq = [wpm.BERT_TO_FAIRSEQ_SPECIAL.get(p, p) for p, _, _ in spans]
-        fairseq = _safe_pieces([UNK_PIECE if p != q else p for p, q in
-                                zip([p for p, _, _ in spans], fairseq)])
+        # As WordPieceTokenizer.fairseq_pieces: every BERT special becomes <unk>.
+        fairseq = _safe_pieces([UNK_PIECE if p in wpm.BERT_TO_FAIRSEQ_SPECIAL else p
+                                for p, _, _ in spans])
         return [(p, s, e) for p, (_, s, e) in zip(fairseq, spans)]
+
+    def detokenize(self, pieces: List[str]) -> str:
+        words = []
+        for piece in pieces:
+            if piece.startswith("##") and words:
+                words[-1] += piece[2:]
+            else:
+                words.append(piece)
+        return " ".join(words)
+
+    def files(self) -> List[str]:
+        return [self.vocab_path]
 
     def dict_lines(self) -> List[str]:
         from electra_plugin.data.wordpiece import fairseq_dict_lines

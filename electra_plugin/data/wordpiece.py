@@ -249,6 +249,8 @@ class WordPieceTokenizer:
 
         for ch in text:
             cls = _char_class(ch)
+            if cls == _CJK and not cjk_alone:
+                cls = _KEEP
             if cls == _KEEP:
                 if fold:
                     # Accent stripping / lower-casing never yield spaces or controls, but a

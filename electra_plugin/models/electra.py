@@ -98,7 +98,6 @@ def complete_config(cfg):
             raise ElectraUsageError(
                 f"model size is not set ({', '.join(missing)}); pick --arch "
                 f"{'|'.join(ARCH_SIZES)} or give --{missing[0].replace('_', '-')}")
-        cfg.arch = arch
     generator_sizes(cfg)
     return cfg
 

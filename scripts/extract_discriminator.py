@@ -1,0 +1,46 @@
+#!/usr/bin/env python
+"""Writes the discriminator of a pre-training checkpoint as a checkpoint of its own.
+
+After pre-training the generator is thrown away (ELECTRA, section 2). The result holds only
+the discriminator encoder, no optimizer state, and loads with --restore-file /
+--finetune-from-model into any fine-tuning task, the hub interface, or scripts/convert_hf.py.
+Its task is fairseq's masked_lm, which reads the same dict.txt (+ <mask>) as the electra task.
+
+    python scripts/extract_discriminator.py checkpoints/checkpoint_best.pt --out disc.pt
+"""
+
+import argparse
+
+from electra_plugin.checkpoint import load_checkpoint, write_checkpoint
+from electra_plugin.errors import ElectraUsageError
+
+PRETRAINING_PARTS = ("generator.", "generator_head.", "discriminator_head.")
+
+
+def extract(checkpoint, out, overwrite=False):
+    state = load_checkpoint(checkpoint)
+    model = {k: v for k, v in state["model"].items() if not k.startswith(PRETRAINING_PARTS)}
+    if not any(k.startswith("generator.") for k in state["model"]):
+        raise ElectraUsageError(f"{checkpoint} has no generator: it is already a "
+                                f"discriminator-only checkpoint")
+    task = state["cfg"]["task"]
+    task_cfg = {"_name": "masked_lm", "data": task["data"],
+                "tokens_per_sample": task.get("tokens_per_sample", 512)}
+    path = write_checkpoint(out, state["cfg"]["model"], task_cfg, model, overwrite=overwrite)
+    dropped = len(state["model"]) - len(model)
+    print(f"wrote {path}: {len(model)} discriminator tensors ({dropped} generator and "
+          f"replaced-token-head tensors dropped)")
+    return path
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("checkpoint", help="a pre-training checkpoint of the electra task")
+    p.add_argument("--out", required=True, help="where to write the discriminator checkpoint")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    args = p.parse_args(argv)
+    extract(args.checkpoint, args.out, args.overwrite)
+
+
+if __name__ == "__main__":
+    main()

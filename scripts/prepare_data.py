@@ -1,0 +1,521 @@
+#!/usr/bin/env python3
+"""Raw text -> fairseq binarized data for ``--task electra``.
+
+Input: plain text, one sentence or paragraph per line, an empty line between documents.
+Output (--destdir): dict.txt, train.bin/.idx, valid.bin/.idx, the tokenizer (spm.model or
+vocab.txt) and electra_tokenizer.json, which ``electra_plugin.data.tokenizer.load_tokenizer``
+reads to encode further text (fine-tuning data) the same way.
+
+Vocabulary, one of:
+  --sentencepiece-vocab-size N   train a sentencepiece unigram model on the training split;
+                                 ids <s>=0 <pad>=1 </s>=2 <unk>=3 equal fairseq's, so every
+                                 piece has the same id in spm.model and dict.txt
+  --spm-model FILE               reuse an existing sentencepiece model
+  --wordpiece-vocab vocab.txt    a BERT WordPiece vocabulary (lower-cased unless --no-lowercase)
+
+Examples:
+  python scripts/prepare_data.py --train news.txt --destdir data-bin/news --sentencepiece-vocab-size 8000
+  python scripts/prepare_data.py --train a.txt b.txt --valid dev.txt --destdir out --wordpiece-vocab vocab.txt
+"""
+
+import argparse
+import glob
+import json
+import math
+import os
+import random
+import re
+import shutil
+import sys
+import tempfile
+import time
+
+from electra_plugin.data import tokenizer as tokmod
+from electra_plugin.data.binarize import fairseq_preprocess
+from electra_plugin.errors import ElectraUsageError
+
+SPM_MODEL_FILE = "spm.model"
+WORDPIECE_VOCAB_FILE = "vocab.txt"
+# Files this script writes into --destdir; any of them already there needs --force.
+OUTPUT_FILES = ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx", SPM_MODEL_FILE,
+                WORDPIECE_VOCAB_FILE, tokmod.METADATA_FILE, "preprocess.log")
+
+# With fewer documents than this, the validation split is made of single lines.
+MIN_DOCUMENTS_TO_SPLIT = 10
+
+_T0 = time.time()
+
+
+def log(msg):
+    print(f"prepare_data: [{time.time() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def default_workers():
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+# --------------------------------------------------------------------------- reading text
+def open_text(path):
+    try:
+        return open(path, "r", encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise ElectraUsageError(f"cannot read input file {path!r}: {e.strerror or e}")
+
+
+def iter_lines(path):
+    """Lines of a text file, whitespace-normalised ('' for blank lines)."""
+    with open_text(path) as f:
+        try:
+            for line in f:
+                yield " ".join(line.split())
+        except OSError as e:
+            raise ElectraUsageError(f"cannot read input file {path!r}: {e.strerror or e}")
+
+
+def check_input(path, option):
+    if not os.path.exists(path):
+        raise ElectraUsageError(f"{option} file {path!r} does not exist")
+    if os.path.isdir(path):
+        raise ElectraUsageError(f"{option} {path!r} is a directory, not a text file")
+    if not os.access(path, os.R_OK):
+        raise ElectraUsageError(f"cannot read {option} file {path!r}: permission denied")
+    for line in iter_lines(path):
+        if line:
+            return
+    raise ElectraUsageError(f"{option} file {path!r} is empty (no non-blank lines)")
+
+
+def document_line_counts(paths):
+    """Number of non-blank lines of each document; documents end at blank lines and files."""
+    counts = []
+    for path in paths:
+        n = 0
+        for line in iter_lines(path):
+            if line:
+                n += 1
+            elif n:
+                counts.append(n)
+                n = 0
+        if n:
+            counts.append(n)
+    return counts
+
+
+def choose_valid_units(counts, fraction, min_lines, seed):
+    """Indices of the units (documents) to hold out: about ``fraction`` of them, at least
+    ``min_lines`` lines, never all of them."""
+    n = len(counts)
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    target = max(1, math.ceil(fraction * n))
+    chosen, lines = [], 0
+    for i in order:
+        if len(chosen) >= n - 1:
+            break
+        if len(chosen) >= target and lines >= min_lines:
+            break
+        chosen.append(i)
+        lines += counts[i]
+    return set(chosen)
+
+
+def write_splits(paths, valid_units, by_line, train_out, valid_out):
+    """Copy the documents (or, with by_line, the lines) to the train/valid raw files,
+    whitespace-normalised; in each output an empty line separates lines that came from
+    different input documents."""
+    outs = {"train": open(train_out, "w", encoding="utf-8", newline="\n"),
+            "valid": open(valid_out, "w", encoding="utf-8", newline="\n") if valid_out else None}
+    last_doc = {"train": None, "valid": None}
+    stats = {"train": [0, 0], "valid": [0, 0]}  # documents, lines
+    unit = doc = -1
+    try:
+        for path in paths:
+            in_doc = False
+            for line in iter_lines(path):
+                if not line:
+                    in_doc = False
+                    continue
+                if not in_doc:
+                    doc += 1
+                    in_doc = True
+                    if not by_line:
+                        unit += 1
+                if by_line:
+                    unit += 1
+                split = "valid" if unit in valid_units else "train"
+                if last_doc[split] != doc:
+                    if last_doc[split] is not None:
+                        outs[split].write("\n")
+                    last_doc[split] = doc
+                    stats[split][0] += 1
+                outs[split].write(line + "\n")
+                stats[split][1] += 1
+    finally:
+        for f in outs.values():
+            if f:
+                f.close()
+    return stats
+
+
+def copy_docs(paths, out):
+    return write_splits(paths, set(), False, out, None)["train"]
+
+
+# --------------------------------------------------------------------------- encoding
+_WORKER_TOKENIZER = None
+
+
+def _make_tokenizer(spec):
+    kind, path, opts = spec
+    if kind == "sentencepiece":
+        return tokmod.SentencePieceTokenizer(path, lowercase=opts["lowercase"])
+    return tokmod.WordPieceTextTokenizer(path, lowercase=opts["lowercase"])
+
+
+def _init_worker(spec):
+    global _WORKER_TOKENIZER
+    _WORKER_TOKENIZER = _make_tokenizer(spec)
+
+
+def _encode_chunk(lines):
+    tok = _WORKER_TOKENIZER
+    return [tok.encode_line(line) if line else "" for line in lines]
+
+
+def _chunks(path, size=2000):
+    buf = []
+    for line in iter_lines(path):
+        buf.append(line)
+        if len(buf) >= size:
+            yield buf
+            buf = []
+    if buf:
+        yield buf
+
+
+def encode_file(raw_path, out_path, pool):
+    """Encode a raw split into pieces, one line per non-empty line, keeping one empty line
+    between documents; lines that give no pieces at all are dropped."""
+    n_lines = n_pieces = n_unk = n_breaks = 0
+    pending_break = False
+    wrote_any = False
+    results = pool.imap(_encode_chunk, _chunks(raw_path)) if pool else map(_encode_chunk, _chunks(raw_path))
+    with open(out_path, "w", encoding="utf-8", newline="\n") as out:
+        for encoded in results:
+            for line in encoded:
+                if not line:
+                    pending_break = wrote_any
+                    continue
+                if pending_break:
+                    out.write("\n")
+                    n_breaks += 1
+                    pending_break = False
+                out.write(line + "\n")
+                wrote_any = True
+                pieces = line.split(" ")
+                n_lines += 1
+                n_pieces += len(pieces)
+                n_unk += pieces.count(tokmod.UNK_PIECE)
+    return {"lines": n_lines, "pieces": n_pieces, "unk": n_unk, "breaks": n_breaks}
+
+
+# --------------------------------------------------------------------------- tokenizers
+def train_sentencepiece(train_txt, prefix, args, lowercase):
+    import sentencepiece as spm
+
+    source = train_txt
+    if lowercase:
+        source = prefix + ".lower.txt"
+        with open(source, "w", encoding="utf-8", newline="\n") as out:
+            for line in iter_lines(train_txt):
+                if line:
+                    out.write(line.lower() + "\n")
+    if hasattr(spm, "set_random_generator_seed"):
+        spm.set_random_generator_seed(args.seed)
+    options = dict(
+        input=source,
+        model_prefix=prefix,
+        model_type="unigram",
+        vocab_size=args.sentencepiece_vocab_size,
+        character_coverage=args.character_coverage,
+        input_sentence_size=args.input_sentence_size,
+        shuffle_input_sentence=True,
+        max_sentence_length=16384,
+        num_threads=args.workers,
+        # Same ids as fairseq's Dictionary, so spm ids and dict.txt indices agree.
+        bos_id=0, pad_id=1, eos_id=2, unk_id=3,
+        bos_piece="<s>", pad_piece="<pad>", eos_piece="</s>", unk_piece="<unk>",
+        minloglevel=1,
+    )
+    try:
+        spm.SentencePieceTrainer.train(**options)
+    except (RuntimeError, OSError) as e:
+        msg = str(e).strip().splitlines()[-1] if str(e).strip() else repr(e)
+        m = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", msg)
+        if m:
+            raise ElectraUsageError(
+                f"--sentencepiece-vocab-size {m.group(1)} is too large for this training text: "
+                f"sentencepiece can only make {m.group(2)} pieces from it; use "
+                f"--sentencepiece-vocab-size {m.group(2)} or less, or give more text")
+        m = re.search(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)", msg)
+        if m:
+            raise ElectraUsageError(
+                f"--sentencepiece-vocab-size {m.group(1)} is too small: the text has {m.group(2)} "
+                f"characters to cover; use a larger size or a lower --character-coverage")
+        msg = re.sub(r"^.*?\)\s*", "", msg) if msg.startswith("INTERNAL") else msg
+        raise ElectraUsageError(f"sentencepiece training failed: {msg}")
+    finally:
+        if source != train_txt and os.path.exists(source):
+            os.unlink(source)
+    return prefix + ".model"
+
+
+def same_file(a, b):
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def install_file(src, dst):
+    if not same_file(src, dst):
+        shutil.copyfile(src, dst)
+
+
+# --------------------------------------------------------------------------- main
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        description="Raw text -> fairseq binarized data (dict.txt, train/valid .bin/.idx) for "
+        "--task electra, with a sentencepiece or WordPiece tokenizer.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Text: one sentence/paragraph per line, an empty line between documents.",
+    )
+    p.add_argument("--train", nargs="+", required=True, metavar="FILE", help="training text file(s)")
+    p.add_argument("--valid", nargs="+", metavar="FILE",
+                   help="validation text file(s); default: hold out --valid-fraction of the documents")
+    p.add_argument("--destdir", required=True, help="output directory")
+    voc = p.add_mutually_exclusive_group(required=True)
+    voc.add_argument("--sentencepiece-vocab-size", type=int, metavar="N",
+                     help="train a sentencepiece unigram model with N pieces (specials included)")
+    voc.add_argument("--spm-model", metavar="FILE", help="use this sentencepiece model")
+    voc.add_argument("--wordpiece-vocab", metavar="VOCAB_TXT", help="use this BERT WordPiece vocab.txt")
+    p.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=None,
+                   help="lower-case text (default: yes for --wordpiece-vocab, no for sentencepiece)")
+    p.add_argument("--valid-fraction", type=float, default=0.01,
+                   help="fraction of documents held out for validation (default 0.01)")
+    p.add_argument("--min-valid-lines", type=int, default=10,
+                   help="hold out at least this many lines (default 10)")
+    p.add_argument("--seed", type=int, default=1, help="seed of the split and of sentencepiece")
+    p.add_argument("--workers", type=int, default=default_workers(),
+                   help="processes for encoding and fairseq-preprocess (default: CPUs available)")
+    p.add_argument("--input-sentence-size", type=int, default=1_000_000,
+                   help="sentencepiece trains on at most this many randomly sampled lines")
+    p.add_argument("--character-coverage", type=float, default=1.0,
+                   help="share of the characters of the text sentencepiece must cover (default "
+                        "1.0, right for English: with 0.9995 even '%%', '@' and '[' become <unk> "
+                        "on 12 MB of news; use 0.9995 for Chinese or Japanese)")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite the output files of an earlier run in --destdir")
+    p.add_argument("--keep-text", action="store_true",
+                   help="keep the encoded text (train.pieces.txt, valid.pieces.txt) in --destdir")
+    args = p.parse_args(argv)
+    if args.sentencepiece_vocab_size is not None and args.sentencepiece_vocab_size < 5:
+        p.error("--sentencepiece-vocab-size must be at least 5")
+    if not 0 < args.valid_fraction < 1:
+        p.error("--valid-fraction must be between 0 and 1")
+    if args.workers < 1:
+        p.error("--workers must be at least 1")
+    if args.min_valid_lines < 1:
+        p.error("--min-valid-lines must be at least 1")
+    return args
+
+
+def check_destdir(destdir, force):
+    if os.path.exists(destdir) and not os.path.isdir(destdir):
+        raise ElectraUsageError(f"--destdir {destdir!r} exists and is not a directory")
+    if not os.path.isdir(destdir):
+        return
+    existing = [f for f in OUTPUT_FILES if os.path.exists(os.path.join(destdir, f))]
+    existing += sorted(os.path.basename(f) for f in glob.glob(os.path.join(destdir, "*.bin"))
+                       if os.path.basename(f) not in existing)
+    if existing and not force:
+        raise ElectraUsageError(
+            f"--destdir {destdir!r} already holds {', '.join(existing[:4])}"
+            f"{' ...' if len(existing) > 4 else ''}; choose another directory or pass --force "
+            f"to overwrite this script's output files")
+
+
+def resolve_lowercase(args):
+    if args.lowercase is not None:
+        return args.lowercase
+    if args.wordpiece_vocab:
+        return True
+    if args.spm_model:
+        # A model made by this script: follow the metadata written next to it.
+        meta = os.path.join(os.path.dirname(os.path.abspath(args.spm_model)), tokmod.METADATA_FILE)
+        try:
+            with open(meta, encoding="utf-8") as f:
+                info = json.load(f)
+            if info.get("type") == "sentencepiece":
+                return bool(info.get("lowercase", False))
+        except (OSError, ValueError):
+            pass
+    return False
+
+
+def verify_output(destdir, dict_lines, stats):
+    """Read the result back with fairseq, as the electra task will."""
+    import logging
+
+    from fairseq.data import Dictionary, data_utils
+
+    logging.getLogger("fairseq.data.data_utils").setLevel(logging.WARNING)
+    d = Dictionary.load(os.path.join(destdir, "dict.txt"))
+    if len(d) != d.nspecial + len(dict_lines):
+        raise ElectraUsageError(f"dict.txt has {len(d)} symbols, expected {d.nspecial + len(dict_lines)}")
+    for split in ("train", "valid"):
+        ds = data_utils.load_indexed_dataset(os.path.join(destdir, split), d)
+        want = stats[split]["lines"] + stats[split]["breaks"]
+        if ds is None or len(ds) != want:
+            raise ElectraUsageError(
+                f"{split} split in {destdir} has {0 if ds is None else len(ds)} items, expected {want}")
+    return len(d)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    destdir = os.path.abspath(args.destdir)
+    for path in args.train:
+        check_input(path, "--train")
+    for path in args.valid or ():
+        check_input(path, "--valid")
+    if args.wordpiece_vocab and not os.path.isfile(args.wordpiece_vocab):
+        raise ElectraUsageError(f"--wordpiece-vocab {args.wordpiece_vocab!r} does not exist")
+    if args.spm_model and not os.path.isfile(args.spm_model):
+        raise ElectraUsageError(f"--spm-model {args.spm_model!r} does not exist")
+    check_destdir(destdir, args.force)
+    lowercase = resolve_lowercase(args)
+
+    # Load a given tokenizer early, so a bad vocabulary fails before any real work.
+    if args.wordpiece_vocab:
+        tokmod.WordPieceTextTokenizer(args.wordpiece_vocab, lowercase=lowercase).dict_lines()
+    elif args.spm_model:
+        tokmod.SentencePieceTokenizer(args.spm_model, lowercase=lowercase).dict_lines()
+
+    created = not os.path.isdir(destdir)
+    try:
+        os.makedirs(destdir, exist_ok=True)
+    except OSError as e:
+        raise ElectraUsageError(f"cannot create --destdir {args.destdir!r}: {e.strerror or e}")
+    work = tempfile.mkdtemp(dir=destdir, prefix=".prepare_data-")
+    ok = False
+    try:
+        result = _prepare(args, destdir, work, lowercase)
+        ok = True
+        return result
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if created and not ok:
+            try:
+                os.rmdir(destdir)  # only if still empty: the directory this run created
+            except OSError:
+                pass
+
+
+def _prepare(args, destdir, work, lowercase):
+    raw = {s: os.path.join(work, f"{s}.txt") for s in ("train", "valid")}
+
+    # 1. split the text (documents kept whole)
+    if args.valid:
+        t = copy_docs(args.train, raw["train"])
+        v = copy_docs(args.valid, raw["valid"])
+        log(f"train: {t[0]} documents, {t[1]} lines; valid (given): {v[0]} documents, {v[1]} lines")
+    else:
+        counts = document_line_counts(args.train)
+        by_line = len(counts) < MIN_DOCUMENTS_TO_SPLIT
+        if by_line:
+            log(f"the training text has {len(counts)} document(s) (empty lines separate them): "
+                f"holding out single lines instead of documents")
+            counts = [1] * sum(counts)
+            if len(counts) < 2:
+                raise ElectraUsageError("the training text has a single line; give more text or pass --valid")
+        held = choose_valid_units(counts, args.valid_fraction, args.min_valid_lines, args.seed)
+        st = write_splits(args.train, held, by_line, raw["train"], raw["valid"])
+        if by_line:
+            log(f"train {st['train'][1]} lines; valid (held out, seed {args.seed}) {st['valid'][1]} lines")
+        else:
+            log(f"train {st['train'][0]} documents, {st['train'][1]} lines; valid (held out, seed "
+                f"{args.seed}) {st['valid'][0]} documents, {st['valid'][1]} lines")
+
+    # 2. the tokenizer
+    if args.sentencepiece_vocab_size is not None:
+        log(f"training a sentencepiece unigram model, {args.sentencepiece_vocab_size} pieces"
+            f"{', lower-cased' if lowercase else ''}")
+        model = train_sentencepiece(raw["train"], os.path.join(work, "spm"), args, lowercase)
+        spec = ("sentencepiece", model, {"lowercase": lowercase})
+    elif args.spm_model:
+        spec = ("sentencepiece", os.path.abspath(args.spm_model), {"lowercase": lowercase})
+    else:
+        spec = ("wordpiece", os.path.abspath(args.wordpiece_vocab), {"lowercase": lowercase})
+    tokenizer = _make_tokenizer(spec)
+    dict_lines = tokenizer.dict_lines()
+    with open(os.path.join(work, "dict.txt"), "w", encoding="utf-8", newline="\n") as f:
+        f.writelines(line + "\n" for line in dict_lines)
+    log(f"{spec[0]} tokenizer: {len(dict_lines)} dict.txt entries "
+        f"({len(dict_lines) + 5} symbols with fairseq's 4 specials and <mask>)")
+
+    # 3. encode
+    stats = {}
+    pool = None
+    if args.workers > 1:
+        import multiprocessing
+
+        pool = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None).Pool(
+            args.workers, initializer=_init_worker, initargs=(spec,))
+    else:
+        _init_worker(spec)
+    try:
+        for split in ("train", "valid"):
+            s = encode_file(raw[split], os.path.join(work, f"{split}.pieces"), pool)
+            stats[split] = s
+            rate = 100.0 * s["unk"] / max(1, s["pieces"])
+            log(f"encoded {split}: {s['lines']} lines, {s['pieces']} pieces, {s['unk']} <unk> ({rate:.3f}%)")
+            if s["lines"] == 0:
+                raise ElectraUsageError(f"the {split} text gives no tokens at all after tokenization")
+    finally:
+        if pool:
+            pool.close()
+            pool.join()
+
+    # 4. binarize
+    fairseq_preprocess(destdir, os.path.join(work, "dict.txt"),
+                       {"trainpref": os.path.join(work, "train.pieces"),
+                        "validpref": os.path.join(work, "valid.pieces")}, args.workers, log)
+    # fairseq-preprocess re-saves dict.txt in destdir, dropping '#fairseq:overwrite' flags;
+    # put ours back so that a vocabulary with repeated entries still loads.
+    shutil.copyfile(os.path.join(work, "dict.txt"), os.path.join(destdir, "dict.txt"))
+
+    # 5. tokenizer files and metadata
+    if spec[0] == "sentencepiece":
+        install_file(spec[1], os.path.join(destdir, SPM_MODEL_FILE))
+        final = tokmod.SentencePieceTokenizer(os.path.join(destdir, SPM_MODEL_FILE), lowercase=lowercase)
+    else:
+        install_file(spec[1], os.path.join(destdir, WORDPIECE_VOCAB_FILE))
+        final = tokmod.WordPieceTextTokenizer(os.path.join(destdir, WORDPIECE_VOCAB_FILE), lowercase=lowercase)
+    final.save_metadata(destdir)
+    if args.keep_text:
+        for split in ("train", "valid"):
+            shutil.move(os.path.join(work, f"{split}.pieces"), os.path.join(destdir, f"{split}.pieces.txt"))
+
+    n_symbols = verify_output(destdir, dict_lines, stats)
+    sizes = {f: os.path.getsize(os.path.join(destdir, f)) for f in ("train.bin", "valid.bin")}
+    log(f"done: {destdir} ({n_symbols} symbols + <mask>; train.bin {sizes['train.bin'] / 1e6:.1f} MB, "
+        f"valid.bin {sizes['valid.bin'] / 1e6:.2f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

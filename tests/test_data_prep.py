@@ -1,0 +1,359 @@
+"""Data preparation: the WordPiece tokenizer, vocab.txt -> dict.txt, scripts/prepare_data.py."""
+
+import importlib.util
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fairseq.data import Dictionary, data_utils
+
+from electra_plugin.data import tokenizer as tokmod
+from electra_plugin.data.wordpiece import (
+    WordPieceTokenizer,
+    load_vocab,
+    vocab_to_fairseq_indices,
+    write_fairseq_dict,
+)
+from electra_plugin.errors import ElectraUsageError
+
+REPO = Path(__file__).resolve().parents[1]
+PREPARE = REPO / "scripts" / "prepare_data.py"
+FETCH = REPO / "scripts" / "fetch_corpus.py"
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+# Text for the tokenizer comparison: accents, punctuation, CJK, emoji, controls, odd spaces,
+# Greek capitals (sigma), literal special tokens, over-long words.
+VARIED = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Café déjà vu: naïve coöperation at the Hôtel Ångström, façade & résumé!",
+    "ΟΔΟΣ ΣΟΦΟΣ; Привет, МИР! İstanbul, straße, Ærø, Œuvre.",
+    "北京欢迎你！日本語のテキスト、한국어 텍스트 and English mixed.",
+    "Emoji 😀👍🏽 👨‍👩‍👧 🇺🇸 ❤️ 🫠 ☕️ ™ © ½ ² µ.",
+    "Ctrl\x00nul\x01soh\x7fdel zero\u200bwidth soft\u00adhyphen bom\ufeff repl\ufffd.",
+    "Spaces:\u00a0nbsp\u2003em\u3000ideo\u2028ls\ttab\x0bvt\x85nel end",
+    "Specials [CLS] hello [SEP] world[MASK]x [UNK] [PAD][sep] [ CLS ]",
+    "e\u0301 decomposed, \u0301 alone, ﬁ ligature, ｆｕｌｌ！ and `varia` \u1fef.",
+    "Rare: \U0002B820\U0002B8FF ext-E, \u0378unassigned, 🫨 newer emoji.",
+    "U.S.A. e-mail @user #tag http://example.com/a?b=c&d=e 3.14 1,000,000 50% $5 {x} <y> \\z",
+    "—–…“quoted” ‘single’ «guillemets» ¿qué? ¡sí! § ¶ † • € £ ¥",
+    "x" * 100 + " " + "y" * 101 + " " + "supercalifragilistic" * 3,
+    "",
+    "   \t  ",
+]
+
+
+def vocab_for(texts, lowercase, rng):
+    """A BERT-style vocab.txt for `texts`: every character, most of them also as '##' pieces,
+    some whole words and prefixes; a few characters are left out so [UNK] happens."""
+    plain = WordPieceTokenizer(SPECIALS + ["x"], do_lower_case=lowercase, keep_special_tokens=False)
+    words = sorted({w for t in texts for w in plain.basic_tokenize(t)})
+    chars = sorted({c for w in words for c in w})
+    missing = set(rng.sample(chars, 4))
+    vocab = list(SPECIALS) + [f"[unused{i}]" for i in range(3)]
+    vocab += [c for c in chars if c not in missing]
+    vocab += ["##" + c for c in chars if c not in missing and rng.random() < 0.85]
+    for w in words:
+        if len(w) > 3 and rng.random() < 0.5:
+            vocab.append(w)
+        if len(w) > 5:
+            vocab += [w[:3], "##" + w[3:5]]
+    return list(dict.fromkeys(vocab))
+
+
+def test_wordpiece_matches_transformers_bert_tokenizer(tmp_path):
+    transformers = pytest.importorskip(
+        "transformers", reason="transformers is needed to compare with BertTokenizer")
+    rng = random.Random(0)
+    # random mixtures of the lines too, so that words meet punctuation and specials
+    texts = VARIED + [" ".join(rng.sample(VARIED[:12], 3)) for _ in range(40)]
+    n_tokens = n_unk = n_cont = 0
+    for lowercase in (True, False):
+        path = tmp_path / f"vocab_{lowercase}.txt"
+        path.write_text("\n".join(vocab_for(texts, lowercase, rng)) + "\n", encoding="utf-8")
+        hf = transformers.BertTokenizer(str(path), do_lower_case=lowercase)
+        ours = WordPieceTokenizer(str(path), do_lower_case=lowercase)
+        for text in texts:
+            expected = hf.tokenize(text)
+            assert ours.tokenize(text) == expected, (lowercase, text)
+            assert ours.convert_tokens_to_ids(expected) == hf.convert_tokens_to_ids(expected)
+            n_tokens += len(expected)
+            n_unk += expected.count("[UNK]")
+            n_cont += sum(t.startswith("##") for t in expected)
+    # the comparison exercised known, unknown and continuation pieces
+    assert n_tokens > 1000 and n_unk > 10 and n_cont > 100
+
+
+def test_wordpiece_rules():
+    vocab = SPECIALS + ["hello", "world", ",", "!", "un", "##aff", "##able", "cafe", "北", "京",
+                        "x", "##x", "Hello"]
+    lower = WordPieceTokenizer(vocab, do_lower_case=True)
+    assert lower.tokenize("Héllo,  WORLD!") == ["hello", ",", "world", "!"]
+    assert lower.tokenize("unaffable CAFÉ") == ["un", "##aff", "##able", "cafe"]
+    assert lower.tokenize("unaffablex") == ["un", "##aff", "##able", "##x"]
+    assert lower.tokenize("unaffabley") == ["[UNK]"]  # no '##y': the whole word is unknown
+    assert lower.tokenize("北京") == ["北", "京"]
+    assert lower.tokenize("x" * 100) == ["x"] + ["##x"] * 99
+    assert lower.tokenize("x" * 101) == ["[UNK]"]
+    assert lower.tokenize("a [SEP] b") == ["[UNK]", "[SEP]", "[UNK]"]
+    assert lower.encode_line("hello [SEP] zzz") == "hello <unk> <unk>"
+    cased = WordPieceTokenizer(vocab, do_lower_case=False)
+    assert cased.tokenize("Hello hello Héllo") == ["Hello", "hello", "[UNK]"]
+
+
+def test_vocab_to_fairseq_dict(tmp_path):
+    vocab = ["[PAD]", "the", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "##s",
+             "#fairseq:overwrite", "the", "."]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    write_fairseq_dict(tmp_path / "vocab.txt", tmp_path / "dict.txt")
+    lines = (tmp_path / "dict.txt").read_text(encoding="utf-8").splitlines()
+    assert lines == ["the 1", "[unused0] 1", "##s 1", "#fairseq:overwrite 1",
+                     "the 1 #fairseq:overwrite", ". 1"]
+
+    d = Dictionary.load(str(tmp_path / "dict.txt"))
+    mask = d.add_symbol("<mask>")
+    assert [d.bos(), d.pad(), d.eos(), d.unk()] == [0, 1, 2, 3]
+    assert d.symbols[:4] == ["<s>", "<pad>", "</s>", "<unk>"]
+    assert d.symbols[4:] == ["the", "[unused0]", "##s", "#fairseq:overwrite", "the", ".", "<mask>"]
+    assert mask == 10 == len(d) - 1
+    # a repeated entry resolves to its last row, as in BertTokenizer
+    assert d.index("the") == 8 and d.index("#fairseq:overwrite") == 7 and d.index(".") == 9
+    assert d.index("[CLS]") == d.unk()  # BERT specials are not dictionary entries
+    # each vocab row -> fairseq row of the same symbol (specials -> their fairseq roles)
+    assert vocab_to_fairseq_indices(load_vocab(tmp_path / "vocab.txt")) == [
+        1, 4, 5, 3, 0, 2, mask, 6, 7, 8, 9]
+
+
+def test_wordpiece_vocab_errors(tmp_path):
+    (tmp_path / "nomask.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\n", encoding="utf-8")
+    (tmp_path / "empty.txt").write_text("\n\n", encoding="utf-8")
+    (tmp_path / "fairseq.txt").write_text("\n".join(SPECIALS + ["<s>"]) + "\n", encoding="utf-8")
+    cases = [("nomask.txt", "lacks [MASK]"), ("empty.txt", "is empty"),
+             ("absent.txt", "cannot read"), ("fairseq.txt", "reserves")]
+    for name, phrase in cases:
+        with pytest.raises(ElectraUsageError) as err:
+            write_fairseq_dict(tmp_path / name, tmp_path / "dict.txt")
+        assert phrase in str(err.value) and str(err.value).startswith("electra_plugin: error: ")
+    assert not (tmp_path / "dict.txt").exists()
+
+
+# ------------------------------------------------------------------------- prepare_data.py
+NAMES = ["Alice", "Bob", "the mayor", "a farmer", "Dr. Chen", "my aunt", "the committee",
+         "Zoë", "the old sailor", "our neighbours"]
+VERBS = ["visited", "painted", "reported on", "argued about", "sold", "found", "described",
+         "repaired", "photographed", "ignored"]
+THINGS = ["the bridge", "a red bicycle", "three letters", "the village café", "an empty house",
+          "the river bank", "42 apples", "a broken clock", "the museum's garden", "new shoes"]
+ENDS = [".", "!", "?", " yesterday.", " in March.", ", or so they said.", " (again).",
+        " -- quickly.", " at 5:30 p.m.", "; nobody knew why."]
+
+
+def write_corpus(path, n_docs, seed, lines_per_doc=(3, 9)):
+    """Documents of templated English sentences, an empty line between documents; every
+    document is numbered so that all of them differ.  Returns the documents."""
+    rng = random.Random(seed)
+    docs = []
+    for d in range(n_docs):
+        lines = [f"Story {d}: {rng.choice(NAMES)} {rng.choice(VERBS)} {rng.choice(THINGS)}."]
+        for _ in range(rng.randint(*lines_per_doc)):
+            s = f"{rng.choice(NAMES)} {rng.choice(VERBS)} {rng.choice(THINGS)}{rng.choice(ENDS)}"
+            lines.append(s[0].upper() + s[1:])
+        docs.append(lines)
+    path.write_text("\n\n".join("\n".join(doc) for doc in docs) + "\n", encoding="utf-8")
+    return docs
+
+
+def run_script(script, *args):
+    return subprocess.Popen([sys.executable, str(script), *map(str, args)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+def finish(proc, timeout=300):
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+def documents_of(dataset, dictionary):
+    """Split a binarized split back into documents (items of only </s> separate them),
+    each a list of lines, each line a list of symbols."""
+    docs, cur = [], []
+    for i in range(len(dataset)):
+        ids = dataset[i].tolist()
+        assert ids[-1] == dictionary.eos()
+        if len(ids) == 1:
+            docs.append(cur)
+            cur = []
+        else:
+            cur.append([dictionary[t] for t in ids[:-1]])
+    docs.append(cur)
+    return docs
+
+
+def test_prepare_data_sentencepiece_held_out_split(tmp_path):
+    docs = write_corpus(tmp_path / "corpus.txt", n_docs=60, seed=1)
+    dest = tmp_path / "bin"
+    code, _, err = finish(run_script(PREPARE, "--train", tmp_path / "corpus.txt", "--destdir", dest,
+                                     "--sentencepiece-vocab-size", 100, "--workers", 2,
+                                     "--seed", 5, "--character-coverage", 1.0))
+    assert code == 0, err
+    for name in ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx", "spm.model",
+                 tokmod.METADATA_FILE):
+        assert (dest / name).is_file(), name
+    assert not [p for p in dest.iterdir() if p.name.startswith(".prepare")]  # scratch removed
+    meta = json.loads((dest / tokmod.METADATA_FILE).read_text())
+    assert meta["type"] == "sentencepiece" and meta["lowercase"] is False
+
+    d = Dictionary.load(str(dest / "dict.txt"))
+    assert len(d) == 100  # 96 pieces after fairseq's 4 specials; spm ids == fairseq ids
+    tok = tokmod.load_tokenizer(str(dest))
+    assert [d.index(p) for p in tok.pieces("Alice sold new shoes.")] == tok.sp.encode(
+        "Alice sold new shoes.")
+    expected = [[tok.pieces(line) for line in doc] for doc in docs]
+
+    train = documents_of(data_utils.load_indexed_dataset(str(dest / "train"), d), d)
+    valid = documents_of(data_utils.load_indexed_dataset(str(dest / "valid"), d), d)
+    # ids decode to exactly the pieces of the input, whole documents in input order
+    held = [i for i, doc in enumerate(expected) if doc in valid]
+    assert valid == [expected[i] for i in held]
+    assert train == [doc for i, doc in enumerate(expected) if i not in held]
+    assert 1 <= len(held) < len(docs) and sum(len(docs[i]) for i in held) >= 10
+    # --character-coverage 1.0: every character of the training text has a piece
+    assert sum(p == "<unk>" for doc in train for line in doc for p in line) == 0
+
+
+def load_prepare_data():
+    spec = importlib.util.spec_from_file_location("prepare_data_script", PREPARE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_valid_split_choice():
+    mod = load_prepare_data()
+    counts = [3, 1, 7, 2, 5] * 40  # 200 documents
+    a = mod.choose_valid_units(counts, 0.01, 10, seed=1)
+    assert a == mod.choose_valid_units(counts, 0.01, 10, seed=1)  # deterministic
+    assert a != mod.choose_valid_units(counts, 0.01, 10, seed=2)
+    assert len(a) >= 2 and sum(counts[i] for i in a) >= 10  # 1% = 2 docs, then >= 10 lines
+    big = mod.choose_valid_units(counts, 0.25, 1, seed=1)
+    assert len(big) == 50
+    assert len(mod.choose_valid_units([4, 4], 0.5, 100, seed=0)) == 1  # never all documents
+
+
+def test_write_splits_keeps_documents(tmp_path):
+    mod = load_prepare_data()
+    src = tmp_path / "in.txt"
+    src.write_text("a1\n  a2 \n\n\n b1\tx\nb2\nb3\n\nc1\nc2", encoding="utf-8")
+    train, valid = tmp_path / "train.txt", tmp_path / "valid.txt"
+    assert mod.document_line_counts([src]) == [2, 3, 2]
+    stats = mod.write_splits([src], {1}, False, train, valid)  # hold out document 1
+    assert train.read_text() == "a1\na2\n\nc1\nc2\n"
+    assert valid.read_text() == "b1 x\nb2\nb3\n"
+    assert stats == {"train": [2, 4], "valid": [1, 3]}
+    mod.write_splits([src], {0, 3, 4}, True, train, valid)  # hold out lines 0, 3 and 4
+    assert train.read_text() == "a2\n\nb1 x\n\nc1\nc2\n"
+    assert valid.read_text() == "a1\n\nb2\nb3\n"
+
+
+def test_prepare_data_wordpiece_with_valid_file(tmp_path):
+    train_docs = write_corpus(tmp_path / "train.txt", n_docs=30, seed=2)
+    valid_docs = write_corpus(tmp_path / "valid.txt", n_docs=4, seed=3)
+    rng = random.Random(4)
+    texts = ["\n".join(doc) for doc in train_docs + valid_docs]
+    vocab = [t for t in vocab_for(texts, True, rng) if "q" not in t]  # words with q -> [UNK]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    dest = tmp_path / "bin"
+    code, _, err = finish(run_script(PREPARE, "--train", tmp_path / "train.txt", "--valid",
+                                     tmp_path / "valid.txt", "--destdir", dest,
+                                     "--wordpiece-vocab", tmp_path / "vocab.txt",
+                                     "--workers", 1))
+    assert code == 0, err
+    assert (dest / "vocab.txt").read_text(encoding="utf-8") == "\n".join(vocab) + "\n"
+    meta = json.loads((dest / tokmod.METADATA_FILE).read_text())
+    assert meta["type"] == "wordpiece" and meta["lowercase"] is True
+
+    d = Dictionary.load(str(dest / "dict.txt"))
+    assert len(d) == 4 + len(vocab) - 5
+    wp = WordPieceTokenizer(str(tmp_path / "vocab.txt"), do_lower_case=True)
+    for split, docs in (("train", train_docs), ("valid", valid_docs)):
+        got = documents_of(data_utils.load_indexed_dataset(str(dest / split), d), d)
+        want = [[["<unk>" if t == "[UNK]" else t for t in wp.tokenize(line)] for line in doc]
+                for doc in docs]
+        assert got == want, split
+    n_unk = sum(p == "<unk>" for doc in want for line in doc for p in line)
+    assert n_unk > 0  # the words with a 'q' (e.g. "quickly") are unknown
+
+
+def test_usage_errors_are_one_line(tmp_path):
+    """Run as scripts: one 'electra_plugin: error:' line, no traceback, user files untouched."""
+    write_corpus(tmp_path / "ok.txt", n_docs=12, seed=6, lines_per_doc=(1, 2))
+    ok = tmp_path / "ok.txt"
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "dict.txt").write_text("mine 1\n", encoding="utf-8")
+    before = (taken / "dict.txt").stat()
+    (tmp_path / "exists.txt").write_text("keep me\n", encoding="utf-8")
+    cases = {
+        "destdir taken": (PREPARE, ["--train", ok, "--destdir", taken,
+                                    "--sentencepiece-vocab-size", 100], "--force"),
+        "vocab too large": (PREPARE, ["--train", ok, "--destdir", tmp_path / "o3",
+                                      "--sentencepiece-vocab-size", 5000, "--workers", 1],
+                            "--sentencepiece-vocab-size 5000 is too large"),
+        "fetch overwrite": (FETCH, ["news", "--out", tmp_path / "exists.txt",
+                                    "--cache-dir", tmp_path / "cache"], "--force"),
+    }
+    # started together: most of each run is importing fairseq
+    procs = {name: run_script(script, *args) for name, (script, args, _) in cases.items()}
+    for name, proc in procs.items():
+        code, out, err = finish(proc)
+        assert code == 1, (name, err)
+        assert "Traceback" not in err, (name, err)
+        errors = [l for l in err.splitlines() if l.startswith("electra_plugin: error: ")]
+        assert len(errors) == 1 and err.rstrip("\n").endswith(errors[0]), (name, err)
+        assert cases[name][2] in errors[0], (name, errors[0])
+    # the user's files are untouched, and nothing was written next to them
+    assert (taken / "dict.txt").read_text(encoding="utf-8") == "mine 1\n"
+    assert (taken / "dict.txt").stat().st_mtime_ns == before.st_mtime_ns
+    assert sorted(p.name for p in taken.iterdir()) == ["dict.txt"]
+    assert (tmp_path / "exists.txt").read_text(encoding="utf-8") == "keep me\n"
+    assert not (tmp_path / "cache").exists()
+    assert not (tmp_path / "o3").exists()  # the directory it made is gone again
+
+
+def test_usage_errors_in_process(tmp_path):
+    """The other bad inputs, through prepare_data.main (the same exception the script exits with)."""
+    mod = load_prepare_data()
+    write_corpus(tmp_path / "ok.txt", n_docs=12, seed=6, lines_per_doc=(1, 2))
+    ok = tmp_path / "ok.txt"
+    (tmp_path / "blank.txt").write_text("\n   \n\t\n", encoding="utf-8")
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\n", encoding="utf-8")
+    (tmp_path / "binonly").mkdir()
+    (tmp_path / "binonly" / "test.bin").write_bytes(b"\0" * 8)
+    out = str(tmp_path / "out")
+    cases = [
+        (["--train", tmp_path / "nope.txt", "--destdir", out, "--sentencepiece-vocab-size", 100],
+         "does not exist"),
+        (["--train", tmp_path / "blank.txt", "--destdir", out, "--sentencepiece-vocab-size", 100],
+         "is empty"),
+        (["--train", ok, "--valid", tmp_path / "blank.txt", "--destdir", out,
+          "--sentencepiece-vocab-size", 100], "is empty"),
+        (["--train", ok, "--destdir", out, "--wordpiece-vocab", tmp_path / "vocab.txt"],
+         "lacks [MASK]"),
+        (["--train", ok, "--destdir", out, "--spm-model", tmp_path / "vocab.txt"],
+         "cannot load sentencepiece model"),
+        (["--train", ok, "--destdir", tmp_path / "binonly", "--sentencepiece-vocab-size", 100],
+         "test.bin"),
+    ]
+    for argv, phrase in cases:
+        with pytest.raises(ElectraUsageError) as err:
+            mod.main([str(a) for a in argv])
+        message = str(err.value)
+        assert message.startswith("electra_plugin: error: ") and "\n" not in message
+        assert err.value.code == message  # what Python prints when the script exits
+        assert phrase in message, (argv, message)
+    assert not os.path.exists(out)
+    assert sorted(p.name for p in (tmp_path / "binonly").iterdir()) == ["test.bin"]

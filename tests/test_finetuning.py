@@ -1,0 +1,90 @@
+"""After pre-training: the discriminator-only checkpoint and the hub interface."""
+
+import sys
+
+import pytest
+import torch
+
+from conftest import PLUGIN, REPO, run
+from electra_plugin.models.electra import ElectraModel
+from test_glue import preprocess, write_rte
+
+
+@pytest.fixture(scope="module")
+def discriminator(tmp_path_factory, pretrained):
+    out = tmp_path_factory.mktemp("disc") / "discriminator.pt"
+    proc = run([sys.executable, REPO / "scripts" / "extract_discriminator.py", pretrained,
+                "--out", out])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def test_discriminator_checkpoint_holds_exactly_the_discriminator(discriminator, pretrained):
+    full = torch.load(pretrained, weights_only=False)["model"]
+    disc = torch.load(discriminator, weights_only=False)["model"]
+    assert set(disc) == {k for k in full if k.startswith("discriminator.")}
+    assert all(torch.equal(disc[k], full[k]) for k in disc)
+    # refuses to overwrite, and refuses a checkpoint that has no generator
+    proc = run([sys.executable, REPO / "scripts" / "extract_discriminator.py", pretrained,
+                "--out", discriminator])
+    assert proc.returncode != 0 and "already exists" in proc.stderr
+    proc = run([sys.executable, REPO / "scripts" / "extract_discriminator.py", discriminator,
+                "--out", discriminator.parent / "again.pt"])
+    assert proc.returncode != 0 and "already a discriminator-only" in proc.stderr
+
+
+def test_finetune_from_the_discriminator_checkpoint(tmp_path, spm_data, discriminator):
+    data = tmp_path / "bin"
+    assert preprocess("RTE", write_rte(tmp_path / "RTE", 16, 8), spm_data, data).returncode == 0
+    save = tmp_path / "ft"
+    proc = run([sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
+                "--task", "sentence_prediction", "--arch", "electra_tiny", "--cpu",
+                "--criterion", "sentence_prediction", "--num-classes", "2", "--init-token", "0",
+                "--finetune-from-model", discriminator, "--optimizer", "electra_adam",
+                "--lr", "1e-9", "--batch-size", "8", "--max-update", "1", "--save-dir", save,
+                "--num-workers", "0", "--data-buffer-size", "0"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    tuned = torch.load(save / "checkpoint_last.pt", weights_only=False)["model"]
+    start = torch.load(discriminator, weights_only=False)["model"]
+    # the encoder came from the checkpoint (lr 1e-9 barely moves it); a new head was added
+    key = "discriminator.encoder.layer.0.attention.self.query.weight"
+    assert torch.allclose(tuned[key], start[key], atol=1e-6)
+    assert "classification_heads.sentence_classification_head.out_proj.weight" in tuned
+
+
+def test_hub_interface_on_the_pretrained_model(pretrained, spm_data):
+    hub = ElectraModel.from_pretrained(str(pretrained.parent), pretrained.name, str(spm_data))
+    text = "the cat sees a house today ."
+    tokens = hub.encode(text)
+    d = hub.task.source_dictionary
+    assert tokens[0] == d.bos() and tokens[-1] == d.eos() and d.unk() not in tokens.tolist()
+    assert hub.decode(tokens) == text
+    pair = hub.encode(text, "a dog follows the ball .")
+    assert pair.tolist().count(d.eos()) == 2
+
+    features = hub.extract_features(tokens)
+    assert features.shape == (1, len(tokens), hub.model.cfg.hidden_size)
+    layers = hub.extract_features(tokens, return_all_hiddens=True)
+    assert len(layers) == hub.model.cfg.num_layers + 1
+    assert torch.allclose(layers[-1], features)
+
+    scores = hub.replaced_token_scores(text)
+    assert [p for p, _ in scores] == hub.pieces(tokens[1:-1])
+    assert all(0.0 < s < 1.0 for _, s in scores)
+    # the scores are the discriminator's: sigmoid of its replaced-token logits
+    logits, _ = hub.model(tokens.unsqueeze(0))
+    assert torch.allclose(torch.tensor([s for _, s in scores]),
+                          torch.sigmoid(logits[0, 1:-1]), atol=1e-6)
+
+    hub.register_classification_head("topic", num_classes=3)
+    log_probs = hub.predict("topic", tokens)
+    assert log_probs.shape == (1, 3)
+    assert torch.allclose(log_probs.exp().sum(-1), torch.ones(1))
+    from electra_plugin.errors import ElectraUsageError
+
+    with pytest.raises(ElectraUsageError, match="no classification head named 'nope'"):
+        hub.predict("nope", tokens)
+    with pytest.raises(ElectraUsageError, match="more than the model's"):
+        hub.encode(" ".join(["the cat"] * 400))
+    with pytest.raises(ElectraUsageError, match="no checkpoint at"):
+        ElectraModel.from_pretrained(str(pretrained.parent), "missing.pt", str(spm_data))
