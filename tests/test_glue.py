@@ -216,10 +216,26 @@ def test_head_with_another_class_count(tmp_path, rte_bin, pretrained):
                           "--classification-head-name")
 
 
-def test_positions_longer_than_the_model(tmp_path, rte_bin, pretrained):
-    proc = run(finetune_cmd(rte_bin, pretrained, tmp_path / "ck", "--max-positions", "1024",
-                            "--tokens-per-sample", "512"))
-    assert proc.returncode != 0
+def test_long_pairs_are_cut_to_fit_the_positions(tmp_path, spm_data):
+    """Sequences longer than --max-seq-len are cut longest-first, never past the model."""
+    rte = write_rte(tmp_path / "RTE", 8, 4)
+    rows = (rte / "train.tsv").read_text().splitlines()
+    long_premise = " ".join(["the old man sees a house today"] * 40)
+    rows[1] = f"0\t{long_premise}\ta dog likes it .\tentailment"
+    (rte / "train.tsv").write_text("\n".join(rows) + "\n")
+    proc = preprocess("RTE", rte, spm_data, tmp_path / "bin", "--max-seq-len", "64")
+    assert proc.returncode == 0 and "train: 8 examples, 1 cut to 64 tokens" in proc.stderr
+    from fairseq.data import Dictionary, data_utils
+
+    d = Dictionary.load(str(tmp_path / "bin" / "input0" / "dict.txt"))
+    first = data_utils.load_indexed_dataset(str(tmp_path / "bin" / "input0" / "train"), d)
+    second = data_utils.load_indexed_dataset(str(tmp_path / "bin" / "input1" / "train"), d)
+    # <s> + input0 (ends with </s>) + input1 (ends with </s>)
+    assert 1 + len(first[0]) + len(second[0]) == 64
+    from electra_plugin.data.tokenizer import load_tokenizer
+
+    short = load_tokenizer(str(spm_data)).pieces("a dog likes it .")
+    assert len(second[0]) == len(short) + 1  # the short side is kept whole
 
 
 def test_preprocess_errors(tmp_path, spm_data):
