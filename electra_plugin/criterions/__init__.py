@@ -1,1 +1,2 @@
 from . import electra  # noqa: F401
+from . import squad  # noqa: F401

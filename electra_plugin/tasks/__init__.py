@@ -1,1 +1,2 @@
 from . import electra_pretraining  # noqa: F401
+from . import squad  # noqa: F401

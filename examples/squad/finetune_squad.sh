@@ -80,14 +80,16 @@ $PY "$REPO/scripts/squad.py" preprocess --pretrain-data "$PRETRAIN_DATA" \
 
 # 3. fine-tune: EPOCHS epochs of BATCH windows, linear warm-up over WARMUP of the updates
 #    then linear decay to 0, Adam (eps 1e-6) with weight decay and layer-wise lr decay.
-read -r UPDATES WARMUP_UPDATES < <($PY - "$WORK/data-bin/train.squad.json" "$BATCH" "$EPOCHS" "$WARMUP" <<'EOF'
+read -r UPDATES WARMUP_UPDATES < <(
+    $PY - "$WORK/data-bin/train.squad.json" "$BATCH" "$EPOCHS" "$WARMUP" <<'EOF'
 import json, math, sys
 windows = len(json.load(open(sys.argv[1]))["windows"])
 updates = math.ceil(windows / int(sys.argv[2])) * int(sys.argv[3])
 print(updates, max(1, round(float(sys.argv[4]) * updates)))
 EOF
 )
-echo "fine-tuning: $UPDATES updates ($EPOCHS epochs, batch $BATCH), $WARMUP_UPDATES warm-up, lr $LR, layer decay $LAYER_DECAY"
+echo "fine-tuning: $UPDATES updates ($EPOCHS epochs, batch $BATCH), $WARMUP_UPDATES warm-up," \
+    "lr $LR, layer decay $LAYER_DECAY"
 fairseq-train "$WORK/data-bin" --user-dir "$REPO/electra_plugin" \
     --task squad --criterion squad --arch "$ARCH" $DEVICE \
     --restore-file "$CHECKPOINT" --reset-optimizer --reset-dataloader --reset-meters \

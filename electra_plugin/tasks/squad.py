@@ -1,0 +1,198 @@
+"""The ``squad`` task: extractive question answering (SQuAD v1.1 / v2.0) on the discriminator.
+
+Data comes from ``scripts/squad.py preprocess`` (see ``electra_plugin.data.squad``): a
+directory with the pre-training ``dict.txt`` and, per split, ``{split}.input`` (token ids of
+``<s> question </s> context-window </s>``), ``{split}.target`` (start, end) and
+``{split}.squad.json`` (the metadata that maps predictions back to text).
+"""
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import torch
+from fairseq.data import (
+    BaseWrapperDataset,
+    IdDataset,
+    NestedDictionaryDataset,
+    NumelDataset,
+    NumSamplesDataset,
+    RawLabelDataset,
+    RightPadDataset,
+    SortDataset,
+    data_utils,
+)
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.tasks import FairseqTask, register_task
+from omegaconf import II, MISSING
+
+from ..data.squad import SquadMetadata, split_paths
+from ..errors import ElectraUsageError
+from .electra_pretraining import MASK_SYMBOL, load_dictionary, load_split
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class SquadConfig(FairseqDataclass):
+    data: str = field(
+        default=MISSING,
+        metadata={"help": "directory written by scripts/squad.py preprocess (dict.txt, "
+                          "{split}.input/.target .bin/.idx, {split}.squad.json)"})
+    squad_version: Optional[ChoiceEnum(["1.1", "2.0"])] = field(  # type: ignore
+        default=None,
+        metadata={"help": "SQuAD version; 2.0 adds the no-answer classifier and its loss. "
+                          "Default: the version the data was preprocessed as (a different "
+                          "value is an error)"})
+    classification_head_name: str = field(
+        default="squad", metadata={"help": "name of the span head in the model"})
+    max_seq_len: Optional[int] = field(
+        default=None,
+        metadata={"help": "longest window, in tokens; fixed when the data is preprocessed "
+                          "(--max-seq-len there) and read from it by default. Must not exceed "
+                          "the model's --max-positions"})
+    seed: int = II("common.seed")
+
+
+class SegmentIdsDataset(BaseWrapperDataset):
+    """Token types: 0 for ``<s> question </s>``, 1 for ``context </s>`` (BERT's segments)."""
+
+    def __init__(self, dataset, eos):
+        super().__init__(dataset)
+        self.eos = eos
+
+    def __getitem__(self, index):
+        tokens = self.dataset[index]
+        types = torch.zeros_like(tokens)
+        first_eos = int(tokens.eq(self.eos).nonzero()[0])
+        types[first_eos + 1:] = 1
+        return types
+
+
+@register_task("squad", dataclass=SquadConfig)
+class SquadTask(FairseqTask):
+    """Span extraction: batches of windows with (start, end) targets.
+
+    A batch holds ``net_input.src_tokens`` and ``net_input.token_types`` (B x T), ``target``
+    (B x 2: start and end position; 0, the ``<s>`` token, when the window holds no answer)
+    and ``id`` (the window's index in ``{split}.squad.json``).
+    """
+
+    cfg: SquadConfig
+
+    def __init__(self, cfg: SquadConfig, dictionary, metadata: dict):
+        super().__init__(cfg)
+        self.dictionary = dictionary
+        # Same dictionary (and vocabulary size) as the electra pre-training task.
+        dictionary.add_symbol(MASK_SYMBOL)
+        self.data_version = metadata["version"]
+        self.data_max_seq_len = metadata["max_seq_len"]
+        self.metadata = {}
+
+    @classmethod
+    def setup_task(cls, cfg: SquadConfig, **kwargs):
+        dictionary = load_dictionary(cfg.data)
+        splits = sorted(f[:-len(".squad.json")] for f in os.listdir(cfg.data)
+                        if f.endswith(".squad.json"))
+        if not splits:
+            raise ElectraUsageError(f"{cfg.data} has no SQuAD data ({{split}}.squad.json); "
+                                    f"make it with scripts/squad.py preprocess")
+        first = SquadMetadata.load(os.path.join(cfg.data, splits[0] + ".squad.json"))
+        meta = {"version": first.version, "max_seq_len": first.max_seq_len}
+        if cfg.squad_version is not None and str(cfg.squad_version) != first.version:
+            raise ElectraUsageError(f"--squad-version {cfg.squad_version} but {cfg.data} was "
+                                    f"preprocessed as SQuAD {first.version}")
+        if cfg.max_seq_len is not None and cfg.max_seq_len < first.max_seq_len:
+            raise ElectraUsageError(
+                f"--max-seq-len {cfg.max_seq_len} but {cfg.data} was preprocessed with windows "
+                f"of up to {first.max_seq_len} tokens; preprocess again with --max-seq-len "
+                f"{cfg.max_seq_len}")
+        return cls(cfg, dictionary, meta)
+
+    @property
+    def version(self) -> str:
+        return self.data_version
+
+    @property
+    def answerable(self) -> bool:
+        """Whether the model has a no-answer classifier (SQuAD 2.0)."""
+        return self.version == "2.0"
+
+    def load_metadata(self, split) -> SquadMetadata:
+        if split not in self.metadata:
+            path = split_paths(self.cfg.data, split)["metadata"]
+            if not os.path.isfile(path):
+                raise ElectraUsageError(
+                    f"no '{split}' split in {self.cfg.data} ({os.path.basename(path)}); "
+                    f"preprocess it with scripts/squad.py preprocess (--train/--valid/--test) "
+                    f"or choose another --valid-subset / --disable-validation")
+            meta = SquadMetadata.load(path)
+            if meta.version != self.version or meta.max_seq_len > self.max_positions():
+                raise ElectraUsageError(
+                    f"the '{split}' split in {self.cfg.data} was preprocessed as SQuAD "
+                    f"{meta.version} with --max-seq-len {meta.max_seq_len}, unlike the other "
+                    f"splits (SQuAD {self.version}, {self.max_positions()})")
+            self.metadata[split] = meta
+        return self.metadata[split]
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        paths = split_paths(self.cfg.data, split)
+        meta = self.load_metadata(split)
+        tokens = load_split(self.cfg.data, os.path.basename(paths["input"]), self.dictionary,
+                            combine=False)
+        targets = data_utils.load_indexed_dataset(paths["target"], None)
+        if targets is None or len(targets) != len(tokens) or len(tokens) != len(meta.windows):
+            raise ElectraUsageError(
+                f"the '{split}' split in {self.cfg.data} is incomplete or inconsistent "
+                f"({split}.input, {split}.target and {split}.squad.json disagree); run "
+                f"scripts/squad.py preprocess again")
+        labels = np.stack([targets[i].numpy() for i in range(len(targets))])  # N x 2
+        pad = self.dictionary.pad()
+        dataset = NestedDictionaryDataset(
+            {
+                "id": IdDataset(),
+                "net_input": {
+                    "src_tokens": RightPadDataset(tokens, pad_idx=pad),
+                    "token_types": RightPadDataset(
+                        SegmentIdsDataset(tokens, self.dictionary.eos()), pad_idx=0),
+                    "src_lengths": NumelDataset(tokens, reduce=False),
+                },
+                "target": RawLabelDataset(labels.tolist()),
+                "nsentences": NumSamplesDataset(),
+                "ntokens": NumelDataset(tokens, reduce=True),
+            },
+            sizes=[tokens.sizes],
+        )
+        with data_utils.numpy_seed(self.cfg.seed + epoch):
+            shuffle = np.random.permutation(len(dataset))
+        self.datasets[split] = SortDataset(dataset, sort_order=[shuffle, tokens.sizes])
+        logger.info(f"{split}: {len(dataset)} windows of {len(meta.examples)} questions "
+                    f"(SQuAD {meta.version})")
+        return self.datasets[split]
+
+    def build_model(self, cfg, from_checkpoint=False):
+        positions = getattr(cfg, "max_positions", None)
+        if positions is not None and self.max_positions() > positions:
+            raise ElectraUsageError(
+                f"the SQuAD windows in {self.cfg.data} are up to {self.max_positions()} tokens "
+                f"long (--max-seq-len of scripts/squad.py preprocess) but the model has "
+                f"{positions} positions (--max-positions); preprocess again with --max-seq-len "
+                f"{positions} or less")
+        model = super().build_model(cfg, from_checkpoint)
+        if not hasattr(model, "register_span_head"):
+            raise ElectraUsageError("--task squad needs an ELECTRA model (--arch electra_*)")
+        model.register_span_head(self.cfg.classification_head_name, answerable=self.answerable)
+        return model
+
+    def max_positions(self):
+        return self.cfg.max_seq_len or self.data_max_seq_len
+
+    @property
+    def source_dictionary(self):
+        return self.dictionary
+
+    @property
+    def target_dictionary(self):
+        return self.dictionary

@@ -1,0 +1,366 @@
+#!/usr/bin/env python3
+"""SQuAD for the ELECTRA plugin: fetch real data, preprocess, predict, evaluate.
+
+Subcommands:
+  fetch       the SQuAD-format files of the bigbench==1.0.0 sdist (squad_shifts: new_wiki,
+              nyt, reddit, amazon_reviews, and the real SQuAD v1.1 dev set), cached
+  split       cut a SQuAD file into train/valid files by paragraph (no context in both)
+  preprocess  SQuAD JSON -> windows binarized for ``--task squad``, with the pre-training
+              data directory's dict.txt and tokenizer
+  predict     a fine-tuned checkpoint -> predictions.json (official format), nbest, EM/F1
+  evaluate    the official EM/F1 of a predictions.json against a SQuAD JSON file
+
+Example (see examples/squad/README.md for the whole recipe):
+  python scripts/squad.py preprocess --pretrain-data data-bin/news --train train-v1.1.json \\
+      --valid dev-v1.1.json --destdir data-bin/squad
+  fairseq-train data-bin/squad --user-dir electra_plugin --task squad --criterion squad ...
+  python scripts/squad.py predict --checkpoint checkpoints/checkpoint_last.pt \\
+      --data data-bin/squad --split valid --out-dir results
+"""
+
+import argparse
+import glob
+import hashlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+
+from electra_plugin.data import squad as sq
+from electra_plugin.data.packages import default_cache_dir
+from electra_plugin.errors import ElectraUsageError
+
+BIGBENCH = "bigbench==1.0.0"
+SHIFTS_DIR = "bigbench/benchmark_tasks/squad_shifts/"
+SHIFTS_FILES = ("new_wiki_v1.0.json", "nyt_v1.0.json", "reddit_v1.0.json",
+                "amazon_reviews_v1.0.json", "squaddev_v1.1.json")
+DEFAULT_CACHE = os.path.join(default_cache_dir(), "squad_shifts")  # $ELECTRA_CACHE/squad_shifts
+
+_T0 = time.time()
+
+
+def log(msg):
+    print(f"squad: [{time.time() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------ fetch
+def _extract_from_tar(tar_path, dest):
+    with tarfile.open(tar_path) as tar:
+        for member in tar.getmembers():
+            name = os.path.basename(member.name)
+            if SHIFTS_DIR in member.name and name in SHIFTS_FILES and member.isfile():
+                with tar.extractfile(member) as src, open(os.path.join(dest, name), "wb") as out:
+                    shutil.copyfileobj(src, out)
+
+
+def fetch(args):
+    dest = os.path.abspath(args.cache_dir)
+    have = lambda: all(os.path.isfile(os.path.join(dest, f)) for f in SHIFTS_FILES)  # noqa
+    if have() and not args.force:
+        log(f"cached: {dest}")
+        print(dest)
+        return 0
+    os.makedirs(dest, exist_ok=True)
+    work = tempfile.mkdtemp(prefix=".fetch-", dir=dest)
+    try:
+        if args.sdist:
+            _extract_from_tar(args.sdist, work)
+        else:
+            # bigbench's setup declares a direct-URL dependency, so pip stops after unpacking
+            # the sdist ("cannot declare direct URL dependencies") and keeps no archive even
+            # with --no-deps (electra_plugin.data.packages.fetch_package fails on it for that
+            # reason); --no-clean leaves the unpacked tree in our TMPDIR instead.
+            log(f"pip download --no-deps --no-binary :all: {BIGBENCH} (about 360 MB, once)")
+            env = dict(os.environ, TMPDIR=work)
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                   "--no-clean", "--disable-pip-version-check", BIGBENCH, "-d",
+                   os.path.join(work, "dl")]
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            archives = glob.glob(os.path.join(work, "dl", "bigbench-*.tar.gz"))
+            if archives:
+                _extract_from_tar(archives[0], work)
+            else:
+                for name in SHIFTS_FILES:
+                    found = glob.glob(os.path.join(work, "pip-*", "*", SHIFTS_DIR, name))
+                    if found:
+                        shutil.copyfile(found[0], os.path.join(work, name))
+            if not all(os.path.isfile(os.path.join(work, f)) for f in SHIFTS_FILES):
+                tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+                raise ElectraUsageError(f"could not get the squad_shifts files of {BIGBENCH} "
+                                        f"with pip: {tail[0]}")
+        missing = [f for f in SHIFTS_FILES if not os.path.isfile(os.path.join(work, f))]
+        if missing:
+            raise ElectraUsageError(f"{args.sdist} lacks {SHIFTS_DIR}{missing[0]}")
+        provenance = {}
+        for name in SHIFTS_FILES:
+            with open(os.path.join(work, name), "rb") as f:
+                provenance[name] = hashlib.sha256(f.read()).hexdigest()
+            os.replace(os.path.join(work, name), os.path.join(dest, name))
+        with open(os.path.join(dest, "SOURCE.json"), "w") as f:
+            json.dump({"package": BIGBENCH, "path": SHIFTS_DIR, "sha256": provenance}, f,
+                      indent=2)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    log(f"wrote {len(SHIFTS_FILES)} SQuAD files to {dest}")
+    print(dest)
+    return 0
+
+
+# ------------------------------------------------------------------------------------ split
+def split(args):
+    """Paragraph-level train/valid split of one SQuAD file (questions stay with their text)."""
+    sq.read_squad(args.input, realign=True)  # check it first
+    with open(args.input, encoding="utf-8") as f:
+        raw = json.load(f)
+    paragraphs = [(a.get("title", ""), p) for a in raw["data"] for p in a["paragraphs"]]
+    random.Random(args.seed).shuffle(paragraphs)
+    total = sum(len(p["qas"]) for _, p in paragraphs)
+    want_valid = max(1, round(args.valid_fraction * total))
+    if args.max_valid_questions:
+        want_valid = min(want_valid, args.max_valid_questions)
+    parts = {"valid": [], "train": []}
+    counts = {"valid": 0, "train": 0}
+    for title, p in paragraphs:
+        part = "valid" if counts["valid"] < want_valid else "train"
+        if part == "train" and args.max_train_questions and \
+                counts["train"] >= args.max_train_questions:
+            break
+        parts[part].append({"title": title, "paragraphs": [p]})
+        counts[part] += len(p["qas"])
+    if not counts["train"]:
+        raise ElectraUsageError(f"{args.input} is too small to split (--valid-fraction "
+                                f"{args.valid_fraction} takes every question)")
+    os.makedirs(args.out_dir, exist_ok=True)
+    for part, articles in parts.items():
+        path = os.path.join(args.out_dir, f"{part}.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"version": raw.get("version", ""), "data": articles}, f,
+                      ensure_ascii=False)
+        log(f"{path}: {counts[part]} questions, {len(articles)} paragraphs")
+    return 0
+
+
+# ------------------------------------------------------------------------------- preprocess
+def preprocess(args):
+    inputs = {name: path for name, path in (("train", args.train), ("valid", args.valid),
+                                            ("test", args.test)) if path}
+    if not inputs:
+        raise ElectraUsageError("give at least one of --train, --valid, --test")
+    sq.check_window_sizes(args.max_seq_len, args.doc_stride, args.max_query_len)
+    pretrain = args.pretrain_data
+    if not os.path.isfile(os.path.join(pretrain, "dict.txt")):
+        raise ElectraUsageError(f"{pretrain}/dict.txt is missing; --pretrain-data is the data "
+                                f"directory the model was pre-trained on (scripts/prepare_data.py)")
+    # Read and check every file before the slow part.
+    data = {name: sq.read_squad(path, args.squad_version, args.realign_answers)
+            for name, path in inputs.items()}
+    versions = {d.version for d in data.values()}
+    if len(versions) > 1:
+        raise ElectraUsageError(f"the files are of different SQuAD versions ({sorted(versions)}"
+                                f"); pass --squad-version")
+    for name, d in data.items():
+        log(f"{name}: {inputs[name]}: SQuAD {d.version}, {len(d.examples)} questions, "
+            f"{len(d.contexts)} paragraphs"
+            + (f", {d.realigned} answers realigned" if d.realigned else ""))
+
+    from fairseq.data import Dictionary
+
+    from electra_plugin.data.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(pretrain)
+    dictionary = Dictionary.load(os.path.join(pretrain, "dict.txt"))
+    dest = args.destdir
+    os.makedirs(dest, exist_ok=True)
+    existing = [f for f in os.listdir(dest) if f.endswith(".squad.json")]
+    if existing and not args.force:
+        raise ElectraUsageError(f"{dest} already holds SQuAD data ({existing[0]}); pass --force "
+                                f"to overwrite it")
+    for name in os.listdir(dest) if args.force else ():
+        if name.endswith((".squad.json", ".input.bin", ".input.idx", ".target.bin",
+                          ".target.idx")):
+            os.remove(os.path.join(dest, name))
+    # The data directory carries its dictionary and tokenizer, so it stands on its own.
+    if not os.path.samefile(pretrain, dest):
+        shutil.copyfile(os.path.join(pretrain, "dict.txt"), os.path.join(dest, "dict.txt"))
+        tokenizer.save_to(dest)
+
+    for name, d in data.items():
+        windows, offsets, stats = sq.make_windows(
+            d, tokenizer, dictionary, args.max_seq_len, args.doc_stride, args.max_query_len)
+        sq.write_split(dest, name, d, windows, offsets, len(dictionary) + 1,  # + <mask>
+                       args.max_seq_len, args.doc_stride, args.max_query_len,
+                       source=os.path.abspath(inputs[name]))
+        unk = sum(t == dictionary.unk() for w in windows for t in w.tokens)
+        log(f"{name}: {stats['windows']} windows ({stats['windows without the answer']} without "
+            f"an answer), {stats['questions truncated']} questions cut to --max-query-len, "
+            f"{stats['answers covering no piece']} answers that cover no piece, "
+            f"{unk} <unk> tokens")
+    log(f"done: {os.path.abspath(dest)}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------- predict
+def predict(args):
+    import torch
+    from fairseq import checkpoint_utils, utils
+
+    import electra_plugin
+    from electra_plugin.tasks.squad import SquadTask
+
+    utils.import_user_module(argparse.Namespace(user_dir=os.path.dirname(electra_plugin.__file__)))
+    if not os.path.isfile(args.checkpoint):
+        raise ElectraUsageError(f"checkpoint {args.checkpoint} does not exist")
+    overrides = {"data": os.path.abspath(args.data)} if args.data else {}
+    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+        [args.checkpoint], arg_overrides=overrides)
+    if not isinstance(task, SquadTask):
+        raise ElectraUsageError(f"{args.checkpoint} was not fine-tuned with --task squad")
+    model = models[0].eval()
+    use_cuda = torch.cuda.is_available() and not args.cpu
+    if use_cuda:
+        model.cuda()
+    head = task.cfg.classification_head_name
+    dataset = task.load_dataset(args.split)
+    meta = task.load_metadata(args.split)
+    batches = task.get_batch_iterator(
+        dataset=dataset, max_sentences=args.batch_size, max_positions=task.max_positions(),
+        ignore_invalid_inputs=False, num_workers=0).next_epoch_itr(shuffle=False)
+    logits = {}
+    log(f"predicting {len(dataset)} windows of {len(meta.examples)} questions "
+        f"({'cuda' if use_cuda else 'cpu'})")
+    with torch.no_grad():
+        for sample in batches:
+            if use_cuda:
+                sample = utils.move_to_cuda(sample)
+            out, _ = model(**sample["net_input"], classification_head_name=head)
+            lengths = sample["net_input"]["src_lengths"].tolist()
+            for b, window in enumerate(sample["id"].tolist()):
+                n = lengths[b]
+                logits[window] = sq.WindowLogits(
+                    out.start[b, :n].float().cpu().numpy(), out.end[b, :n].float().cpu().numpy(),
+                    None if out.no_answer is None else float(out.no_answer[b]))
+    preds = sq.predict_answers(meta, logits, args.n_best_size, args.max_answer_len,
+                               args.no_answer_threshold)
+    answers = {qid: p.answer for qid, p in preds.items()}
+    os.makedirs(args.out_dir, exist_ok=True)
+    outputs = {"predictions.json": answers,
+               "nbest_predictions.json": {qid: p.nbest for qid, p in preds.items()}}
+    null_scores = {qid: p.no_answer_score for qid, p in preds.items()
+                   if p.no_answer_score is not None}
+    if null_scores:
+        outputs["null_odds.json"] = null_scores
+    scores = sq.squad_scores(meta.examples, answers, null_scores,
+                             {qid: p.best_span for qid, p in preds.items()})
+    outputs["eval.json"] = scores
+    for name, value in outputs.items():
+        with open(os.path.join(args.out_dir, name), "w", encoding="utf-8") as f:
+            json.dump(value, f, indent=1 if name == "eval.json" else None, ensure_ascii=False)
+    log(f"wrote {', '.join(outputs)} to {args.out_dir}")
+    print(json.dumps(scores))
+    return 0
+
+
+# --------------------------------------------------------------------------------- evaluate
+def evaluate(args):
+    data = sq.read_squad(args.data_file, args.squad_version, realign=True)
+    try:
+        with open(args.pred_file, encoding="utf-8") as f:
+            predictions = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ElectraUsageError(f"cannot read predictions {args.pred_file}: {e}")
+    if not isinstance(predictions, dict) or not all(isinstance(v, str)
+                                                    for v in predictions.values()):
+        raise ElectraUsageError(f"{args.pred_file} is not a predictions.json (question id -> "
+                                f"answer text)")
+    missing = sum(ex.qid not in predictions for ex in data.examples)
+    if missing:
+        log(f"{missing} questions have no prediction and score 0")
+    print(json.dumps(sq.squad_scores(data.examples, predictions)))
+    return 0
+
+
+# ------------------------------------------------------------------------------------- main
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    f = sub.add_parser("fetch", help="fetch and cache the squad_shifts files of bigbench")
+    f.add_argument("--cache-dir", default=DEFAULT_CACHE, help=f"default {DEFAULT_CACHE}")
+    f.add_argument("--sdist", help="use this bigbench-1.0.0.tar.gz instead of pip download")
+    f.add_argument("--force", action="store_true", help="fetch again even if cached")
+    f.set_defaults(run=fetch)
+
+    s = sub.add_parser("split", help="paragraph-level train/valid split of one SQuAD file")
+    s.add_argument("input", help="SQuAD JSON file")
+    s.add_argument("--out-dir", required=True, help="writes train.json and valid.json here")
+    s.add_argument("--valid-fraction", type=float, default=0.1,
+                   help="fraction of the questions held out (default 0.1)")
+    s.add_argument("--max-valid-questions", type=int, help="hold out at most this many")
+    s.add_argument("--max-train-questions", type=int, help="keep at most about this many "
+                                                           "training questions (whole paragraphs)")
+    s.add_argument("--seed", type=int, default=1, help="shuffling seed (default 1)")
+    s.set_defaults(run=split)
+
+    pp = sub.add_parser("preprocess", help="SQuAD JSON -> binarized windows for --task squad")
+    pp.add_argument("--pretrain-data", required=True,
+                    help="pre-training data directory (dict.txt and the tokenizer "
+                         "scripts/prepare_data.py saved)")
+    pp.add_argument("--train", help="training SQuAD JSON file")
+    pp.add_argument("--valid", help="validation SQuAD JSON file (e.g. the dev set)")
+    pp.add_argument("--test", help="another SQuAD JSON file to predict on")
+    pp.add_argument("--destdir", required=True, help="output directory")
+    pp.add_argument("--squad-version", choices=sq.VERSIONS,
+                    help="default: 2.0 if the files have is_impossible fields, else 1.1")
+    pp.add_argument("--max-seq-len", type=int, default=sq.MAX_SEQ_LEN,
+                    help=f"tokens per window, specials included; at most the model's "
+                         f"--max-positions (default {sq.MAX_SEQ_LEN}, ELECTRA's)")
+    pp.add_argument("--doc-stride", type=int, default=sq.DOC_STRIDE,
+                    help=f"context pieces between window starts (default {sq.DOC_STRIDE})")
+    pp.add_argument("--max-query-len", type=int, default=sq.MAX_QUERY_LEN,
+                    help=f"question pieces kept (default {sq.MAX_QUERY_LEN})")
+    pp.add_argument("--realign-answers", action="store_true",
+                    help="move an answer whose text is not at its answer_start to the nearest "
+                         "occurrence of the text (released SQuAD files have a few)")
+    pp.add_argument("--force", action="store_true", help="overwrite SQuAD data in --destdir")
+    pp.set_defaults(run=preprocess)
+
+    pr = sub.add_parser("predict", help="checkpoint -> predictions.json and EM/F1")
+    pr.add_argument("--checkpoint", required=True, help="a checkpoint of --task squad")
+    pr.add_argument("--data", help="preprocessed SQuAD directory (default: the checkpoint's)")
+    pr.add_argument("--split", default="valid", help="split to predict (default valid)")
+    pr.add_argument("--out-dir", required=True,
+                    help="writes predictions.json, nbest_predictions.json, null_odds.json "
+                         "(2.0) and eval.json")
+    pr.add_argument("--n-best-size", type=int, default=sq.N_BEST_SIZE,
+                    help=f"start and end candidates per window (default {sq.N_BEST_SIZE})")
+    pr.add_argument("--max-answer-len", type=int, default=sq.MAX_ANSWER_LEN,
+                    help=f"longest answer in pieces (default {sq.MAX_ANSWER_LEN})")
+    pr.add_argument("--no-answer-threshold", type=float, default=0.0,
+                    help="SQuAD 2.0: answer \"\" when the no-answer logit exceeds this "
+                         "(default 0; eval.json's best_f1_thresh is the best value on this split)")
+    pr.add_argument("--batch-size", type=int, default=32, help="windows per batch")
+    pr.add_argument("--cpu", action="store_true", help="do not use a GPU")
+    pr.set_defaults(run=predict)
+
+    e = sub.add_parser("evaluate", help="official EM/F1 of a predictions.json")
+    e.add_argument("data_file", help="SQuAD JSON file with the gold answers")
+    e.add_argument("pred_file", help="predictions.json (question id -> answer text)")
+    e.add_argument("--squad-version", choices=sq.VERSIONS,
+                   help="default: detected from the file")
+    e.set_defaults(run=evaluate)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,452 @@
+"""SQuAD: offsets, windows and targets, official EM/F1, the loss, n-best prediction, a real
+fairseq-train run of --task squad from a pre-training checkpoint, and one-line errors."""
+
+import importlib.util
+import json
+import math
+import random
+import re
+import subprocess
+import sys
+from argparse import Namespace
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from fairseq.data import Dictionary
+
+from conftest import PLUGIN, REPO, run
+from electra_plugin.data import squad as sq
+from electra_plugin.data.tokenizer import WordPieceTextTokenizer, load_tokenizer
+from electra_plugin.errors import ElectraUsageError
+
+SCRIPT = REPO / "scripts" / "squad.py"
+
+# Contexts made of the pre-training corpus' words (tests/conftest.py), plus capitals and
+# digits the 80-piece sentencepiece model has never seen (they become <unk> pieces).
+SHORT = "the cat sees a house in the park . a dog likes the ball ."
+_rng = random.Random(7)
+_FILLER = " ".join(
+    f"{_rng.choice(['the cat', 'a dog', 'my neighbour', 'the river'])} "
+    f"{_rng.choice(['likes', 'builds', 'follows'])} "
+    f"{_rng.choice(['an apple', 'the letter', 'a warm coat'])} ." for _ in range(12))
+LONG = ("the teacher carries two boxes every winter . " + _FILLER
+        + " Mr. Brown watches the morning news near the station in 1999 . the end .")
+
+
+def answer(text, context, occurrence=0):
+    start = -1
+    for _ in range(occurrence + 1):
+        start = context.index(text, start + 1)
+    return {"text": text, "answer_start": start}
+
+
+def squad_json(version="2.0"):
+    """Five questions: a short context, a long one needing several windows with answers at
+    both ends, several gold answers, and (2.0) an unanswerable question."""
+    qas_short = [{"id": "q1", "question": "what does the cat see ?",
+                  "answers": [answer("a house", SHORT)]}]
+    qas_long = [
+        {"id": "q2", "question": "who watches the morning news ?",
+         "answers": [answer("Mr. Brown", LONG)]},
+        {"id": "q3", "question": "what does the teacher carry ?",
+         "answers": [answer("two boxes", LONG)]},
+        {"id": "q5", "question": "where does he watch the news ?",
+         "answers": [answer("near the station", LONG), answer("the station", LONG)]},
+    ]
+    if version == "2.0":
+        qas_short.append({"id": "q4", "question": "what does the river build ?",
+                          "answers": [], "is_impossible": True,
+                          "plausible_answers": [answer("a house", SHORT)]})
+        for qa in qas_short + qas_long:
+            qa.setdefault("is_impossible", False)
+    return {"version": version, "data": [{"title": "t", "paragraphs": [
+        {"context": SHORT, "qas": qas_short}, {"context": LONG, "qas": qas_long}]}]}
+
+
+def write_json(path, obj):
+    path.write_text(json.dumps(obj))
+    return path
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("squad_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def assert_one_line_error(proc, *phrases):
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    last = [line for line in proc.stderr.splitlines() if line.strip()][-1]
+    assert last.startswith("electra_plugin: error: "), proc.stderr[-2000:]
+    for phrase in phrases:
+        assert phrase in last, last
+    return last
+
+
+@pytest.fixture(scope="module")
+def wordpiece(tmp_path_factory):
+    words = sorted(set((SHORT + " " + LONG).lower().replace(".", " ").split()))
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "?"] + words + ["##s", "##e"]
+    path = tmp_path_factory.mktemp("wp") / "vocab.txt"
+    path.write_text("\n".join(vocab) + "\n")
+    return WordPieceTextTokenizer(str(path), lowercase=True)
+
+
+@pytest.fixture(scope="module")
+def squad_bin(tmp_path_factory, spm_data):
+    """SQuAD 2.0 and 1.1 preprocessed with the pre-training data's tokenizer, 64-token windows."""
+    root = tmp_path_factory.mktemp("squad")
+    script = load_script()
+    out = {}
+    for version in ("2.0", "1.1"):
+        path = write_json(root / f"v{version}.json", squad_json(version))
+        dest = root / f"bin{version}"
+        assert script.main(["preprocess", "--pretrain-data", str(spm_data), "--train", str(path),
+                            "--valid", str(path), "--destdir", str(dest), "--max-seq-len", "64",
+                            "--doc-stride", "16", "--max-query-len", "16"]) == 0
+        out[version] = dest
+    return out
+
+
+# --------------------------------------------------------------------------- tokenization
+VARIED = [SHORT, LONG,
+          "  Café déjà-vu:  naïve\tﬁnance ＦＵＬＬ İstanbul ΣΟΦΟΣ 3.14 [CLS] x ",
+          "北京 emoji 😀 zero\u200bwidth end.", ""]
+
+
+def test_offsets_give_back_the_text(tmp_path, spm_data, wordpiece):
+    data = sq.read_squad(write_json(tmp_path / "t.json", squad_json()))
+    for tok in (load_tokenizer(str(spm_data)), wordpiece):
+        for text in VARIED:
+            spans = tok.pieces_with_offsets(text)  # checks pieces == tok.pieces(text)
+            starts = [s for _, s, _ in spans]
+            assert starts == sorted(starts)
+            for piece, s, e in spans:
+                assert 0 <= s <= e <= len(text) and text[s:e] == text[s:e].strip()
+                source = text[s:e].lower() if tok.lowercase else text[s:e]
+                if piece != "<unk>" and s < e and source.isascii():
+                    assert piece.lstrip("\u2581").removeprefix("##") == source
+        # every answer maps back to exactly its text
+        for ex in data.examples:
+            context = data.contexts[ex.context]
+            offsets = [(s, e) for _, s, e in tok.pieces_with_offsets(context)]
+            for text, start in ex.answers:
+                first, last = sq.answer_pieces(offsets, start, start + len(text))
+                assert context[offsets[first][0]:offsets[last][1]] == text
+
+
+# --------------------------------------------------------------------------- windows
+def test_windows_and_targets(tmp_path, spm_data):
+    tok = load_tokenizer(str(spm_data))
+    dictionary = Dictionary.load(str(spm_data / "dict.txt"))
+    data = sq.read_squad(write_json(tmp_path / "t.json", squad_json()))
+    windows, offsets, stats = sq.make_windows(data, tok, dictionary, max_seq_len=64,
+                                              doc_stride=16, max_query_len=16)
+    for index, ex in enumerate(data.examples):
+        mine = [w for w in windows if w.example == index]
+        question = [dictionary.index(p) for p in tok.pieces(ex.question)][:16]
+        doc = [dictionary.index(p) for p in tok.pieces(data.contexts[ex.context])]
+        room = 64 - len(question) - 3
+        # windows start every 16 pieces until one reaches the end of the context
+        expected = [0]
+        while expected[-1] + room < len(doc):
+            expected.append(expected[-1] + 16)
+        assert [w.doc_start for w in mine] == expected
+        assert mine[-1].doc_start + mine[-1].doc_len == len(doc)
+        for w in mine:
+            assert len(w.tokens) <= 64 and w.doc_len == min(room, len(doc) - w.doc_start)
+            assert w.tokens == [0] + question + [2] + doc[w.doc_start:w.doc_start + w.doc_len] + [2]
+            assert w.seq_start == len(question) + 2
+        if ex.is_impossible:
+            assert all((w.start, w.end) == (0, 0) for w in mine)
+            continue
+        text, char_start = ex.answers[0]
+        spans = offsets[ex.context]
+        first, last = sq.answer_pieces(spans, char_start, char_start + len(text))
+        inside = [w for w in mine if w.doc_start <= first and last < w.doc_start + w.doc_len]
+        assert inside, ex.qid
+        for w in mine:
+            if w in inside:
+                s, e = w.start, w.end
+                assert w.tokens[s:e + 1] == doc[first:last + 1]
+                c0 = spans[w.doc_start + s - w.seq_start][0]
+                c1 = spans[w.doc_start + e - w.seq_start][1]
+                assert data.contexts[ex.context][c0:c1] == text
+            else:
+                assert (w.start, w.end) == (0, 0)
+    long = [w for w in windows if data.examples[w.example].qid == "q2"]
+    assert len(long) >= 4
+    assert long[0].start == 0 and any(w.start for w in long)  # not in the first window
+    three = [w for w in windows if data.examples[w.example].qid == "q3"]
+    assert three[0].start > 0 and three[-1].start == 0  # ... and this one outside the last
+    assert stats["windows"] == len(windows)
+
+
+def test_window_options_are_checked():
+    with pytest.raises(ElectraUsageError, match="doc-stride"):
+        sq.check_window_sizes(64, 50, 16)
+    with pytest.raises(ElectraUsageError, match="no room"):
+        sq.check_window_sizes(16, 1, 16)
+
+
+# --------------------------------------------------------------------------- evaluation
+def test_official_em_f1_by_hand():
+    assert sq.normalize_answer("The  Cat's, an apple!") == "cats apple"
+    examples = [
+        sq.SquadExample("a", "?", 0, [("the green door", 0), ("green door", 4)]),
+        sq.SquadExample("b", "?", 0, [("a red bird", 0)]),
+        sq.SquadExample("c", "?", 0, [], is_impossible=True),
+        sq.SquadExample("d", "?", 0, [], is_impossible=True),
+        sq.SquadExample("e", "?", 0, [("two boxes", 0)]),
+    ]
+    preds = {"a": "Green door!", "b": "red bird near", "c": "", "d": "the ball"}  # e missing
+    # a: EM 1, F1 1. b: gold "red bird" (article dropped) vs "red bird near": P 2/3, R 1,
+    # F1 0.8. c: "" = "" -> 1, 1. d: 0, 0. e: no prediction -> 0, 0.
+    result = sq.squad_scores(examples, preds)
+    assert result["exact"] == pytest.approx(100 * 2 / 5)
+    assert result["f1"] == pytest.approx(100 * (1 + 0.8 + 1) / 5)
+    assert result["HasAns_exact"] == pytest.approx(100 / 3)
+    assert result["HasAns_f1"] == pytest.approx(100 * 1.8 / 3)
+    assert result["NoAns_exact"] == result["NoAns_f1"] == pytest.approx(50)
+    assert sq.f1_score("green", "the green door") == pytest.approx(2 * 1 * 0.5 / 1.5)
+
+    # Best threshold (official v2.0 find_best_thresh): questions whose null score is at most
+    # the threshold get their best span. Null scores order them c(-3) a(-1) e(0) d(2) b(5);
+    # EM counts: all empty 2 (c, d), +c's span "x" 1, +a 2, +e 3, +d 2, +b 2: best 3 at 0.
+    spans = {"a": "green door", "b": "wrong", "c": "x", "d": "the ball", "e": "two boxes"}
+    nulls = {"a": -1.0, "b": 5.0, "c": -3.0, "d": 2.0, "e": 0.0}
+    result = sq.squad_scores(examples, preds, nulls, spans)
+    assert result["best_exact"] == pytest.approx(60) and result["best_exact_thresh"] == 0.0
+
+
+def test_predict_answers_from_hand_made_logits():
+    context = "aa bb cc dd ee"
+    offsets = [0, 2, 3, 5, 6, 8, 9, 11, 12, 14]  # five pieces p0..p4, one per word
+    ex = sq.SquadExample("q", "?", 0, [("cc", 6)])
+    # two windows <s> q </s> p0 p1 p2 </s> and <s> q </s> p2 p3 p4 </s>; p2 is at the edge
+    # of both, and the tie goes to the first window (BERT's max-context rule)
+    meta = sq.SquadMetadata("2.0", 8, 1, 1, [context], [offsets], [ex],
+                            [(0, 0, 3, 2), (0, 2, 3, 2)])
+    low = -10.0
+    start0, end0 = [0, low, 0.5, 2, 9, low], [0, low, low, low, 8, low]
+    start1, end1 = [0, low, 5, low, 2, low], [0, low, 1, 0, 7, low]
+    logits = {0: sq.WindowLogits(np.array(start0), np.array(end0), -1.0),
+              1: sq.WindowLogits(np.array(start1), np.array(end1), 2.0)}
+
+    def nbest(**kw):
+        pred = sq.predict_answers(meta, logits, **kw)["q"]
+        return pred, [(c["text"], c["score"]) for c in pred.nbest]
+
+    # window 0: cc 9+8, bb..cc 2+8, aa..cc 0.5+8 (3 pieces), bb 2-10, aa 0.5-10, aa..bb;
+    # window 1: ee 2+7, dd..ee -10+7, dd -10+0; "cc dd ee" (5+7) would need a start at p2
+    # in window 1, which is not its max-context window.
+    pred, best = nbest(n_best_size=20, max_answer_len=2)
+    assert best[:4] == [("cc", 17), ("bb cc", 10), ("ee", 9), ("dd ee", -3)]
+    assert pred.answer == pred.best_span == "cc" and pred.no_answer_score == -1.0
+    assert sum(c["probability"] for c in pred.nbest) == pytest.approx(1.0)
+    assert pred.nbest[0]["probability"] == pytest.approx(
+        1 / sum(math.exp(score - 17) for _, score in best))
+    _, best = nbest(n_best_size=20, max_answer_len=3)
+    assert ("aa bb cc", 8.5) in best and "cc dd ee" not in dict(best)
+    _, best = nbest(n_best_size=3, max_answer_len=1)
+    assert best == [("cc", 17), ("ee", 9), ("bb", -8)]
+    # SQuAD 2.0: "" once the smallest no-answer logit (-1) is above the threshold
+    pred, _ = nbest(no_answer_threshold=-2.0)
+    assert pred.answer == "" and pred.best_span == "cc"
+
+
+# --------------------------------------------------------------------------- task + loss
+def test_task_batch_and_loss_by_hand(squad_bin):
+    from electra_plugin.criterions.squad import SquadCriterion
+    from electra_plugin.tasks.squad import SquadConfig, SquadTask
+
+    for version, answerable in (("2.0", True), ("1.1", False)):
+        # the directory carries the pre-training dictionary and tokenizer
+        assert load_tokenizer(str(squad_bin[version])).pieces(SHORT)
+        task = SquadTask.setup_task(SquadConfig(data=str(squad_bin[version]), seed=1))
+        assert task.version == version and task.max_positions() == 64
+        args = Namespace(arch="electra_tiny", num_layers=1, hidden_size=16, num_heads=2,
+                         ffn_size=32, embedding_size=8, generator_size=0.5, _name="electra")
+        model = task.build_model(args)
+        assert model.generator is None  # discriminator only outside the electra task
+        assert list(model.classification_heads) == ["squad"]
+        assert model.classification_heads["squad"].out_proj.weight.shape == (2, 16)
+        model.eval()
+        dataset = task.load_dataset("train")
+        meta = task.load_metadata("train")
+        sample = dataset.collater([dataset[i] for i in range(len(dataset))])
+        ids = sample["id"].tolist()
+        targets = sample["target"].tolist()
+        tokens = sample["net_input"]["src_tokens"]
+        for row, w in enumerate(ids):  # targets and segments follow the metadata
+            example, _, doc_len, seq_start = meta.windows[w]
+            types = sample["net_input"]["token_types"][row]
+            assert types[:seq_start].eq(0).all()
+            assert types[seq_start:seq_start + doc_len + 1].eq(1).all()
+            assert tokens[row, seq_start - 1] == 2 and tokens[row, seq_start + doc_len] == 2
+        assert sum(t == [0, 0] for t in targets) > 0 and sum(t != [0, 0] for t in targets) > 0
+
+        criterion = SquadCriterion(task, no_answer_weight=0.5)
+        loss, sample_size, log = criterion(model, sample)
+        out, _ = model(**sample["net_input"], classification_head_name="squad")
+        assert (out.no_answer is not None) == answerable
+        expected = 0.0
+        for row, (s, e) in enumerate(targets):
+            n = int(tokens[row].ne(1).sum())
+            expected += (-F.log_softmax(out.start[row, :n], -1)[s]
+                         - F.log_softmax(out.end[row, :n], -1)[e]) / 2
+            if answerable:
+                p = torch.sigmoid(out.no_answer[row])
+                expected += 0.5 * -torch.log(p if s == 0 else 1 - p)
+        assert sample_size == len(ids)
+        assert float(loss.detach()) == pytest.approx(float(expected.detach()), rel=1e-4)
+
+
+# --------------------------------------------------------------------------- end to end
+def finetune_cmd(data, save_dir, pretrained, *extra):
+    return [sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
+            "--task", "squad", "--criterion", "squad", "--arch", "electra_tiny", "--cpu",
+            "--restore-file", pretrained, "--reset-optimizer", "--reset-dataloader",
+            "--reset-meters", "--batch-size", "8", "--num-workers", "0",
+            "--optimizer", "electra_adam", "--layer-decay", "0.8", "--lr", "1e-3",
+            "--lr-scheduler", "polynomial_decay", "--warmup-updates", "1",
+            "--total-num-update", "3", "--max-update", "3", "--save-dir", save_dir,
+            "--no-epoch-checkpoints", "--log-format", "json", "--log-interval", "1",
+            "--no-progress-bar", "--seed", "1", *extra]
+
+
+def test_finetune_then_predict(tmp_path, squad_bin, pretrained, capsys):
+    # the bad-input runs go first, in parallel: they only need a few seconds each
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    missing = squad_json()
+    del missing["data"][0]["paragraphs"][1]["qas"][0]["question"]
+    shifted = squad_json()
+    shifted["data"][0]["paragraphs"][1]["qas"][1]["answers"][0]["answer_start"] += 1
+    procs = {}
+    for name, obj in (("missing", missing), ("shifted", shifted)):
+        path = write_json(bad / f"{name}.json", obj)
+        procs[name] = subprocess.Popen(
+            [sys.executable, SCRIPT, "preprocess", "--pretrain-data", squad_bin["2.0"],
+             "--train", path, "--destdir", bad / name], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+    procs["positions"] = subprocess.Popen(
+        [str(c) for c in finetune_cmd(squad_bin["2.0"], tmp_path / "ck0", pretrained,
+                                      "--max-positions", "32")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    results = {}
+    for name, proc in procs.items():
+        out, err = proc.communicate(timeout=300)
+        results[name] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    assert_one_line_error(results["missing"], "paragraphs[1].qas[0] has no 'question' field")
+    assert_one_line_error(results["shifted"], "do not match the context at answer_start",
+                          "'q3'", "--realign-answers")
+    assert_one_line_error(results["positions"], "up to 64 tokens", "32 positions")
+
+    save = tmp_path / "ck"
+    proc = run(finetune_cmd(squad_bin["2.0"], save, pretrained))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(m.group(1)) for m in re.finditer(
+        r"\| (?:train_inner|train|valid) \| (\{.*\})$", proc.stdout, re.M)]
+    train = [r for r in records if "loss" in r]
+    assert len(train) == 3 and all(math.isfinite(float(r["loss"])) for r in train)
+    assert all("no_answer_acc" in r and "start_acc" in r for r in train)
+    assert any("valid_loss" in r for r in records)
+    state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    keys = list(state["model"])
+    assert not any(k.startswith(("generator", "discriminator_head")) for k in keys)
+    assert "classification_heads.squad.out_proj.weight" in keys
+    assert "classification_heads.squad.no_answer_proj.weight" in keys
+
+    out = tmp_path / "pred"
+    proc = run([sys.executable, SCRIPT, "predict", "--checkpoint", save / "checkpoint_last.pt",
+                "--data", squad_bin["2.0"], "--split", "valid", "--out-dir", out, "--cpu"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    predictions = json.loads((out / "predictions.json").read_text())
+    assert sorted(predictions) == ["q1", "q2", "q3", "q4", "q5"]
+    contexts = {"q1": SHORT, "q4": SHORT}
+    for qid, text in predictions.items():
+        assert text in contexts.get(qid, LONG)  # a span of the original context (or "")
+    scores = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert scores == json.loads((out / "eval.json").read_text())
+    assert scores["total"] == 5 and 0 <= scores["f1"] <= 100 and "best_f1" in scores
+    assert sorted(json.loads((out / "null_odds.json").read_text())) == sorted(predictions)
+    # the stand-alone evaluation of predictions.json agrees
+    gold = write_json(tmp_path / "gold.json", squad_json())
+    assert load_script().main(["evaluate", str(gold), str(out / "predictions.json")]) == 0
+    standalone = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert standalone["exact"] == scores["exact"] and standalone["f1"] == scores["f1"]
+
+
+def test_bad_json_in_process(tmp_path):
+    """Each bad input is one ElectraUsageError line; --realign-answers fixes shifted starts."""
+    obj = squad_json()
+    obj["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] -= 2
+    path = write_json(tmp_path / "shifted.json", obj)
+    with pytest.raises(ElectraUsageError) as err:
+        sq.read_squad(path)
+    assert "\n" not in str(err.value) and "'q1'" in str(err.value)
+    data = sq.read_squad(path, realign=True)
+    assert data.realigned == 1
+    assert data.examples[0].answers[0] == ("a house", SHORT.index("a house"))
+    obj["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["text"] = "a castle"
+    with pytest.raises(ElectraUsageError, match="nowhere in the context"):
+        sq.read_squad(write_json(path, obj), realign=True)
+    for breaker, phrase in (
+            (lambda o: o.pop("data"), "no 'data' field"),
+            (lambda o: o["data"][0]["paragraphs"][0].pop("context"), "no 'context' field"),
+            (lambda o: o["data"][0]["paragraphs"][0]["qas"][0]["answers"][0].pop(
+                "answer_start"), "no 'answer_start' field"),
+            (lambda o: o["data"][0]["paragraphs"][0]["qas"][0].update(id="q2"), "occurs twice"),
+            (lambda o: o["data"][0]["paragraphs"][0]["qas"][1].update(is_impossible=False),
+             "has no answers")):
+        obj = squad_json()
+        breaker(obj)
+        with pytest.raises(ElectraUsageError, match=phrase) as err:
+            sq.read_squad(write_json(path, obj))
+        assert "\n" not in str(err.value)
+    with pytest.raises(ElectraUsageError, match="SQuAD 1.1 has not"):
+        sq.read_squad(write_json(path, squad_json("2.0")), version="1.1")
+
+
+# --------------------------------------------------------------------------- scripts
+def test_fetch_from_sdist_and_split(tmp_path, capsys):
+    """fetch takes only the squad_shifts SQuAD files out of the bigbench sdist and caches
+    them; split holds out whole paragraphs."""
+    import tarfile
+
+    script = load_script()
+    src = tmp_path / "src"
+    inner = src / "bigbench-1.0.0" / "bigbench" / "benchmark_tasks" / "squad_shifts"
+    inner.mkdir(parents=True)
+    for name in script.SHIFTS_FILES + ("new_wiki_v1.0_removed.json", "task.py"):
+        write_json(inner / name, squad_json("1.1") if name in script.SHIFTS_FILES else {})
+    sdist = tmp_path / "bigbench-1.0.0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        tar.add(src / "bigbench-1.0.0", arcname="bigbench-1.0.0")
+    cache = tmp_path / "cache"
+    assert script.main(["fetch", "--cache-dir", str(cache), "--sdist", str(sdist)]) == 0
+    assert sorted(p.name for p in cache.iterdir()) == sorted(script.SHIFTS_FILES + ("SOURCE.json",))
+    sdist.unlink()  # cached: not needed again
+    assert script.main(["fetch", "--cache-dir", str(cache), "--sdist", str(sdist)]) == 0
+    assert capsys.readouterr().out.split() == [str(cache)] * 2
+
+    big = squad_json("1.1")
+    paragraphs = big["data"][0]["paragraphs"]
+    for k in range(6):  # more paragraphs, each with its own question ids
+        paragraphs.append({"context": SHORT, "qas": [
+            {"id": f"x{k}", "question": "?", "answers": [answer("a dog", SHORT)]}]})
+    out = tmp_path / "split"
+    assert script.main(["split", str(write_json(tmp_path / "big.json", big)), "--out-dir",
+                        str(out), "--valid-fraction", "0.3", "--seed", "3"]) == 0
+    train, valid = (sq.read_squad(str(out / f"{part}.json")) for part in ("train", "valid"))
+    ids = lambda d: {e.qid for e in d.examples}  # noqa: E731
+    everything = sq.read_squad(str(tmp_path / "big.json")).examples
+    assert ids(train) | ids(valid) == {e.qid for e in everything}
+    assert not ids(train) & ids(valid) and len(ids(valid)) >= 3
+    # questions about one paragraph stay together
+    assert {"q2", "q3", "q5"} <= ids(train) or {"q2", "q3", "q5"} <= ids(valid)
