@@ -66,6 +66,17 @@ def train_cmd(data: Path, save_dir: Path, *extra: str, arch: str = "electra_tiny
     ]
 
 
+def assert_one_line_error(proc, *phrases) -> str:
+    """A failed command whose stderr ends in one plugin error line holding ``phrases``."""
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    last = [line for line in proc.stderr.splitlines() if line.strip()][-1]
+    assert last.startswith("electra_plugin: error: "), proc.stderr[-2000:]
+    for phrase in phrases:
+        assert phrase in last, last
+    return last
+
+
 def run(cmd, **kwargs) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env,

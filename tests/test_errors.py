@@ -5,17 +5,7 @@ import shutil
 
 import pytest
 
-from conftest import binarize, run, train_cmd, write_corpus
-
-
-def assert_one_line_error(proc, *phrases):
-    assert proc.returncode != 0
-    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    last = [line for line in proc.stderr.splitlines() if line.strip()][-1]
-    assert last.startswith("electra_plugin: error: "), proc.stderr[-2000:]
-    for phrase in phrases:
-        assert phrase in last, last
-    return last
+from conftest import assert_one_line_error, binarize, run, train_cmd, write_corpus
 
 
 def digest(path):

@@ -10,7 +10,7 @@ import torch
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import f1_score, matthews_corrcoef
 
-from conftest import PLUGIN, REPO, SUBJECTS, OBJECTS, VERBS, run
+from conftest import assert_one_line_error, PLUGIN, REPO, SUBJECTS, OBJECTS, VERBS, run
 from electra_plugin import glue
 
 SCRIPTS = REPO / "scripts"
@@ -168,14 +168,6 @@ def test_stsb_regression_and_cola_without_header(tmp_path, spm_data, pretrained)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(result) >= {"pearson", "spearman"} and -100 <= result["pearson"] <= 100
-
-
-def assert_one_line_error(proc, *phrases):
-    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    last = [line for line in proc.stderr.splitlines() if line.strip()][-1]
-    assert last.startswith("electra_plugin: error:"), last
-    for phrase in phrases:
-        assert phrase in last, last
 
 
 def finetune_cmd(data, pretrained, save, *extra):

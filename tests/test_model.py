@@ -8,7 +8,7 @@ from fairseq.data import Dictionary
 from omegaconf import OmegaConf
 
 from electra_plugin.errors import ElectraUsageError
-from electra_plugin.models.electra import ARCH_SIZES, ElectraModel, complete_config, generator_sizes
+from electra_plugin.models.electra import ElectraModel, complete_config, generator_sizes
 from electra_plugin.tasks.electra_pretraining import ElectraPretrainingConfig, ElectraPretrainingTask
 
 OFFICIAL = {  # (layers, hidden, heads, ffn, embedding) and generator (hidden, heads, ffn)

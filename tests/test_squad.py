@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from fairseq.data import Dictionary
 
-from conftest import PLUGIN, REPO, run
+from conftest import PLUGIN, REPO, assert_one_line_error, run
 from electra_plugin.data import squad as sq
 from electra_plugin.data.tokenizer import WordPieceTextTokenizer, load_tokenizer
 from electra_plugin.errors import ElectraUsageError
@@ -75,16 +75,6 @@ def load_script():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def assert_one_line_error(proc, *phrases):
-    assert proc.returncode != 0
-    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    last = [line for line in proc.stderr.splitlines() if line.strip()][-1]
-    assert last.startswith("electra_plugin: error: "), proc.stderr[-2000:]
-    for phrase in phrases:
-        assert phrase in last, last
-    return last
 
 
 @pytest.fixture(scope="module")
