@@ -99,7 +99,7 @@ fairseq-train "$WORK/data-bin" --user-dir "$REPO/electra_plugin" \
     --lr "$LR" --lr-scheduler polynomial_decay --end-learning-rate 0 \
     --warmup-updates "$WARMUP_UPDATES" --total-num-update "$UPDATES" --max-update "$UPDATES" \
     --save-dir "$WORK/checkpoints" --no-epoch-checkpoints \
-    --num-workers 0 --log-format simple --log-interval 50 \
+    --num-workers 0 --data-buffer-size 0 --log-format simple --log-interval 50 \
     "$@"
 
 # 4. predict the valid split, write predictions.json, and score it (official EM/F1)
