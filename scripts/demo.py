@@ -66,7 +66,7 @@ def finetune(args, data, save_dir, restore=None):
         cmd = [sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
                "--task", "sentence_prediction", "--criterion", "sentence_prediction",
                "--arch", "electra_tiny", "--num-classes", "2", "--init-token", "0",
-               "--max-positions", "128", "--shorten-method", "truncate", "--cpu",
+               "--shorten-method", "truncate", "--cpu",
                "--optimizer", "electra_adam", "--adam-eps", "1e-6", "--weight-decay", "0.01",
                "--layer-decay", "0.8", "--lr", "3e-4", "--lr-scheduler", "polynomial_decay",
                "--warmup-updates", str(args.finetune_updates // 10),
@@ -118,20 +118,24 @@ def main():
 
     pretrain_dir = w("pretrain")
     checkpoint = os.path.join(pretrain_dir, "checkpoint_last.pt")
+    log_path = w("pretrain.log")
+    finished = os.path.isfile(log_path) and "done training" in open(log_path).read()
     step(f"3. Pre-train ELECTRA-tiny with replaced token detection ({args.updates} updates)")
-    run([
-        sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
-        "--task", "electra", "--criterion", "electra", "--arch", "electra_tiny", "--cpu",
-        "--tokens-per-sample", "128", "--batch-size", "32", "--optimizer", "electra_adam",
-        "--adam-eps", "1e-6", "--weight-decay", "0.01", "--lr", "1e-3", "--clip-norm", "1.0",
-        "--lr-scheduler", "polynomial_decay", "--warmup-updates", str(args.updates // 10),
-        "--total-num-update", str(args.updates), "--max-update", str(args.updates),
-        "--save-dir", pretrain_dir, "--no-epoch-checkpoints", "--save-interval-updates", "400",
-        "--keep-interval-updates", "1", "--validate-interval-updates", "400",
-        "--log-format", "simple", "--log-interval", "50", "--num-workers", "0",
-        "--data-buffer-size", "0",
-        "--seed", str(args.seed), "--log-file", w("pretrain.log")])
-    with open(w("pretrain.log")) as f:  # fairseq appends to it: earlier runs count too
+    if finished:
+        print(f"(already done: {checkpoint})")
+    else:
+        run([
+            sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
+            "--task", "electra", "--criterion", "electra", "--arch", "electra_tiny", "--cpu",
+            "--tokens-per-sample", "128", "--batch-size", "32", "--optimizer", "electra_adam",
+            "--adam-eps", "1e-6", "--weight-decay", "0.01", "--lr", "1e-3", "--clip-norm", "1.0",
+            "--lr-scheduler", "polynomial_decay", "--warmup-updates", str(args.updates // 10),
+            "--total-num-update", str(args.updates), "--max-update", str(args.updates),
+            "--save-dir", pretrain_dir, "--no-epoch-checkpoints", "--save-interval-updates",
+            "400", "--keep-interval-updates", "1", "--validate-interval-updates", "400",
+            "--log-format", "simple", "--log-interval", "50", "--num-workers", "0",
+            "--data-buffer-size", "0", "--seed", str(args.seed), "--log-file", log_path])
+    with open(log_path) as f:  # fairseq appends to it: earlier runs count too
         log = f.read()
     first = next((line for line in log.splitlines() if "| train_inner |" in line), "")
     pre = last_stats(log, "valid")
