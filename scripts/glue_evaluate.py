@@ -28,12 +28,12 @@ def predict_split(model, task, split, batch_size=64):
         for sample in itr:
             logits, _ = model(**sample["net_input"], features_only=True,
                               classification_head_name=head)
+            # targets come as B x 1 (labels) or B x 1 (one regression value)
+            gold += sample["target"].view(-1).tolist()
             if task.cfg.regression_target:
-                preds += logits.squeeze(-1).tolist()
-                gold += sample["target"].squeeze(-1).tolist()
+                preds += logits.view(-1).tolist()
             else:
                 preds += logits.argmax(-1).tolist()
-                gold += sample["target"].tolist()
             ids += sample["id"].tolist()
     order = sorted(range(len(ids)), key=ids.__getitem__)  # back to file order
     return [preds[i] for i in order], [gold[i] for i in order]

@@ -137,6 +137,14 @@ def test_rte_preprocess_finetune_evaluate(tmp_path, spm_data, pretrained):
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["n"] == 40 and 0 <= result["accuracy"] <= 100
+    sys.path.insert(0, str(SCRIPTS))
+    import glue_evaluate
+    from electra_plugin.models.hub_interface import from_pretrained
+
+    hub = from_pretrained(str(save), "checkpoint_best.pt", str(dest))
+    preds, gold = glue_evaluate.predict_split(hub.model, hub.task, "valid")
+    assert all(isinstance(p, int) for p in preds) and all(isinstance(g, int) for g in gold)
+    assert len(preds) == len(gold) == 40
     predictions = (tmp_path / "pred.txt").read_text().split()
     assert len(predictions) == 40 and set(predictions) <= {"entailment", "not_entailment"}
     gold = [row.split("\t")[-1] for row in (glue_dir / "dev.tsv").read_text().splitlines()[1:]]
