@@ -45,9 +45,9 @@ def run(cmd, show_all=False):
     return "".join(lines)
 
 
-def last_stats(output, kind):
-    """The metrics of the last '| valid |' (or '| train |') line of fairseq's simple log."""
-    found = [line for line in output.splitlines() if f"| {kind} |" in line]
+def last_stats(output, marker):
+    """The metrics of the last line of fairseq's simple log that contains ``marker``."""
+    found = [line for line in output.splitlines() if marker in line]
     if not found:
         return {}
     stats = {}
@@ -137,8 +137,9 @@ def main():
             "--data-buffer-size", "0", "--seed", str(args.seed), "--log-file", log_path])
     with open(log_path) as f:  # fairseq appends to it: earlier runs count too
         log = f.read()
-    first = next((line for line in log.splitlines() if "| train_inner |" in line), "")
-    pre = last_stats(log, "valid")
+    # --log-file lines hold the message only: "epoch 001:  50 / 739 loss=..." (train_inner)
+    first = next((line for line in log.splitlines() if " loss=" in line), "")
+    pre = last_stats(log, "valid on 'valid' subset")
 
     step("4. Fetch labelled sentiment data (Rotten Tomatoes sentences, vaderSentiment sdist)")
     sentiment = w("sentiment")
@@ -159,7 +160,7 @@ def main():
     step(f"Done in {(time.time() - started) / 60:.1f} minutes")
     print(f"pre-trained checkpoint: {checkpoint}")
     if first:
-        print(f"first pre-training log line: {first.split('| train_inner |')[1].strip()[:200]}")
+        print(f"first pre-training log line: {first.strip()[:200]}")
     if pre:
         print("pre-training, final validation: " + ", ".join(
             f"{k} {pre[k]:g}" for k in ("loss", "gen_loss", "disc_loss", "gen_acc", "disc_acc",
