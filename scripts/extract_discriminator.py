@@ -13,13 +13,12 @@ import argparse
 
 from electra_plugin.checkpoint import load_checkpoint, write_checkpoint
 from electra_plugin.errors import ElectraUsageError
-
-PRETRAINING_PARTS = ("generator.", "generator_head.", "discriminator_head.")
+from electra_plugin.models.electra import FINETUNING_PARTS
 
 
 def extract(checkpoint, out, overwrite=False):
     state = load_checkpoint(checkpoint)
-    model = {k: v for k, v in state["model"].items() if not k.startswith(PRETRAINING_PARTS)}
+    model = {k: v for k, v in state["model"].items() if k.startswith(FINETUNING_PARTS)}
     if not any(k.startswith("generator.") for k in state["model"]):
         raise ElectraUsageError(f"{checkpoint} has no generator: it is already a "
                                 f"discriminator-only checkpoint")
@@ -28,8 +27,8 @@ def extract(checkpoint, out, overwrite=False):
                 "tokens_per_sample": task.get("tokens_per_sample", 512)}
     path = write_checkpoint(out, state["cfg"]["model"], task_cfg, model, overwrite=overwrite)
     dropped = len(state["model"]) - len(model)
-    print(f"wrote {path}: {len(model)} discriminator tensors ({dropped} generator and "
-          f"replaced-token-head tensors dropped)")
+    print(f"wrote {path}: {len(model)} discriminator tensors ({dropped} pre-training-only "
+          f"tensors dropped)")
     return path
 
 

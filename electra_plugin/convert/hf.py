@@ -57,6 +57,7 @@ from ..data.tokenizer import METADATA_FILE, WordPieceTextTokenizer
 from ..data.wordpiece import BERT_SPECIAL_TOKENS, load_vocab, vocab_to_fairseq_indices
 from ..data.wordpiece import write_fairseq_dict
 from ..errors import ElectraUsageError
+from ..flops import FlopsCounter
 from ..models.electra import complete_config, generator_sizes
 
 logger = logging.getLogger(__name__)
@@ -832,6 +833,7 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
     state = load_checkpoint(checkpoint)
     cfg = complete_config(OmegaConf.create(OmegaConf.to_container(state["cfg"].model)))
     weights = dict(state["model"])
+    weights.pop(FlopsCounter.KEY, None)  # a training statistic, not a weight
     by_component: Dict[str, Dict[str, torch.Tensor]] = {}
     for key, value in weights.items():
         by_component.setdefault(_component_of(key), {})[key] = value

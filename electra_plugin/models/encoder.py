@@ -2,7 +2,8 @@
 
 Module names follow HF transformers' ``ElectraModel`` one-to-one (``embeddings.word_embeddings``,
 ``encoder.layer.N.attention.self.query`` ...) so that checkpoint conversion is a key table,
-not a translation layer. Attention runs through ``F.scaled_dot_product_attention``.
+not a translation layer. Attention runs through ``F.scaled_dot_product_attention`` on GPUs
+and where it is fastest on CPU (see :func:`attention`).
 """
 
 from typing import List, Optional
@@ -12,6 +13,49 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 LAYER_NORM_EPS = 1e-12
+
+
+class Dropout(nn.Dropout):
+    """``nn.Dropout`` with a cheaper mask on CPU (same module name, no parameters).
+
+    ``F.dropout`` on CPU draws a float Bernoulli sample per element (~6 ns each, the largest
+    cost of the step after the matmuls) and keeps that float mask for the backward pass.
+    Here each element gets 15 random bits (four per 64-bit draw, so a quarter of the random
+    numbers), is kept with probability ``round((1 - p) * 2**15) / 2**15`` and the kept
+    values are scaled by the inverse of that probability, so the output's expectation is
+    the input exactly; the backward pass keeps a bool mask. CUDA keeps ``F.dropout``'s
+    fused kernel.
+    """
+
+    def forward(self, x):
+        return dropout(x, self.p, self.training)
+
+
+def dropout(x, p: float, training: bool):
+    """Functional form of :class:`Dropout`."""
+    if not training or p == 0.0:
+        return x
+    if x.is_cuda or p > 0.999:  # (15 bits cannot express a keep probability below 1e-3)
+        return F.dropout(x, p, training=True)
+    return _BitMaskDropout.apply(x, p)
+
+
+class _BitMaskDropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, p):
+        keep_below = round((1.0 - p) * 2**15)
+        draws = torch.empty((x.numel() + 3) // 4, dtype=torch.int64, device=x.device)
+        # random_() fills 63 uniform bits; each int16 lane's low 15 bits are uniform
+        lanes = draws.random_().view(torch.int16)[:x.numel()].view(x.shape)
+        keep = lanes.bitwise_and_(0x7FFF) < keep_below
+        ctx.save_for_backward(keep)
+        ctx.scale = 2**15 / keep_below
+        return torch.mul(x, keep).mul_(ctx.scale)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (keep,) = ctx.saved_tensors
+        return torch.mul(grad, keep).mul_(ctx.scale), None
 
 
 class ElectraEmbeddings(nn.Module):
@@ -29,19 +73,18 @@ class ElectraEmbeddings(nn.Module):
             nn.Embedding(type_vocab_size, embedding_size) if type_vocab_size > 0 else None
         )
         self.LayerNorm = nn.LayerNorm(embedding_size, eps=LAYER_NORM_EPS)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, tokens: torch.Tensor, token_types: Optional[torch.Tensor] = None):
         """tokens: B x T -> B x T x E. Positions count from 0 at the first token."""
-        positions = torch.arange(tokens.size(1), device=tokens.device)
-        x = self.word_embeddings(tokens) + self.position_embeddings(positions)
+        positions = self.position_embeddings(torch.arange(tokens.size(1), device=tokens.device))
         if self.token_type_embeddings is not None:
             if token_types is None:
-                # Row 0 of the table, without materialising a B x T index tensor.
-                x = x + self.token_type_embeddings.weight[0]
+                # Row 0 of the table, added to the T x E positions rather than to B x T x E.
+                positions = positions + self.token_type_embeddings.weight[0]
             else:
-                x = x + self.token_type_embeddings(token_types)
-        return self.dropout(self.LayerNorm(x))
+                positions = positions + self.token_type_embeddings(token_types)
+        return self.dropout(self.LayerNorm(self.word_embeddings(tokens) + positions))
 
 
 class ElectraSelfAttention(nn.Module):
@@ -56,12 +99,32 @@ class ElectraSelfAttention(nn.Module):
     def forward(self, x, attn_mask):
         """x: B x T x H, attn_mask: bool B x 1 x 1 x T (True = attend) or None -> B x T x H."""
         B, T, H = x.shape
-        split = lambda t: t.view(B, T, self.num_heads, -1).transpose(1, 2)  # noqa: E731
-        q, k, v = split(self.query(x)), split(self.key(x)), split(self.value(x))
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=self.dropout if self.training else 0.0
-        )
+        # One B x T x 3H projection instead of three: a larger matmul forward and a single
+        # one for the input gradient. The weights stay three Linears (checkpoint keys).
+        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])
+        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
+        qkv = F.linear(x, weight, bias).view(B, T, 3, self.num_heads, -1)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each B x heads x T x head_dim
+        out = attention(q, k, v, attn_mask, self.dropout if self.training else 0.0)
         return out.transpose(1, 2).reshape(B, T, H)
+
+
+def attention(q, k, v, attn_mask, dropout_p: float):
+    """Softmax attention; q, k, v: B x heads x T x d, attn_mask as above -> B x heads x T x d.
+
+    ``F.scaled_dot_product_attention`` runs fused kernels on CUDA and, on CPU, a flash kernel
+    that is the fastest choice in fp32 without dropout. With dropout, CPU SDPA falls back to
+    the same math as below plus extra passes (it scales q and k separately and checks for
+    fully masked rows), and in bf16 its flash kernel is ~3x slower than two bf16 matmuls,
+    so those cases take the plain ops.
+    """
+    if q.is_cuda or (dropout_p == 0.0 and q.dtype == torch.float32):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
+    scores = torch.matmul(q * q.size(-1) ** -0.5, k.transpose(-1, -2))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    probs = dropout(scores.softmax(-1), dropout_p, training=dropout_p > 0)
+    return torch.matmul(probs, v)
 
 
 class ElectraResidualOutput(nn.Module):
@@ -71,7 +134,7 @@ class ElectraResidualOutput(nn.Module):
         super().__init__()
         self.dense = nn.Linear(in_size, hidden_size)
         self.LayerNorm = nn.LayerNorm(hidden_size, eps=LAYER_NORM_EPS)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x, residual):
         return self.LayerNorm(self.dropout(self.dense(x)) + residual)
@@ -138,8 +201,10 @@ class ElectraEncoder(nn.Module):
         """
         if padding_mask is None:
             padding_mask = tokens.eq(self.padding_idx)
-        # Boolean "may attend" mask over keys; None lets SDPA pick its fastest kernel.
-        attn_mask = (~padding_mask)[:, None, None, :] if padding_mask.any() else None
+        return self.encode(tokens, attention_mask(padding_mask), token_types, return_all_hiddens)
+
+    def encode(self, tokens, attn_mask, token_types=None, return_all_hiddens=False):
+        """``forward`` with the mask of :func:`attention_mask` given (computed once per batch)."""
         x = self.embeddings(tokens, token_types)
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
@@ -149,3 +214,12 @@ class ElectraEncoder(nn.Module):
             if return_all_hiddens:
                 states.append(x)
         return x, states
+
+
+def attention_mask(padding_mask):
+    """B x T padding mask -> bool B x 1 x 1 x T "may attend" mask over keys, or None.
+
+    None when nothing is padded lets SDPA pick its fastest kernel; checking costs one
+    host-device sync, which is why the pre-training step computes it once for both encoders.
+    """
+    return (~padding_mask)[:, None, None, :] if padding_mask.any() else None

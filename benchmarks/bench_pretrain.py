@@ -1,0 +1,720 @@
+#!/usr/bin/env python
+"""Training-step benchmark: the plugin's ELECTRA step next to a transformers peer.
+
+One process, the same random batches for both, interleaved repeats. For each model size,
+sequence length and precision it prints tokens/s, ms per update, peak memory, achieved
+FLOP/s and MFU (against the matrix-multiply peak this run measures) for
+
+- ``plugin``: fairseq's own ``Trainer.train_step`` (what ``fairseq-train`` runs per update)
+  on the plugin's ``ElectraModel``, ``electra`` criterion and ``electra_adam`` optimizer,
+  with the official hyperparameters (clip-norm 1, weight decay 0.01, polynomial lr);
+- ``peer``: transformers' ``ElectraForMaskedLM`` (generator) and ``ElectraForPreTraining``
+  (discriminator) of the same sizes sharing one embedding module, full-vocabulary generator
+  logits, Gumbel sampling, ``loss = gen + 50 * disc``, ``torch.optim.AdamW`` and
+  ``clip_grad_norm_(1.0)`` (``pip install -e '.[hf]'``);
+
+and the ratio plugin/peer per row. FLOPs per update are given the way the paper counts
+them (``electra_plugin.flops.paper_train_flops``, comparable with the paper's train-FLOPs
+column) and as executed (matmuls only, ``executed_train_flops``, the basis of MFU).
+
+    python benchmarks/bench_pretrain.py                       # CPU: small, fp32 and bf16
+    python benchmarks/bench_pretrain.py --models electra_base --batch-size 8 --precisions bf16
+    python benchmarks/bench_pretrain.py --fairseq-train       # also time fairseq-train itself
+
+See docs/benchmarks.md for results and what limits the speed.
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from electra_plugin.flops import executed_train_flops, model_sizes, paper_train_flops
+
+REPO = Path(__file__).resolve().parents[1]
+PLUGIN = REPO / "electra_plugin"
+
+OFFICIAL_LENGTH = {"electra_tiny": 128, "electra_small": 128, "electra_base": 512,
+                   "electra_large": 512}
+DISC_WEIGHT = 50.0
+# Official pre-training hyperparameters (examples/pretraining/config/electra_small.yaml).
+LR, BETAS, EPS, WEIGHT_DECAY, CLIP_NORM = 5e-4, (0.9, 0.999), 1e-6, 0.01, 1.0
+
+
+# ------------------------------------------------------------------------------ data
+
+
+def write_dictionary(directory: Path, vocab: int) -> Path:
+    """A dict.txt that, with the task's <mask>, gives ``vocab`` entries (like BERT's 30522)."""
+    from fairseq.data import Dictionary
+
+    d = Dictionary()
+    for i in range(vocab - len(d) - 1):
+        d.add_symbol(f"w{i}", n=vocab - i)
+    directory.mkdir(parents=True, exist_ok=True)
+    d.save(str(directory / "dict.txt"))
+    return directory
+
+
+def electra_task(data_dir, arch, length):
+    """The plugin's electra task on ``data_dir`` (its dict.txt), as fairseq-train sets it up."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    argv = [str(data_dir), "--user-dir", str(PLUGIN), "--task", "electra", "--arch", arch,
+            "--criterion", "electra", "--tokens-per-sample", str(length)]
+    return tasks.setup_task(convert_namespace_to_omegaconf(
+        options.parse_args_and_arch(options.get_training_parser(), argv)).task)
+
+
+def make_batches(task, count, batch_size, length, mask_prob=0.15, leave_unmasked=0.15, seed=0):
+    """Random full blocks (<s> first), masked as the electra task does: (src, target) pairs."""
+    d = task.dictionary
+    g = torch.Generator().manual_seed(seed)
+    batches = []
+    for _ in range(count):
+        tokens = torch.randint(d.nspecial, task.mask_idx, (batch_size, length), generator=g)
+        tokens[:, 0] = d.bos()
+        picked = torch.rand(batch_size, length, generator=g) < mask_prob
+        picked[:, 0] = False
+        keep = picked & (torch.rand(batch_size, length, generator=g) < leave_unmasked)
+        src = tokens.masked_fill(picked & ~keep, task.mask_idx)
+        target = tokens.masked_fill(~picked, d.pad())
+        batches.append((src, target))
+    return batches
+
+
+def write_binarized(directory: Path, task, sequences: int, length: int, seed: int = 0):
+    """A train split of random tokens for fairseq-train (one 'sentence' per block)."""
+    from fairseq.data import indexed_dataset
+
+    g = torch.Generator().manual_seed(seed)
+    d = task.dictionary
+    builder = indexed_dataset.make_builder(str(directory / "train.bin"), impl="mmap",
+                                           vocab_size=len(d))
+    for _ in range(sequences):
+        builder.add_item(torch.randint(d.nspecial, task.mask_idx, (length - 1,), generator=g))
+    builder.finalize(str(directory / "train.idx"))
+
+
+# ------------------------------------------------------------------------------ steps
+
+
+def autocast(device, precision):
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+class PluginStep:
+    """fairseq's Trainer.train_step on the plugin's model, criterion and optimizer.
+
+    ``package``: the plugin package whose model and criterion to use (default: this
+    checkout's; :func:`plugin_at_revision` gives an older one for before/after timings).
+    """
+
+    def __init__(self, data_dir, arch, length, batch_size, device, precision, extra=(),
+                 package=None, name="plugin"):
+        from fairseq import options, tasks, utils
+        from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+        from fairseq.logging import metrics
+        from fairseq.trainer import Trainer
+
+        argv = [str(data_dir), "--user-dir", str(PLUGIN), "--task", "electra",
+                "--criterion", "electra", "--arch", arch, "--tokens-per-sample", str(length),
+                "--batch-size", str(batch_size), "--optimizer", "electra_adam",
+                "--adam-betas", str(BETAS), "--adam-eps", str(EPS),
+                "--weight-decay", str(WEIGHT_DECAY), "--clip-norm", str(CLIP_NORM),
+                "--lr", str(LR), "--lr-scheduler", "polynomial_decay",
+                "--warmup-updates", "10000", "--total-num-update", "1000000", "--seed", "1",
+                *extra]
+        if device.type == "cpu":
+            argv.append("--cpu")
+        elif precision == "fp16":
+            argv.append("--amp")  # fairseq's autocast + grad scaler
+        args = options.parse_args_and_arch(options.get_training_parser(), argv)
+        if args.bf16 and "--tpu" not in argv:
+            args.tpu = False  # as electra-train does (fairseq issue 4696)
+        cfg = convert_namespace_to_omegaconf(args)
+        utils.import_user_module(cfg.common)
+        metrics.reset()
+        self.task = tasks.setup_task(cfg.task)
+        torch.manual_seed(1)
+        if package is None:
+            model = self.task.build_model(cfg.model)
+            criterion = self.task.build_criterion(cfg.criterion)
+        else:
+            model_cls = package.models.electra.ElectraModel
+            model = model_cls(package.models.electra.complete_config(cfg.model),
+                              self.task.source_dictionary, pretraining=True)
+            criterion = package.criterions.electra.ElectraCriterion(
+                self.task, cfg.criterion.disc_weight)
+        self.trainer = Trainer(cfg, self.task, model, criterion)
+        self.model, self.name = model, name
+        # fp16 goes through --amp; bf16 through autocast around the step (fairseq has no
+        # bf16 autocast flag; its --bf16 keeps the weights themselves in bf16)
+        self.autocast = (lambda: contextlib.nullcontext()) if precision in ("fp32", "fp16") \
+            else (lambda: autocast(device, precision))
+
+    def step(self, src, target):
+        sample = {"id": torch.arange(len(src)),
+                  "net_input": {"src_tokens": src, "src_lengths": torch.full(
+                      (len(src),), src.size(1))},
+                  "target": target, "ntokens": src.numel(), "nsentences": len(src)}
+        with self.autocast():
+            self.trainer.train_step([sample])
+
+    def parameters(self):
+        return list(self.model.parameters())
+
+    def optimizer_state(self):
+        return self.trainer.optimizer.optimizer.state
+
+
+def plugin_at_revision(rev, directory: Path):
+    """The ``electra_plugin`` package as of git revision ``rev``, imported under another name.
+
+    Its model and criterion classes run next to this checkout's in the same process; its
+    fairseq registrations are skipped (the names are taken by this checkout's classes).
+    """
+    import importlib
+    import io
+    import tarfile
+
+    import fairseq.criterions
+    import fairseq.models
+    import fairseq.optim
+    import fairseq.tasks
+
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "electra_plugin"],
+                             check=True, capture_output=True).stdout
+    name = "electra_plugin_" + re.sub(r"\W", "_", rev)
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(directory / "ref", filter="data")
+    (directory / "ref" / "electra_plugin").rename(directory / "ref" / name)
+    sys.path.insert(0, str(directory / "ref"))
+    skip = lambda *args, **kwargs: (lambda cls: cls)  # noqa: E731
+    names = [(m, f) for m, fs in ((fairseq.models, ("register_model",
+                                                    "register_model_architecture")),
+                                  (fairseq.criterions, ("register_criterion",)),
+                                  (fairseq.tasks, ("register_task",)),
+                                  (fairseq.optim, ("register_optimizer",))) for f in fs]
+    saved = [getattr(m, f) for m, f in names]
+    try:
+        for m, f in names:
+            setattr(m, f, skip)
+        package = importlib.import_module(name)
+        importlib.import_module(name + ".models.electra")
+        importlib.import_module(name + ".criterions.electra")
+    finally:
+        for (m, f), fn in zip(names, saved):
+            setattr(m, f, fn)
+    return package
+
+
+class PeerStep:
+    """The same step written with transformers, as a user of its ELECTRA classes would."""
+
+    name = "peer"
+
+    def __init__(self, cfg, vocab, pad, device, precision):
+        from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
+
+        disc, gen = model_sizes(cfg)
+
+        def config(size):
+            return ElectraConfig(
+                vocab_size=vocab, embedding_size=size.embedding, hidden_size=size.hidden,
+                num_hidden_layers=size.layers, num_attention_heads=size.heads,
+                intermediate_size=size.ffn, max_position_embeddings=cfg.max_positions,
+                type_vocab_size=cfg.type_vocab_size, hidden_dropout_prob=cfg.dropout,
+                attention_probs_dropout_prob=cfg.attention_dropout, pad_token_id=pad)
+
+        torch.manual_seed(1)
+        self.generator = ElectraForMaskedLM(config(gen)).to(device)
+        self.discriminator = ElectraForPreTraining(config(disc)).to(device)
+        # share the embedding block; keep the generator's output layer tied to it
+        self.generator.electra.embeddings = self.discriminator.electra.embeddings
+        self.generator.generator_lm_head.weight = \
+            self.discriminator.electra.embeddings.word_embeddings.weight
+        self.params = list({id(p): p for m in (self.generator, self.discriminator)
+                            for p in m.parameters()}.values())
+        self.optimizer = torch.optim.AdamW(self.params, lr=LR, betas=BETAS, eps=EPS,
+                                           weight_decay=WEIGHT_DECAY)
+        self.scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
+        self.pad, self.device, self.precision = pad, device, precision
+
+    def step(self, src, target):
+        src, target = src.to(self.device), target.to(self.device)
+        self.generator.train()
+        self.discriminator.train()
+        masked = target.ne(self.pad)
+        with autocast(self.device, self.precision):
+            gen_logits = self.generator(input_ids=src).logits  # B x T x V
+            masked_logits = gen_logits[masked].float()
+            gen_loss = F.cross_entropy(masked_logits, target[masked])
+            with torch.no_grad():
+                u = torch.rand_like(masked_logits)
+                sampled = (masked_logits - torch.log(-torch.log(u + 1e-9) + 1e-9)).argmax(-1)
+            corrupted = src.masked_scatter(masked, sampled)
+            labels = corrupted.ne(torch.where(masked, target, src)).float()
+            disc_logits = self.discriminator(input_ids=corrupted).logits
+            real = src.ne(self.pad)
+            disc_loss = F.binary_cross_entropy_with_logits(disc_logits[real].float(),
+                                                           labels[real])
+            loss = gen_loss + DISC_WEIGHT * disc_loss
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.unscale_(self.optimizer)
+        else:
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.params, CLIP_NORM)
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def parameters(self):
+        return self.params
+
+    def optimizer_state(self):
+        return self.optimizer.state
+
+
+# ------------------------------------------------------------------------------ measuring
+
+
+def synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_peak(device, precision, repeats=5):
+    """Best measured FLOP/s of plain matrix multiplications shaped like the model's."""
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    shapes = [(2048, 256, 1024), (2048, 1024, 256), (2048, 768, 3072), (4096, 1024, 1024)]
+    if device.type == "cuda":
+        shapes = [(8192, 8192, 8192), (16384, 3072, 768), (16384, 768, 3072)]
+    best = 0.0
+    for m, k, n in shapes:
+        a = torch.randn(m, k, device=device).to(dtype)
+        b = torch.randn(k, n, device=device).to(dtype)
+        flops = 2 * m * k * n
+        inner = max(1, int(2e10 // flops)) if device.type == "cpu" else 20
+        for _ in range(2):
+            a @ b
+        times = []
+        for _ in range(repeats):
+            synchronize(device)
+            t = time.perf_counter()
+            for _ in range(inner):
+                a @ b
+            synchronize(device)
+            times.append((time.perf_counter() - t) / inner)
+        best = max(best, flops / statistics.median(times))
+    return best
+
+
+def peak_memory(runner, batch, device):
+    """Peak bytes of live tensors during one step (after warm-up, optimizer state exists).
+
+    CUDA: ``torch.cuda.max_memory_allocated``. CPU: the tensors alive at the start of the
+    step (parameters, gradients, optimizer state) plus the largest running total of the
+    step's allocations minus frees, from torch.profiler's memory events.
+    """
+    if device.type == "cuda":
+        synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        runner.step(*batch)
+        synchronize(device)
+        return torch.cuda.max_memory_allocated(device)
+    resident = {}
+    for p in runner.parameters():
+        for t in (p, p.grad):
+            if t is not None:
+                resident[t.data_ptr()] = t.untyped_storage().nbytes()
+    for state in runner.optimizer_state().values():
+        for t in state.values():
+            if torch.is_tensor(t) and t.numel() > 1:
+                resident[t.data_ptr()] = t.untyped_storage().nbytes()
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        runner.step(*batch)
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                    if e.name() == "[memory]")
+    live = top = 0
+    for _, nbytes in events:
+        live += nbytes
+        top = max(top, live)
+    return sum(resident.values()) + top
+
+
+def time_steps(runner, batches, device):
+    synchronize(device)
+    start = time.perf_counter()
+    for src, target in batches:
+        runner.step(src, target)
+    synchronize(device)
+    return (time.perf_counter() - start) / len(batches)
+
+
+def run_config(args, arch, length, precision, device, data_root, baseline=None):
+    """Every implementation on the same batches, timed in interleaved repeats -> result rows."""
+    from omegaconf import OmegaConf
+
+    from electra_plugin.models.electra import complete_config
+
+    batch_size = args.batch_size
+    tag = f"{arch} T={length} B={batch_size} {precision}"
+    data_dir = write_dictionary(data_root / f"dict{args.vocab}", args.vocab)
+    runners = []
+    for impl in args.impls:
+        if impl == "plugin":
+            runners.append(PluginStep(data_dir, arch, length, batch_size, device, precision,
+                                      extra=args.plugin_args))
+        elif impl == "baseline":
+            runners.append(PluginStep(data_dir, arch, length, batch_size, device, precision,
+                                      extra=args.plugin_args, package=baseline,
+                                      name=f"plugin@{args.baseline}"))
+    task = runners[0].task if runners else PluginStep(
+        data_dir, arch, length, batch_size, device, precision).task
+    cfg = complete_config(OmegaConf.create({"_name": arch}))
+    vocab, pad = len(task.dictionary), task.dictionary.pad()
+    if "peer" in args.impls:
+        runners.append(PeerStep(cfg, vocab, pad, device, precision))
+    batches = make_batches(task, args.steps, batch_size, length, seed=0)
+    if device.type == "cuda":
+        batches = [(s.to(device), t.to(device)) for s, t in batches]
+    for runner in runners:  # warm-up: allocator, optimizer state, oneDNN/cuBLAS choices
+        for src, target in batches[:args.warmup]:
+            runner.step(src, target)
+    times = {r.name: [] for r in runners}
+    cpu_times = {r.name: [] for r in runners}
+    for _ in range(args.repeats):  # interleaved, so that all see the same machine load
+        for runner in runners:
+            cpu = time.process_time()
+            times[runner.name].append(time_steps(runner, batches, device))
+            cpu_times[runner.name].append((time.process_time() - cpu) / len(batches))
+    memory = {r.name: peak_memory(r, batches[0], device) for r in runners}
+
+    disc, gen = model_sizes(cfg)
+    masked = sum(int(t.ne(pad).sum()) for _, t in batches) / len(batches)
+    paper = paper_train_flops(disc, gen, vocab, length, batch_size, predicted=masked)
+    rows = []
+    for runner in runners:
+        seconds = statistics.median(times[runner.name])
+        executed = executed_train_flops(disc, gen, vocab, length, batch_size, masked,
+                                        full_vocab_generator=runner.name == "peer")
+        rows.append(dict(
+            config=tag, arch=arch, length=length, batch_size=batch_size,
+            precision=precision, impl=runner.name, ms_per_update=1e3 * seconds,
+            ms_per_update_repeats=[1e3 * t for t in times[runner.name]],
+            cpu_ms_per_update=1e3 * statistics.median(cpu_times[runner.name]),
+            tokens_per_s=batch_size * length / seconds, peak_memory_bytes=memory[runner.name],
+            paper_flops_per_update=paper, executed_flops_per_update=executed,
+            achieved_flops_per_s=executed / seconds))
+    for row in rows:
+        # median of the per-repeat ratios: each pair ran back to back under the same load
+        for other, key in (("peer", "vs_peer"), (f"plugin@{args.baseline}", "vs_baseline")):
+            if other in times and row["impl"] != other and row["impl"] != "peer":
+                row[key] = statistics.median(
+                    b / a for a, b in zip(times[row["impl"]], times[other]))
+                row["memory_" + key] = memory[row["impl"]] / memory[other]
+    return rows
+
+
+# ------------------------------------------------------------------------------ breakdown
+
+
+def breakdown(args, arch, length, precision, device, data_root, repeats):
+    """Median ms of each part of the plugin's step, timed one part at a time.
+
+    generator: masked-input encoder, head at the masked positions, log-softmax, MLM loss,
+    forward and backward; sampling: the sample and the corrupted input; discriminator:
+    encoder, replaced-token head and loss, forward and backward; optimizer: fairseq's
+    gradient scaling, clipping and electra_adam step; data: masking and collating one batch
+    from binarized blocks (the electra task's dataset, as fairseq-train's loader runs it);
+    step: the whole Trainer.train_step, whose rest is fairseq's bookkeeping.
+    """
+    from electra_plugin.models.encoder import attention_mask
+
+    data_dir = write_dictionary(data_root / f"dict{args.vocab}", args.vocab)
+    runner = PluginStep(data_dir, arch, length, args.batch_size, device, precision,
+                        extra=args.plugin_args)
+    model, trainer, pad = runner.model, runner.trainer, runner.task.dictionary.pad()
+    batches = make_batches(runner.task, repeats + 1, args.batch_size, length, seed=1)
+    batches = [(s.to(device), t.to(device)) for s, t in batches]
+    parts = {k: [] for k in ("generator", "sampling", "discriminator", "optimizer", "step")}
+
+    def timed(part, fn):
+        synchronize(device)
+        start = time.perf_counter()
+        result = fn()
+        synchronize(device)
+        parts[part].append(1e3 * (time.perf_counter() - start))
+        return result
+
+    model.train()
+    for i, (src, target) in enumerate(batches):
+        timed("step", lambda: runner.step(src, target))
+        with runner.autocast():
+            padding = src.eq(pad)
+            mask = attention_mask(padding)
+            masked = target.ne(pad)
+            positions = masked.flatten().nonzero().squeeze(1)
+
+            def generator():
+                hidden, _ = model.generator.encode(src, mask)
+                logits = model.generator_head(hidden.flatten(0, 1)[positions])
+                log_probs = F.log_softmax(logits, dim=-1, dtype=torch.float32)
+                F.nll_loss(log_probs, target.flatten()[positions]).backward()
+                return log_probs.detach()
+
+            def sampling():
+                sampled = model.sample(log_probs)
+                corrupted = src.flatten().index_put((positions,), sampled).view_as(src)
+                return corrupted, corrupted.ne(torch.where(masked, target, src))
+
+            def discriminator():
+                hidden, _ = model.discriminator.encode(corrupted, mask)
+                logits = model.discriminator_head(hidden).float()
+                F.binary_cross_entropy_with_logits(logits[~padding],
+                                                   replaced[~padding].float()).backward()
+
+            log_probs = timed("generator", generator)
+            corrupted, replaced = timed("sampling", sampling)
+            timed("discriminator", discriminator)
+
+        def optimizer():
+            trainer.optimizer.multiply_grads(1.0)
+            trainer.clip_grad_norm(CLIP_NORM)
+            trainer.optimizer.step()
+            trainer.zero_grad()
+
+        timed("optimizer", optimizer)
+    result = {k: statistics.median(v[1:]) for k, v in parts.items()}  # first: warm-up
+    result["data"] = data_ms_per_batch(args, arch, length, data_root, repeats)
+    return result
+
+
+def data_ms_per_batch(args, arch, length, data_root, batches):
+    """ms to mask and collate one batch with the electra task's dataset pipeline."""
+    data_dir = write_dictionary(data_root / f"data{args.vocab}", args.vocab)
+    task = electra_task(data_dir, arch, length)
+    if not (data_dir / "train.bin").exists():
+        write_binarized(data_dir, task, args.batch_size * (batches + 2), length)
+    task.load_dataset("train")
+    iterator = task.get_batch_iterator(task.dataset("train"), max_sentences=args.batch_size,
+                                       num_workers=0, seed=1).next_epoch_itr(shuffle=True)
+    next(iterator)
+    times = []
+    for _ in range(batches):
+        start = time.perf_counter()
+        next(iterator)
+        times.append(1e3 * (time.perf_counter() - start))
+    return statistics.median(times)
+
+
+# ------------------------------------------------------------------------------ fairseq-train
+
+
+def fairseq_train_wps(args, arch, length, precision, data_root, updates):
+    """Run fairseq-train on random binarized blocks; median wps of its log lines."""
+    data_dir = write_dictionary(data_root / f"train{args.vocab}", args.vocab)
+    task = electra_task(data_dir, arch, length)
+    write_binarized(data_dir, task, args.batch_size * (updates + 2), length)
+    cmd = [sys.executable, "-m", "fairseq_cli.train", str(data_dir),
+           "--user-dir", str(PLUGIN), "--task", "electra", "--criterion", "electra",
+           "--arch", arch, "--tokens-per-sample", str(length), "--batch-size",
+           str(args.batch_size), "--optimizer", "electra_adam", "--adam-betas", str(BETAS),
+           "--adam-eps", str(EPS), "--weight-decay", str(WEIGHT_DECAY), "--clip-norm",
+           str(CLIP_NORM), "--lr", str(LR), "--lr-scheduler", "polynomial_decay",
+           "--warmup-updates", "10000", "--total-num-update", "1000000",
+           "--max-update", str(updates), "--disable-validation", "--no-save",
+           "--log-format", "json", "--log-interval", "1", "--no-progress-bar",
+           "--num-workers", "0", "--data-buffer-size", "0", "--seed", "1",
+           *args.plugin_args]
+    if args.device == "cpu":
+        cmd.append("--cpu")
+    if precision == "fp16":
+        cmd.append("--amp")
+    env = dict(os.environ, OMP_NUM_THREADS=str(torch.get_num_threads()))
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env)
+    if proc.returncode:
+        raise RuntimeError(f"fairseq-train failed:\n{proc.stderr[-3000:]}")
+    wps = [float(json.loads(line[line.index("{"):])["wps"])
+           for line in proc.stdout.splitlines() if "| train_inner |" in line]
+    return wps[2:]  # the first updates warm up allocator and kernels
+
+
+def fairseq_train_check(args, arch, length, precision, device, data_root):
+    """fairseq-train's logged wps against this harness's plugin step timed just before and
+    just after it (the machine's load drifts; both sides see the same drift)."""
+    runner = PluginStep(write_dictionary(data_root / f"dict{args.vocab}", args.vocab), arch,
+                        length, args.batch_size, device, precision, extra=args.plugin_args)
+    batches = make_batches(runner.task, args.steps, args.batch_size, length, seed=2)
+    batches = [(s.to(device), t.to(device)) for s, t in batches]
+
+    def harness():
+        return [args.batch_size * length / time_steps(runner, batches, device)
+                for _ in range(max(1, args.repeats // 2))]
+
+    runner.step(*batches[0])
+    ours = harness()
+    wps = fairseq_train_wps(args, arch, length, precision, data_root,
+                            args.fairseq_train_updates)
+    ours += harness()
+    return dict(arch=arch, length=length, precision=precision,
+                fairseq_train_wps=statistics.median(wps), fairseq_train_wps_updates=wps,
+                harness_tokens_per_s=statistics.median(ours), harness_repeats=ours,
+                ratio=statistics.median(wps) / statistics.median(ours))
+
+
+# ------------------------------------------------------------------------------ report
+
+
+def table(rows, peaks):
+    head = (f"{'config':<30} {'impl':<16} {'tokens/s':>8} {'ms/upd':>7} {'peak MB':>7} "
+            f"{'GFLOP/s':>7} {'MFU':>6} {'vs peer':>7} {'speedup':>7} {'paper GF':>8} "
+            f"{'exec GF':>7}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        ratio = f"{r['vs_peer']:.2f}x" if "vs_peer" in r else ""
+        speedup = f"{r['vs_baseline']:.2f}x" if "vs_baseline" in r else ""
+        mfu = r["achieved_flops_per_s"] / peaks[r["precision"]]
+        lines.append(
+            f"{r['config']:<30} {r['impl']:<16} {r['tokens_per_s']:>8.0f} "
+            f"{r['ms_per_update']:>7.0f} {r['peak_memory_bytes'] / 2**20:>7.0f} "
+            f"{r['achieved_flops_per_s'] / 1e9:>7.1f} {100 * mfu:>5.1f}% {ratio:>7} "
+            f"{speedup:>7} {r['paper_flops_per_update'] / 1e9:>8.1f} "
+            f"{r['executed_flops_per_update'] / 1e9:>7.1f}")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", nargs="+", default=None,
+                   help="architectures (default: electra_small on CPU, small and base on GPU)")
+    p.add_argument("--lengths", nargs="+", type=int, default=None,
+                   help="sequence lengths, one per model (default: official, 128 small, "
+                        "512 base)")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--vocab", type=int, default=30522)
+    p.add_argument("--precisions", nargs="+", default=None,
+                   choices=["fp32", "bf16", "fp16"],
+                   help="default: fp32 bf16 on CPU, bf16 fp16 on GPU (autocast)")
+    p.add_argument("--impls", nargs="+", default=None, choices=["plugin", "peer", "baseline"],
+                   help="what to time (default: plugin and peer, plus baseline with "
+                        "--baseline)")
+    p.add_argument("--baseline", metavar="REV",
+                   help="also time the plugin's model and criterion as of git revision REV "
+                        "(before/after in the same run)")
+    p.add_argument("--steps", type=int, default=6, help="updates per timed repeat")
+    p.add_argument("--warmup", type=int, default=2, help="untimed updates first")
+    p.add_argument("--repeats", type=int, default=3, help="timed repeats (median reported)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                   choices=["cpu", "cuda"])
+    p.add_argument("--fairseq-train", action="store_true",
+                   help="also run fairseq-train on random binarized blocks and compare its "
+                        "logged wps with this harness's plugin figure")
+    p.add_argument("--fairseq-train-updates", type=int, default=14)
+    p.add_argument("--breakdown", action="store_true",
+                   help="also time the parts of the plugin's step (generator, sampling, "
+                        "discriminator, optimizer, data) one at a time")
+    p.add_argument("--plugin-args", nargs=argparse.REMAINDER, default=[],
+                   help="extra fairseq options for the plugin (last on the line)")
+    p.add_argument("--json", type=Path, help="write all results here")
+    args = p.parse_args(argv)
+
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit("--device cuda: no CUDA device")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    gpu = device.type == "cuda"
+    models = args.models or (["electra_small", "electra_base"] if gpu else ["electra_small"])
+    lengths = args.lengths or [OFFICIAL_LENGTH[m] for m in models]
+    if len(lengths) == 1:
+        lengths = lengths * len(models)
+    args.impls = args.impls or (["plugin", "peer"] + (["baseline"] if args.baseline else []))
+    if "baseline" in args.impls and not args.baseline:
+        sys.exit("--impls baseline needs --baseline REV")
+    precisions = args.precisions or (["bf16", "fp16"] if gpu else ["fp32", "bf16"])
+    if "fp16" in precisions and not gpu:
+        print("skipping fp16: fp16 autocast is for CUDA (use bf16 on CPU)")
+        precisions = [x for x in precisions if x != "fp16"]
+
+    import logging
+
+    logging.disable(logging.WARNING)  # fairseq's model/trainer summaries
+    warnings.filterwarnings("ignore")  # hydra's deprecation notes on every config build
+    machine = dict(
+        device=torch.cuda.get_device_name(device) if gpu else platform.processor() or
+        platform.machine(), threads=torch.get_num_threads(), torch=torch.__version__,
+        python=platform.python_version(), command=" ".join([Path(sys.argv[0]).name] +
+                                                           sys.argv[1:]))
+    peaks = {x: matmul_peak(device, x) for x in precisions}
+    print(f"{machine['device']}, {machine['threads']} threads, torch {machine['torch']}")
+    print("matmul peak: " + ", ".join(f"{x} {v / 1e9:.0f} GFLOP/s" for x, v in peaks.items()))
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        baseline = plugin_at_revision(args.baseline, Path(tmp)) if args.baseline else None
+        for arch, length in zip(models, lengths):
+            for precision in precisions:
+                rows += run_config(args, arch, length, precision, device, Path(tmp), baseline)
+                print(table(rows[-len(args.impls):], peaks).split("\n", 2)[-1], flush=True)
+        for r in rows:
+            r["mfu"] = r["achieved_flops_per_s"] / peaks[r["precision"]]
+        parts = []
+        if args.breakdown:
+            for arch, length in zip(models, lengths):
+                for precision in precisions:
+                    parts.append(dict(arch=arch, length=length, precision=precision,
+                                      **breakdown(args, arch, length, precision, device,
+                                                  Path(tmp), max(args.steps, 4))))
+        train = []
+        if args.fairseq_train:
+            for arch, length in zip(models, lengths):
+                for precision in precisions:
+                    if precision == "bf16" or "plugin" not in args.impls:
+                        continue  # fairseq-train has no bf16 autocast (its --bf16 casts the
+                        # weights); fp32 and fp16 (--amp) run the harness's step
+                    train.append(fairseq_train_check(args, arch, length, precision, device,
+                                                     Path(tmp)))
+    print()
+    print(table(rows, peaks))
+    for b in parts:
+        named = ("generator", "sampling", "discriminator", "optimizer")
+        rest = b["step"] - sum(b[k] for k in named)
+        print(f"breakdown {b['arch']} T={b['length']} {b['precision']}: step {b['step']:.0f} ms = "
+              + ", ".join(f"{k} {b[k]:.0f}" for k in named)
+              + f", rest {rest:.0f}; data (not in the step) {b['data']:.0f} ms/batch")
+    for t in train:
+        print(f"fairseq-train {t['arch']} {t['precision']}: {t['fairseq_train_wps']:.0f} wps "
+              f"= {t['ratio']:.2f}x the harness's {t['harness_tokens_per_s']:.0f} tokens/s")
+    if args.json:
+        args.json.write_text(json.dumps(dict(machine=machine, matmul_peak_flops=peaks,
+                                             rows=rows, breakdown=parts,
+                                             fairseq_train=train), indent=1))
+
+
+if __name__ == "__main__":
+    main()

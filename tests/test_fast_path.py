@@ -1,0 +1,257 @@
+"""The fast training step against a straightforward one, and the FLOPs accounting.
+
+The straightforward step below is the RTD step written the plain way (three q/k/v
+projections, SDPA, the generator's vocabulary projection at every position, cross-entropy
+on its logits, boolean-indexed losses); the plugin's step must give the same losses and
+gradients on the same batches, and the same losses over several updates.
+"""
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from fairseq import metrics
+from omegaconf import OmegaConf
+
+from conftest import run, train_cmd
+from electra_plugin.criterions.electra import ElectraCriterion
+from electra_plugin.flops import (
+    EncoderSize,
+    FlopsCounter,
+    executed_train_flops,
+    model_sizes,
+    paper_train_flops,
+)
+from electra_plugin.models.electra import ElectraModel
+from electra_plugin.models.encoder import Dropout
+from test_criterion import sample_for
+from test_model import tiny_model
+from test_training import records
+
+DISC_WEIGHT = 50.0
+
+
+# ------------------------------------------------------------------ the straightforward step
+
+
+def plain_encoder(encoder, tokens, padding_mask):
+    """ElectraEncoder.forward without dropout, one op per line of the BERT recipe."""
+    emb = encoder.embeddings
+    positions = torch.arange(tokens.size(1))
+    x = emb.word_embeddings(tokens) + emb.position_embeddings(positions)
+    x = emb.LayerNorm(x + emb.token_type_embeddings.weight[0])
+    if encoder.embeddings_project is not None:
+        x = encoder.embeddings_project(x)
+    mask = (~padding_mask)[:, None, None, :]
+    for layer in encoder.encoder.layer:
+        att = layer.attention.self
+        B, T, H = x.shape
+
+        def split(t):
+            return t.view(B, T, att.num_heads, -1).transpose(1, 2)
+
+        q, k, v = split(att.query(x)), split(att.key(x)), split(att.value(x))
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2)
+        x = layer.attention.output.LayerNorm(layer.attention.output.dense(a.reshape(B, T, H)) + x)
+        x = layer.output.LayerNorm(layer.output.dense(F.gelu(layer.intermediate.dense(x))) + x)
+    return x
+
+
+def plain_losses(model, src, target, pad):
+    """(gen_loss, disc_loss, loss) of the RTD step with argmax sampling (temperature 0)."""
+    padding, masked = src.eq(pad), target.ne(pad)
+    logits = model.generator_head(plain_encoder(model.generator, src, padding))  # B x T x V
+    gen_loss = F.cross_entropy(logits[masked], target[masked])
+    corrupted = src.clone()
+    corrupted[masked] = logits[masked].detach().argmax(-1)
+    replaced = corrupted.ne(torch.where(masked, target, src))
+    disc_logits = model.discriminator_head(plain_encoder(model.discriminator, corrupted, padding))
+    disc_loss = F.binary_cross_entropy_with_logits(disc_logits[~padding],
+                                                   replaced[~padding].float())
+    return gen_loss, disc_loss, gen_loss + DISC_WEIGHT * disc_loss
+
+
+def deterministic_model():
+    return tiny_model(dropout=0.0, attention_dropout=0.0, temperature=0.0)
+
+
+def test_fast_step_matches_the_straightforward_step():
+    model, task = deterministic_model()
+    plain = copy.deepcopy(model)
+    criterion = ElectraCriterion(task, DISC_WEIGHT)
+    sample = sample_for(task)
+    loss, _, log = criterion(model, sample)
+    loss.backward()
+    gen, disc, plain_loss = plain_losses(plain, sample["net_input"]["src_tokens"],
+                                         sample["target"], task.dictionary.pad())
+    plain_loss.backward()
+
+    assert math.isclose(log["gen_loss"].item(), gen.item(), rel_tol=1e-5)
+    assert math.isclose(log["disc_loss"].item(), disc.item(), rel_tol=1e-5)
+    assert math.isclose(loss.item(), plain_loss.item(), rel_tol=1e-5)
+    ours = dict(model.named_parameters())
+    for name, p in plain.named_parameters():
+        scale = p.grad.abs().max().item() + 1e-6
+        assert torch.allclose(ours[name].grad, p.grad, atol=1e-5 * scale, rtol=1e-4), name
+
+
+def test_a_run_matches_the_straightforward_run():
+    """Five Adam updates on the same batches: the same losses at every update."""
+    model, task = deterministic_model()
+    plain = copy.deepcopy(model)
+    criterion = ElectraCriterion(task, DISC_WEIGHT)
+    opt_fast = torch.optim.Adam(model.parameters(), lr=1e-3)
+    opt_plain = torch.optim.Adam(plain.parameters(), lr=1e-3)
+    for seed in range(5):
+        sample = sample_for(task, seed=seed)
+        loss, _, _ = criterion(model, sample)
+        _, _, plain_loss = plain_losses(plain, sample["net_input"]["src_tokens"],
+                                        sample["target"], task.dictionary.pad())
+        assert math.isclose(loss.item(), plain_loss.item(), rel_tol=1e-4), seed
+        for opt, value in ((opt_fast, loss), (opt_plain, plain_loss)):
+            opt.zero_grad()
+            value.backward()
+            opt.step()
+
+
+def test_bf16_autocast_step_stays_close_to_fp32():
+    model, task = deterministic_model()
+    criterion = ElectraCriterion(task, DISC_WEIGHT)
+    sample = sample_for(task)
+    _, _, full = criterion(model, sample)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, _, low = criterion(model, sample)
+    assert abs(low["gen_loss"].item() - full["gen_loss"].item()) < 0.05
+    assert abs(low["disc_loss"].item() - full["disc_loss"].item()) < 0.01
+
+
+# ------------------------------------------------------------------ the parts made faster
+
+
+def test_dropout_keeps_the_expectation_and_masks_the_gradient():
+    torch.manual_seed(0)
+    drop = Dropout(0.1)
+    x = torch.ones(400_000, requires_grad=True)
+    y = drop(x)
+    kept = y != 0
+    assert abs(1 - kept.float().mean().item() - 0.1) < 0.002  # Bernoulli(0.9) keep mask
+    assert torch.allclose(y[kept], torch.tensor(2**15 / round(0.9 * 2**15)))
+    assert abs(y.mean().item() - 1) < 0.003  # E[y] = x
+    y.backward(torch.full_like(x, 2.0))
+    assert torch.equal(x.grad != 0, kept)
+    assert torch.allclose(x.grad[kept], 2 * y[kept])
+    drop.eval()
+    assert drop(x) is x
+
+
+def test_sampling_follows_softmax_of_logits_over_temperature():
+    model, _ = tiny_model(temperature=2.0)
+    logits = 1000 + 2 * torch.log(torch.tensor([[0.5, 0.3, 0.2, 0.0]])).expand(30000, 4)
+    torch.manual_seed(3)
+    counts = torch.bincount(model.sample(logits), minlength=4).float() / 30000
+    assert torch.allclose(counts, torch.tensor([0.5, 0.3, 0.2, 0.0]), atol=0.012)
+
+
+# ------------------------------------------------------------------ FLOPs counting
+
+
+def test_paper_flops_of_a_hand_computed_model():
+    """One layer each, T = 3, V = 10, one predicted position, counted term by term."""
+    disc = EncoderSize(layers=1, hidden=4, heads=1, ffn=8, embedding=2)
+    gen = EncoderSize(layers=1, hidden=2, heads=1, ffn=4, embedding=2)
+    # discriminator, per position: attention 3*(2*16+4) + 2*4*3 + (5+4+1)*3 + 2*4*3
+    # + (2*16+4+4*4+4) + 5 = 247; FFN 2*4*8 + 8 + 8*8 + 2*8*4 + 4 + 4*4 + 4 + 5*4 = 244;
+    # embeddings 2*2*10 + 2*2*(3+2) + 2*2 + 5*2 + 4*2 + (2*2*4 + 4) = 102; head
+    # 2*16 + 4 + 8*4 + 2*4 = 76
+    disc_position = 247 + 244 + 102 + 76
+    # generator, per position: attention 3*(2*4+2) + 2*2*3 + 10*3 + 2*2*3 + (2*4+2+4*2+2)
+    # + 5 = 109; FFN 2*2*4 + 4 + 8*4 + 2*4*2 + 2 + 4*2 + 2 + 5*2 = 90; embeddings without a
+    # projection (E = H) 40 + 20 + 4 + 10 + 8 = 82
+    gen_position = 109 + 90 + 82
+    # generator output at the predicted position: 2*2*2 + 2 + 8*2 + 5*2 + 2*2*10 + 5*10 + 2*10
+    gen_output = 146
+    forward = 3 * disc_position + 3 * gen_position + gen_output
+    assert paper_train_flops(disc, gen, vocab=10, length=3, predicted=1) == 2 * forward
+    # executed matmuls: per position disc 2*4*16 + 2*2*4*8 + 2*2*4*3 + 2*2*4 (projection)
+    # + 2*16 + 2*4 (head), gen 2*4*4 + 2*2*2*4 + 2*2*2*3; vocabulary head 2*2*2 + 2*2*10
+    executed = 3 * (320 + 40 + 88) + 1 * 48
+    assert executed_train_flops(disc, gen, 10, 3, 1, predicted=1) == 3 * executed
+    assert executed_train_flops(disc, gen, 10, 3, 1, predicted=1,
+                                full_vocab_generator=True) == 3 * (executed + 2 * 48)
+
+
+@pytest.mark.parametrize("arch, batch, length, steps, official", [
+    # google-research/electra flops_computation.py, MODEL_FLOPS
+    ("electra_small", 128, 128, 1e6, 1.293743798272e18),
+    ("electra_base", 256, 512, 766e3, 6.424541834277683e19),
+    ("electra_large", 2048, 512, 1.75e6, 3.113952642891776e21),
+])
+def test_paper_flops_of_the_official_runs(arch, batch, length, steps, official):
+    from electra_plugin.models.electra import complete_config
+
+    disc, gen = model_sizes(complete_config(OmegaConf.create({"_name": arch})))
+    ours = paper_train_flops(disc, gen, 30522, length, batch) * steps
+    assert ours == pytest.approx(official, rel=1e-12)
+
+
+def test_counter_survives_half_precision_and_fine_tuning_drops_it():
+    model, task = tiny_model()
+    model.flops_counter.add(1.5e18 + 3)
+    model.half()
+    assert model.flops_counter.flops.dtype == torch.float64
+    assert model.flops_counter.flops.item() == 1.5e18 + 3
+    state = model.state_dict()
+    assert state[FlopsCounter.KEY].item() == 1.5e18 + 3
+
+    fresh, _ = tiny_model(task)
+    fresh.load_state_dict({k: v for k, v in state.items() if k != FlopsCounter.KEY})
+    assert fresh.flops_counter.flops.item() == 0  # older checkpoints start at 0
+    fresh.load_state_dict(state)
+    assert fresh.flops_counter.flops.item() == 1.5e18 + 3
+
+    finetune = ElectraModel(model.cfg, task.dictionary, pretraining=False)
+    finetune.load_state_dict({k: v.float() for k, v in state.items()})
+    assert FlopsCounter.KEY not in finetune.state_dict()
+
+
+def test_flops_reduce_once_per_update_over_micro_batches():
+    """--update-freq 2 (or 2 workers): fairseq sums both batches' logs, the count grows once."""
+    model, task = tiny_model()
+    criterion = ElectraCriterion(task, DISC_WEIGHT)
+    logs = [criterion(model, sample_for(task, seed=s))[2] for s in (0, 1)]
+    disc, gen = model_sizes(model.cfg)
+    expected = sum(paper_train_flops(disc, gen, len(task.dictionary), 20, 3,
+                                     predicted=log["masked"]) for log in logs)
+    for update in (1, 2):
+        with metrics.aggregate() as agg:
+            ElectraCriterion.reduce_metrics(logs)
+        assert model.flops_counter.flops.item() == pytest.approx(update * expected, rel=1e-12)
+        assert agg.get_smoothed_values()["train_flops"] == round(update * expected)
+    model.eval()
+    _, _, log = criterion(model, sample_for(task))
+    assert "flops" not in log  # validation is not training compute
+
+
+def test_train_flops_survive_an_end_of_epoch_resume(data_bin, tmp_path):
+    """fairseq drops its meters when it resumes from an end-of-epoch checkpoint; the count
+    lives in the model and goes on. The tiny valid split gives 3 updates per epoch."""
+    def train(save_dir, epochs):
+        result = run(train_cmd(data_bin, save_dir, "--train-subset", "valid",
+                               "--disable-validation", "--max-epoch", str(epochs)))
+        assert result.returncode == 0, result.stderr[-3000:]
+        return records(result.stdout)
+
+    once = train(tmp_path / "once", 2)
+    train(tmp_path / "twice", 1)
+    resumed = train(tmp_path / "twice", 2)
+    assert [r["num_updates"] for r in once] == [1, 2, 3, 4, 5, 6]
+    assert [r["num_updates"] for r in resumed] == [4, 5, 6]
+    flops = [r["train_flops"] for r in once]
+    assert all(b > a for a, b in zip(flops, flops[1:]))
+    # every update of 8 x 32 tokens costs about the same (the masked count varies a little)
+    assert flops[-1] == pytest.approx(6 * flops[0], rel=0.05)
+    assert resumed[-1]["train_flops"] == pytest.approx(flops[-1], rel=1e-5)
+    saved = torch.load(tmp_path / "twice" / "checkpoint_last.pt", weights_only=False)
+    assert saved["model"][FlopsCounter.KEY].item() == pytest.approx(flops[-1], rel=1e-5)
