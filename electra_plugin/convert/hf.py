@@ -834,6 +834,14 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
     cfg = complete_config(OmegaConf.create(OmegaConf.to_container(state["cfg"].model)))
     weights = dict(state["model"])
     weights.pop(FlopsCounter.KEY, None)  # a training statistic, not a weight
+    # heads of the ablation objectives and generators have no transformers class
+    ablation = [k for k in weights if k.startswith(("mlm_head.", "generator_baseline.",
+                                                    "second_stage"))]
+    if ablation:
+        logger.warning(f"not exported (no transformers class holds them): "
+                       f"{sorted({k.split('.')[0] for k in ablation})}")
+        for key in ablation:
+            del weights[key]
     by_component: Dict[str, Dict[str, torch.Tensor]] = {}
     for key, value in weights.items():
         by_component.setdefault(_component_of(key), {})[key] = value

@@ -1,19 +1,22 @@
-"""The ELECTRA loss: generator MLM loss + lambda * discriminator replaced-token loss."""
+"""The pre-training loss: generator loss + the objective's loss (lambda-weighted when binary)."""
 
 import weakref
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
-from ..flops import model_sizes, paper_train_flops
-
-# Counts each batch logs; summed over micro-batches and workers, then turned into rates.
-COUNTS = ("masked", "tokens", "replaced", "predicted_replaced", "true_replaced",
-          "gen_correct", "disc_correct")
+# Counts batches log (each objective logs its own); summed over micro-batches and workers,
+# then turned into rates.
+COUNTS = ("masked", "gen_correct", "tokens", "replaced", "predicted_replaced",
+          "true_replaced", "disc_correct", "mlm_correct", "mlm_tokens")
+# (name, numerator, denominator) of the rates in the log
+RATES = (("gen_acc", "gen_correct", "masked"), ("disc_acc", "disc_correct", "tokens"),
+         ("disc_precision", "true_replaced", "predicted_replaced"),
+         ("disc_recall", "true_replaced", "replaced"), ("replaced_frac", "replaced", "masked"),
+         ("mlm_acc", "mlm_correct", "mlm_tokens"))
 
 
 @dataclass
@@ -25,12 +28,14 @@ class ElectraCriterionConfig(FairseqDataclass):
 
 @register_criterion("electra", dataclass=ElectraCriterionConfig)
 class ElectraCriterion(FairseqCriterion):
-    """``L = L_MLM + disc_weight * L_Disc`` for one batch.
+    """``L = L_gen + w * L_main`` for one batch, for any ``--objective`` of the model.
 
-    ``L_MLM`` is the generator's cross-entropy averaged over the masked positions, ``L_Disc``
-    the discriminator's binary cross-entropy averaged over all non-pad tokens (targets:
-    1 = replaced). Both are per-batch means, as in the official code, so ``sample_size`` is 1
-    per batch: with ``--update-freq k`` or k workers the update averages the k batch losses.
+    ``L_gen`` is the generator's loss (cross-entropy averaged over the masked positions, or
+    REINFORCE), ``L_main`` the objective's loss (:mod:`electra_plugin.objectives`), with
+    ``w = --disc-weight`` for the binary objectives (``electra``: BCE averaged over all
+    non-pad tokens; ``electra_15``: over the masked ones) and 1 for the MLM ones. Both are
+    per-batch means, as in the official code, so ``sample_size`` is 1 per batch: with
+    ``--update-freq k`` or k workers the update averages the k batch losses.
 
     Training batches also log their FLOPs as the paper counts them (:mod:`..flops`, with
     the batch's own length and number of masked positions); each update adds their sum over
@@ -51,48 +56,32 @@ class ElectraCriterion(FairseqCriterion):
 
     def forward(self, model, sample, reduce=True):
         out = model(**sample["net_input"], target=sample["target"])
-        # the model returns the generator's log-probabilities: NLL is the cross-entropy
-        gen_loss = F.nll_loss(out.generator_logits, out.masked_targets)
-
-        # mean over the non-pad tokens as a weighted sum: no boolean indexing, which would
-        # wait for the device to know how many tokens there are
-        real = ~out.padding_mask
-        disc_logits = out.discriminator_logits.float()
-        replaced = out.replaced
-        per_token = F.binary_cross_entropy_with_logits(disc_logits, replaced.float(),
-                                                       reduction="none")
-        tokens = real.sum()
-        disc_loss = per_token.masked_fill(~real, 0.0).sum() / tokens
-        loss = gen_loss + self.disc_weight * disc_loss
-
-        with torch.no_grad():
-            predicted = (disc_logits > 0) & real
-            counts = {
-                "masked": out.masked_targets.numel(),
-                "tokens": tokens,
-                "replaced": replaced.sum(),  # pad positions are never replaced
-                "predicted_replaced": predicted.sum(),
-                "true_replaced": (predicted & replaced).sum(),
-                "gen_correct": (out.generator_logits.argmax(-1) == out.masked_targets).sum(),
-                "disc_correct": (predicted == replaced).logical_and_(real).sum(),
-            }
-        logging_output = {
-            "loss": loss.detach(),
-            "gen_loss": gen_loss.detach(),
-            "disc_loss": disc_loss.detach(),
-            "ntokens": sample["ntokens"],
-            "nsentences": sample["nsentences"],
-            "sample_size": 1,
-            **counts,
-        }
+        objective = model.objective
+        logging_output = {"ntokens": sample["ntokens"], "nsentences": sample["nsentences"],
+                          "sample_size": 1, "masked": out.masked_targets.numel()}
+        loss = 0.0
+        per_token = None
+        if out.main is not None:
+            main_loss, per_token, counts = objective.main_loss(out)
+            weight = self.disc_weight if objective.binary else 1.0
+            loss = loss + weight * main_loss
+            logging_output[objective.loss_name] = main_loss.detach()
+            logging_output.update(counts)
+        gen_loss = objective.generator_loss(model, out, per_token)
+        loss = loss + gen_loss
+        logging_output["loss"] = loss.detach()
+        if out.generator_log_probs is not None:
+            if not model.generator_frozen:
+                logging_output["gen_loss"] = gen_loss.detach()
+            with torch.no_grad():
+                logging_output["gen_correct"] = (
+                    out.generator_log_probs.argmax(-1) == out.masked_targets).sum()
         counter = getattr(model, "flops_counter", None) if model.training else None
         if counter is not None:
             ElectraCriterion._counter = weakref.ref(counter)
-            tokens_in = sample["net_input"]["src_tokens"]
-            disc, gen = model_sizes(model.cfg)
-            logging_output["flops"] = paper_train_flops(
-                disc, gen, vocab=out.generator_logits.size(-1), length=tokens_in.size(1),
-                sequences=tokens_in.size(0), predicted=out.masked_targets.numel())
+            tokens = sample["net_input"]["src_tokens"]
+            logging_output["flops"] = model.train_flops(tokens.size(1), tokens.size(0),
+                                                        out.masked_targets.numel())
         return loss, 1, logging_output
 
     @staticmethod
@@ -101,21 +90,24 @@ class ElectraCriterion(FairseqCriterion):
             return sum(log.get(key, 0) for log in logging_outputs)
 
         batches = total("sample_size")
-        for key in ("loss", "gen_loss", "disc_loss"):
-            metrics.log_scalar(key, total(key) / max(batches, 1), batches, round=3)
-        for key in COUNTS:
+        for key in ("loss", "gen_loss", "disc_loss", "mlm_loss"):
+            if any(key in log for log in logging_outputs):
+                metrics.log_scalar(key, total(key) / max(batches, 1), batches, round=3)
+        logged = {key for key in COUNTS if any(key in log for log in logging_outputs)}
+        for key in logged:
             metrics.log_scalar(f"_{key}", total(key))
 
         def rate(numer, denom):
-            return lambda m: round(100 * float(m[f"_{numer}"].sum) / max(float(m[f"_{denom}"].sum), 1), 2)
+            return lambda m: round(
+                100 * float(m[f"_{numer}"].sum) / max(float(m[f"_{denom}"].sum), 1), 2)
 
-        metrics.log_derived("gen_acc", rate("gen_correct", "masked"))
-        metrics.log_derived("disc_acc", rate("disc_correct", "tokens"))
-        metrics.log_derived("disc_precision", rate("true_replaced", "predicted_replaced"))
-        metrics.log_derived("disc_recall", rate("true_replaced", "replaced"))
-        metrics.log_derived("replaced_frac", rate("replaced", "masked"))
-        # accuracy of always answering "original", the baseline disc_acc must beat
-        metrics.log_derived("disc_baseline", lambda m: round(100 - rate("replaced", "tokens")(m), 2))
+        for name, numer, denom in RATES:
+            if numer in logged and denom in logged:
+                metrics.log_derived(name, rate(numer, denom))
+        if "replaced" in logged and "tokens" in logged:
+            # accuracy of always answering "original", the baseline disc_acc must beat
+            metrics.log_derived("disc_baseline",
+                                lambda m: round(100 - rate("replaced", "tokens")(m), 2))
 
         counter = ElectraCriterion._counter and ElectraCriterion._counter()
         if counter is not None and any("flops" in log for log in logging_outputs):

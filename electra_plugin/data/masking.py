@@ -12,8 +12,10 @@ class ElectraMaskingDataset(BaseWrapperDataset):
 
     Exactly ``max(1, round(mask_prob * n))`` of the ``n`` maskable positions are drawn without
     replacement; each picked position becomes ``<mask>`` with probability
-    ``1 - leave_unmasked_prob`` (official: 0.85) and otherwise keeps its token; no random
-    tokens. ``<s>``, ``</s>``, ``<pad>`` and ``<mask>`` are never picked.
+    ``1 - leave_unmasked_prob - random_token_prob`` (official: 0.85), keeps its token with
+    probability ``leave_unmasked_prob`` (official: 0.15) and becomes a random non-special
+    token with probability ``random_token_prob`` (official: 0; BERT: 0.1 and 0.1).
+    ``<s>``, ``</s>``, ``<pad>`` and ``<mask>`` are never picked.
 
     Build the input and target views with :meth:`apply_mask`; both recompute the same mask
     from ``(seed, epoch, index)``, which is what makes runs and resumes reproducible.
@@ -25,9 +27,9 @@ class ElectraMaskingDataset(BaseWrapperDataset):
                 cls(dataset, *args, **kwargs, return_target=True))
 
     def __init__(self, dataset, dictionary, mask_idx, seed=1, mask_prob=0.15,
-                 leave_unmasked_prob=0.15, return_target=False):
+                 leave_unmasked_prob=0.15, random_token_prob=0.0, return_target=False):
         super().__init__(dataset)
-        assert 0.0 < mask_prob < 1.0 and 0.0 <= leave_unmasked_prob <= 1.0
+        assert 0.0 < mask_prob < 1.0 and 0.0 <= leave_unmasked_prob + random_token_prob <= 1.0
         self.pad_idx = dictionary.pad()
         self.mask_idx = mask_idx
         self.special = np.array(sorted({dictionary.bos(), dictionary.eos(), dictionary.pad(),
@@ -35,6 +37,10 @@ class ElectraMaskingDataset(BaseWrapperDataset):
         self.seed = seed
         self.mask_prob = mask_prob
         self.leave_unmasked_prob = leave_unmasked_prob
+        self.random_token_prob = random_token_prob
+        # random replacements are drawn from the ordinary tokens: not specials, not <mask>
+        self.random_ids = np.setdiff1d(np.arange(dictionary.nspecial, len(dictionary)),
+                                       self.special)
         self.return_target = return_target
         self.epoch = 0
 
@@ -60,10 +66,14 @@ class ElectraMaskingDataset(BaseWrapperDataset):
             with data_utils.numpy_seed(seed, epoch, index):
                 count = min(len(candidates), max(1, int(round(self.mask_prob * len(candidates)))))
                 chosen = np.random.choice(candidates, count, replace=False)
-                keep = np.random.rand(count) < self.leave_unmasked_prob
+                draw = np.random.rand(count)
+                keep = draw < self.leave_unmasked_prob
+                randomize = ~keep & (draw < self.leave_unmasked_prob + self.random_token_prob)
+                random_tokens = np.random.choice(self.random_ids, int(randomize.sum()))
             picked[chosen] = True
             masked_input = item.copy()
-            masked_input[chosen[~keep]] = self.mask_idx
+            masked_input[chosen[~keep & ~randomize]] = self.mask_idx
+            masked_input[chosen[randomize]] = random_tokens
         else:
             masked_input = item
         target = np.where(picked, item, self.pad_idx)

@@ -1,24 +1,26 @@
 """ELECTRA: a generator (small masked LM) and a discriminator sharing one embedding block.
 
-``ElectraModel.forward`` runs the whole replaced-token-detection step so that DDP sees a
-single forward: generator on the masked input -> sample at the masked positions -> corrupted
-input -> discriminator.
+``ElectraModel.forward`` runs the whole pre-training step so that DDP sees a single forward:
+generator on the masked input -> sample at the masked positions -> corrupted input ->
+discriminator -> the heads of the ``--objective`` (:mod:`electra_plugin.objectives`).
 """
 
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple, Optional
+from contextlib import nullcontext
+from typing import Optional
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from fairseq.dataclass import FairseqDataclass
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import BaseFairseqModel, register_model, register_model_architecture
 from omegaconf import OmegaConf, open_dict
 
 from ..errors import ElectraUsageError
-from ..flops import FlopsCounter
+from ..flops import FlopsCounter, model_sizes, paper_train_flops
+from ..objectives import OBJECTIVES, PretrainingOutput
 from ..optim.layer_decay import tag_parameters
 from .encoder import ElectraEmbeddings, ElectraEncoder, attention_mask
 from .heads import ClassificationHead, DiscriminatorHead, GeneratorHead
@@ -42,6 +44,9 @@ SIZE_FIELDS = tuple(ARCH_SIZES["electra_small"])
 # What a fine-tuning model keeps of a pre-training checkpoint; everything else (generator,
 # pre-training heads, FLOPs counter) exists only for pre-training.
 FINETUNING_PARTS = ("discriminator.", "classification_heads.")
+OBJECTIVE_CHOICES = ChoiceEnum(list(OBJECTIVES))
+GENERATOR_CHOICES = ChoiceEnum(["masked_lm", "unigram"])
+GENERATOR_TRAINING_CHOICES = ChoiceEnum(["mle", "adversarial"])
 
 
 @dataclass
@@ -75,6 +80,31 @@ class ElectraConfig(FairseqDataclass):
     temperature: float = field(
         default=1.0, metadata={"help": "generator sampling temperature; 0 takes the argmax "
                                        "(deterministic, for debugging)"})
+    objective: OBJECTIVE_CHOICES = field(
+        default="electra", metadata={"help": "pre-training objective: electra (replaced token "
+                                             "detection on every token), electra_15 (only at "
+                                             "the masked positions), replace_mlm (MLM on "
+                                             "generator samples instead of <mask>), "
+                                             "all_tokens_mlm (replace_mlm predicting every "
+                                             "token, with a copy mechanism), mlm (BERT: no "
+                                             "generator)"})
+    generator: GENERATOR_CHOICES = field(
+        default="masked_lm", metadata={"help": "masked_lm: a small Transformer masked LM "
+                                               "trained with the discriminator; unigram: "
+                                               "samples from the unigram distribution of "
+                                               "dict.txt's counts (no network)"})
+    tie_generator: bool = field(
+        default=False, metadata={"help": "the generator shares every weight of the "
+                                         "discriminator (needs --generator-size 1.0)"})
+    generator_training: GENERATOR_TRAINING_CHOICES = field(
+        default="mle", metadata={"help": "mle: maximum likelihood (official); adversarial: "
+                                         "REINFORCE on the discriminator's loss with a "
+                                         "learned baseline (the paper's Appendix F)"})
+    two_stage_updates: int = field(
+        default=0, metadata={"help": "two-stage training: the generator alone for this many "
+                                     "updates, then the discriminator, initialised from the "
+                                     "generator, with the generator frozen (needs "
+                                     "--generator-size 1.0); 0: joint training"})
     load_checkpoint_heads: bool = field(
         default=False, metadata={"help": "keep the classification heads a checkpoint has "
                                          "(for evaluation and the hub interface)"})
@@ -104,7 +134,38 @@ def complete_config(cfg):
                 f"model size is not set ({', '.join(missing)}); pick --arch "
                 f"{'|'.join(ARCH_SIZES)} or give --{missing[0].replace('_', '-')}")
     generator_sizes(cfg)
+    check_generator_options(cfg)
     return cfg
+
+
+def check_generator_options(cfg):
+    """Combinations of objective and generator options that cannot work, as one line."""
+
+    def fail(problem, fix):
+        raise ElectraUsageError(f"{problem}; {fix}")
+
+    network = cfg.generator == "masked_lm"
+    if cfg.objective == "mlm" and (not network or cfg.tie_generator or cfg.two_stage_updates
+                                   or cfg.generator_training != "mle"):
+        fail("--objective mlm has no generator, so the generator options do not apply",
+             "drop them or pick another --objective")
+    if not network and (cfg.tie_generator or cfg.two_stage_updates
+                        or cfg.generator_training != "mle"):
+        fail("--generator unigram has no network to tie, train adversarially or train in "
+             "two stages", "use --generator masked_lm")
+    whole = math.isclose(cfg.generator_size, 1.0)
+    if cfg.tie_generator and (not whole or cfg.untie_embeddings or cfg.two_stage_updates):
+        fail("--tie-generator shares every weight, so the generator must be the "
+             "discriminator's size with the same embeddings and no second stage",
+             "set --generator-size 1.0 without --untie-embeddings/--two-stage-updates")
+    if cfg.two_stage_updates and not whole:
+        fail(f"--two-stage-updates initialises the discriminator from the generator, which "
+             f"needs the same size (--generator-size is {cfg.generator_size:g})",
+             "set --generator-size 1.0")
+    if (cfg.generator_training == "adversarial" or cfg.two_stage_updates) and \
+            not OBJECTIVES[cfg.objective].binary:
+        fail(f"adversarial and two-stage generators are defined for replaced token detection, "
+             f"not --objective {cfg.objective}", "use --objective electra or electra_15")
 
 
 def generator_sizes(cfg):
@@ -125,22 +186,13 @@ def generator_sizes(cfg):
     return heads * head_dim, heads, cfg.ffn_size * heads // cfg.num_heads
 
 
-class RTDOutput(NamedTuple):
-    """What one replaced-token-detection step produced (a tuple, so DDP can walk it)."""
-
-    generator_logits: torch.Tensor  # M x V fp32 log-probabilities at the M masked positions
-    masked_targets: torch.Tensor  # M, original tokens at those positions
-    discriminator_logits: torch.Tensor  # B x T, > 0 means "replaced"
-    replaced: torch.Tensor  # B x T bool: the corrupted token differs from the original
-    padding_mask: torch.Tensor  # B x T bool
-
-
 @register_model("electra", dataclass=ElectraConfig)
 class ElectraModel(BaseFairseqModel):
     """Generator + discriminator for pre-training; the discriminator alone for fine-tuning.
 
-    Built by the ``electra`` task it holds ``generator``, ``generator_head`` and the
-    replaced-token ``discriminator_head``; built by any other task (``sentence_prediction``,
+    Built by the ``electra`` task it also holds the generator (``generator`` encoder and
+    ``generator_head``, or a unigram table) and the heads of its objective
+    (``discriminator_head``, ``mlm_head``); built by any other task (``sentence_prediction``,
     ``squad`` ...) it holds only ``discriminator`` and ``classification_heads``, and loading
     a pre-training checkpoint drops the other weights.
     """
@@ -162,18 +214,46 @@ class ElectraModel(BaseFairseqModel):
         shared = embeddings()
         self.discriminator = encoder(shared, cfg.hidden_size, cfg.num_heads, cfg.ffn_size)
         self.classification_heads = nn.ModuleDict()
-        self.generator = self.generator_head = self.discriminator_head = None
-        self.flops_counter = None
+        self.pretraining = pretraining
+        self.objective = OBJECTIVES[cfg.get("objective", "electra")]
+        self.generator = self.generator_head = self.generator_baseline = None
+        self.discriminator_head = self.mlm_head = self.flops_counter = None
         if pretraining:
-            self.discriminator_head = DiscriminatorHead(cfg.hidden_size)
             self.flops_counter = FlopsCounter()  # training FLOPs seen; see flops.py
-            gen_embed = embeddings() if cfg.untie_embeddings else shared
-            gen_hidden, gen_heads, gen_ffn = generator_sizes(cfg)
-            self.generator = encoder(gen_embed, gen_hidden, gen_heads, gen_ffn)
-            self.generator_head = GeneratorHead(gen_hidden, cfg.embedding_size,
-                                                gen_embed.word_embeddings)
+            if "discriminator_head" in self.objective.heads:
+                self.discriminator_head = DiscriminatorHead(cfg.hidden_size)
+            if "mlm_head" in self.objective.heads:
+                self.mlm_head = GeneratorHead(cfg.hidden_size, cfg.embedding_size,
+                                              shared.word_embeddings)
+            if self.objective.corrupts:
+                self._build_generator(cfg, dictionary, shared, embeddings, encoder)
         self.apply(init_bert_params)
         self.tag_parameters()
+
+    def _build_generator(self, cfg, dictionary, shared, embeddings, encoder):
+        if cfg.generator == "unigram":
+            counts = torch.tensor(dictionary.count, dtype=torch.float64)
+            counts[:dictionary.nspecial] = 0  # <s> <pad> </s> <unk>
+            counts[dictionary.index("<mask>")] = 0
+            if counts.sum() == 0:  # a dict.txt without counts: uniform over ordinary tokens
+                counts[dictionary.nspecial:] = 1
+                counts[dictionary.index("<mask>")] = 0
+            self.register_buffer("unigram_log_probs", counts.div(counts.sum()).log().float(),
+                                 persistent=False)
+            return
+        gen_hidden, gen_heads, gen_ffn = generator_sizes(cfg)
+        if cfg.tie_generator:
+            self.generator = self.discriminator
+        else:
+            gen_embed = embeddings() if cfg.untie_embeddings else shared
+            self.generator = encoder(gen_embed, gen_hidden, gen_heads, gen_ffn)
+        self.generator_head = GeneratorHead(gen_hidden, cfg.embedding_size,
+                                            self.generator.embeddings.word_embeddings)
+        if cfg.generator_training == "adversarial":
+            self.generator_baseline = nn.Linear(gen_hidden, 1)
+        if cfg.two_stage_updates:
+            # saved with checkpoints, so a resumed run knows the discriminator was initialised
+            self.register_buffer("second_stage", torch.zeros((), dtype=torch.bool))
 
     def tag_parameters(self):
         """Depth tags for ``--optimizer electra_adam`` (layer-wise lr decay)."""
@@ -202,18 +282,39 @@ class ElectraModel(BaseFairseqModel):
         pretraining = isinstance(task, ElectraPretrainingTask)
         return cls(cfg, task.source_dictionary, pretraining=pretraining)
 
+    @property
+    def generator_alone(self) -> bool:
+        """First stage of two-stage training: only the generator runs and learns."""
+        return bool(self.cfg.get("two_stage_updates", 0)) and not self.second_stage
+
+    @property
+    def generator_frozen(self) -> bool:
+        """Second stage of two-stage training: the generator only samples."""
+        return bool(self.cfg.get("two_stage_updates", 0)) and bool(self.second_stage)
+
+    def set_num_updates(self, num_updates):
+        """Two-stage training: at the switch, initialise the discriminator from the generator."""
+        super().set_num_updates(num_updates)
+        if self.generator is not None and self.cfg.get("two_stage_updates", 0) and \
+                num_updates >= self.cfg.two_stage_updates and not self.second_stage:
+            self.discriminator.load_state_dict(self.generator.state_dict())
+            self.second_stage.fill_(True)
+            logger.info(f"update {num_updates}: discriminator initialised from the generator, "
+                        f"which is frozen from now on")
+
     def forward(self, src_tokens, target=None, features_only=False, return_all_hiddens=False,
                 classification_head_name=None, token_types=None, **kwargs):
         """Replaced token detection when ``target`` is given, else the discriminator.
 
         src_tokens: B x T. With ``target`` (B x T: the original token at masked positions,
-        padding elsewhere; the ``electra`` task's batch) returns an :class:`RTDOutput`.
+        padding elsewhere; the ``electra`` task's batch) returns a
+        :class:`~electra_plugin.objectives.PretrainingOutput`.
         Otherwise returns ``(x, {"inner_states": [...]})`` like fairseq's RoBERTa: x is
         B x T x H features (``features_only``), B x C logits of a classification head, or
         B x T replaced-token logits (pre-training model only).
         """
         if target is not None:
-            return self.replaced_token_detection(src_tokens, target)
+            return self.pretraining_step(src_tokens, target)
         x, states = self.discriminator(src_tokens, token_types,
                                        return_all_hiddens=return_all_hiddens)
         if classification_head_name is not None:
@@ -225,37 +326,65 @@ class ElectraModel(BaseFairseqModel):
         elif not features_only:
             if self.discriminator_head is None:
                 raise ElectraUsageError(
-                    "this model has no replaced-token head (it was built for fine-tuning); "
-                    "load the pre-training checkpoint with the electra task")
+                    "this model has no replaced-token head (it was built for fine-tuning, or "
+                    f"pre-trained with --objective {self.objective.name}); load an electra "
+                    f"pre-training checkpoint with the electra task")
             x = self.discriminator_head(x)
         return x, {"inner_states": states}
 
-    def replaced_token_detection(self, src_tokens, target) -> RTDOutput:
+    def pretraining_step(self, src_tokens, target) -> PretrainingOutput:
         padding_mask = src_tokens.eq(self.padding_idx)
         attn_mask = attention_mask(padding_mask)  # one host sync, shared by both encoders
         masked = target.ne(self.padding_idx)
-        # flat indices of the M masked positions (a second sync: M sets the head's shape)
+        # flat indices of the M masked positions (a second sync: M sets the heads' shapes)
         positions = masked.flatten().nonzero().squeeze(1)
         masked_targets = target.flatten()[positions]
-        # 1. the generator fills the masked positions (vocabulary log-probabilities there only)
-        gen_hidden, _ = self.generator.encode(src_tokens, attn_mask)
-        gen_logits = self.generator_head(gen_hidden.flatten(0, 1)[positions])
-        gen_log_probs = F.log_softmax(gen_logits, dim=-1, dtype=torch.float32)
-        # 2. sample replacements; no gradient flows from the discriminator into the generator
-        sampled = self.sample(gen_log_probs.detach())
-        # 3. corrupt the input
-        corrupted = src_tokens.flatten().index_put((positions,), sampled).view_as(src_tokens)
         original = torch.where(masked, target, src_tokens)
-        # 4. the discriminator tells replaced from original; a sample equal to the
-        #    original token counts as original
-        disc_hidden, _ = self.discriminator.encode(corrupted, attn_mask)
-        return RTDOutput(
-            generator_logits=gen_log_probs,
-            masked_targets=masked_targets,
-            discriminator_logits=self.discriminator_head(disc_hidden),
-            replaced=corrupted.ne(original),
-            padding_mask=padding_mask,
-        )
+        gen_log_probs = baseline = None
+        corrupted = src_tokens
+        if self.objective.corrupts:
+            # 1. the generator proposes tokens for the masked positions; 2. one is sampled (no
+            # gradient flows from the discriminator into the generator); 3. it corrupts the input
+            gen_log_probs, baseline, sampled = self.generate(src_tokens, attn_mask, positions)
+            corrupted = src_tokens.flatten().index_put((positions,), sampled).view_as(src_tokens)
+        main = copy = None
+        if not self.generator_alone:
+            # 4. the discriminator reads the corrupted input; a sample equal to the original
+            #    token counts as original
+            hidden, _ = self.discriminator.encode(corrupted, attn_mask)
+            main, copy = self.objective.predict(self, hidden, positions)
+        return PretrainingOutput(
+            generator_log_probs=gen_log_probs, baseline_logits=baseline,
+            masked_targets=masked_targets, positions=positions, corrupted=corrupted,
+            original=original, replaced=corrupted.ne(original), padding_mask=padding_mask,
+            main=main, copy=copy)
+
+    def generate(self, src_tokens, attn_mask, positions):
+        """-> (M x V fp32 log-probabilities or None, M baseline logits or None, M samples)."""
+        if self.generator is None:  # unigram: the same distribution at every position
+            log_probs = self.unigram_log_probs.expand(len(positions), -1)
+            return None, None, self.sample(log_probs)
+        with torch.no_grad() if self.generator_frozen else nullcontext():
+            hidden, _ = self.generator.encode(src_tokens, attn_mask)
+            hidden = hidden.flatten(0, 1)[positions]
+            log_probs = F.log_softmax(self.generator_head(hidden), dim=-1, dtype=torch.float32)
+        baseline = None
+        if self.generator_baseline is not None:  # trained on its own loss only
+            baseline = self.generator_baseline(hidden.detach()).squeeze(-1)
+        return log_probs, baseline, self.sample(log_probs.detach())
+
+    def train_flops(self, length: int, sequences: int, predicted: int) -> float:
+        """Training FLOPs of one batch as the paper counts them, for this model's setting."""
+        disc, gen = model_sizes(self.cfg)
+        if self.generator is None:
+            gen = None
+        gen_passes, disc_passes = 2, 2  # forward + backward (counted equal, as the paper)
+        if self.cfg.get("two_stage_updates", 0):
+            gen_passes, disc_passes = (1, 2) if self.second_stage else (2, 0)
+        return paper_train_flops(disc, gen, len(self.discriminator.embeddings.word_embeddings
+                                                .weight), length, sequences, predicted,
+                                 objective=self.objective.name, generator_passes=gen_passes,
+                                 discriminator_passes=disc_passes)
 
     @torch.no_grad()
     def sample(self, logits):
@@ -318,7 +447,7 @@ class ElectraModel(BaseFairseqModel):
         """
         prefix = name + "." if name else ""
         super().upgrade_state_dict_named(state_dict, name)
-        if self.generator is None:
+        if not self.pretraining:
             keep = tuple(prefix + p for p in FINETUNING_PARTS)
             for key in [k for k in state_dict if k.startswith(prefix) and
                         not k.startswith(keep)]:

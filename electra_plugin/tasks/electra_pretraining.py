@@ -20,6 +20,7 @@ from fairseq.data import (
 )
 from fairseq.data.shorten_dataset import maybe_shorten_dataset
 from fairseq.dataclass import FairseqDataclass
+from fairseq.optim.fp16_optimizer import FP16Optimizer
 from fairseq.tasks import FairseqTask, register_task
 from fairseq.tasks.language_modeling import SAMPLE_BREAK_MODE_CHOICES, SHORTEN_METHOD_CHOICES
 from omegaconf import II, MISSING
@@ -54,6 +55,10 @@ class ElectraPretrainingConfig(FairseqDataclass):
     leave_unmasked_prob: float = field(
         default=0.15, metadata={"help": "fraction of the picked tokens left unchanged instead "
                                         "of replaced by <mask> (official: 0.15)"})
+    random_token_prob: float = field(
+        default=0.0, metadata={"help": "fraction of the picked tokens replaced by a random "
+                                       "token (official: 0; BERT, for --objective mlm: 0.1 "
+                                       "with --leave-unmasked-prob 0.1)"})
     shorten_method: SHORTEN_METHOD_CHOICES = field(
         default="none", metadata={"help": "if not none, shorten sentences longer than "
                                           "tokens_per_sample ('truncate' or 'random_crop')"})
@@ -75,6 +80,13 @@ class ElectraPretrainingTask(FairseqTask):
 
     def __init__(self, cfg: ElectraPretrainingConfig, dictionary: Dictionary):
         super().__init__(cfg)
+        if not 0 < cfg.mask_prob < 1:
+            raise ElectraUsageError(f"--mask-prob {cfg.mask_prob:g} is not a fraction in (0, 1)")
+        if min(cfg.leave_unmasked_prob, cfg.random_token_prob) < 0 or \
+                cfg.leave_unmasked_prob + cfg.random_token_prob > 1:
+            raise ElectraUsageError(
+                f"--leave-unmasked-prob {cfg.leave_unmasked_prob:g} and --random-token-prob "
+                f"{cfg.random_token_prob:g} must be fractions that add up to at most 1")
         self.dictionary = dictionary
         # Same dictionary as fairseq's sentence_prediction builds from the same dict.txt.
         self.mask_idx = dictionary.add_symbol(MASK_SYMBOL)
@@ -104,7 +116,8 @@ class ElectraPretrainingTask(FairseqTask):
 
         src, tgt = ElectraMaskingDataset.apply_mask(
             dataset, self.dictionary, self.mask_idx, seed=self.cfg.seed,
-            mask_prob=self.cfg.mask_prob, leave_unmasked_prob=self.cfg.leave_unmasked_prob)
+            mask_prob=self.cfg.mask_prob, leave_unmasked_prob=self.cfg.leave_unmasked_prob,
+            random_token_prob=self.cfg.random_token_prob)
         pad = self.dictionary.pad()
         with data_utils.numpy_seed(self.cfg.seed + epoch):
             shuffle = np.random.permutation(len(src))
@@ -135,6 +148,15 @@ class ElectraPretrainingTask(FairseqTask):
 
     def max_positions(self):
         return self.cfg.tokens_per_sample
+
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        if getattr(model, "cfg", None) is not None and model.cfg.get("two_stage_updates", 0) \
+                and isinstance(optimizer, FP16Optimizer):
+            raise ElectraUsageError(
+                "--two-stage-updates copies the generator into the discriminator in place, "
+                "which --fp16's separate fp32 master weights would undo; use --amp or "
+                "--memory-efficient-fp16")
+        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
 
 def load_dictionary(data_path: str) -> Dictionary:
