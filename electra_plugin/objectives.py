@@ -179,15 +179,15 @@ class AllTokensMLM(Objective):
         vocab_log_probs = F.log_softmax(out.main.float(), dim=-1)
         predicted = vocab_log_probs.gather(-1, original[..., None]).squeeze(-1)
         copy = out.copy.float()
-        no_copy = F.logsigmoid(-copy) + predicted
-        log_likelihood = torch.where(out.replaced, no_copy,
-                                     torch.logaddexp(F.logsigmoid(copy), no_copy))
+        log_copy, log_no_copy = F.logsigmoid(copy), F.logsigmoid(-copy)
+        no_copy = log_no_copy + predicted
+        log_likelihood = torch.where(out.replaced, no_copy, torch.logaddexp(log_copy, no_copy))
         tokens = real.sum()
         loss = -log_likelihood.masked_fill(~real, 0.0).sum() / tokens.clamp(min=1)
         with torch.no_grad():
             # the prediction: the input token when copying wins, else the softmax's argmax
             best = vocab_log_probs.argmax(-1)
-            keep = F.logsigmoid(copy) > (F.logsigmoid(-copy) + vocab_log_probs.max(-1).values)
+            keep = log_copy > log_no_copy + vocab_log_probs.max(-1).values
             guess = torch.where(keep, out.corrupted, best)
             counts = {"mlm_correct": (guess == original).logical_and_(real).sum(),
                       "mlm_tokens": tokens}

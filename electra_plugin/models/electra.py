@@ -9,6 +9,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 from contextlib import nullcontext
+from functools import cached_property
 from typing import Optional
 
 import torch
@@ -233,11 +234,12 @@ class ElectraModel(BaseFairseqModel):
     def _build_generator(self, cfg, dictionary, shared, embeddings, encoder):
         if cfg.generator == "unigram":
             counts = torch.tensor(dictionary.count, dtype=torch.float64)
-            counts[:dictionary.nspecial] = 0  # <s> <pad> </s> <unk>
-            counts[dictionary.index("<mask>")] = 0
-            if counts.sum() == 0:  # a dict.txt without counts: uniform over ordinary tokens
-                counts[dictionary.nspecial:] = 1
-                counts[dictionary.index("<mask>")] = 0
+            ordinary = torch.ones(len(counts), dtype=torch.bool)
+            ordinary[:dictionary.nspecial] = False  # <s> <pad> </s> <unk>
+            ordinary[dictionary.index("<mask>")] = False
+            if counts[ordinary].sum() == 0:  # a dict.txt without counts: uniform
+                counts.fill_(1)
+            counts.masked_fill_(~ordinary, 0)
             self.register_buffer("unigram_log_probs", counts.div(counts.sum()).log().float(),
                                  persistent=False)
             return
@@ -375,16 +377,19 @@ class ElectraModel(BaseFairseqModel):
 
     def train_flops(self, length: int, sequences: int, predicted: int) -> float:
         """Training FLOPs of one batch as the paper counts them, for this model's setting."""
-        disc, gen = model_sizes(self.cfg)
-        if self.generator is None:
-            gen = None
-        gen_passes, disc_passes = 2, 2  # forward + backward (counted equal, as the paper)
-        if self.cfg.get("two_stage_updates", 0):
-            gen_passes, disc_passes = (1, 2) if self.second_stage else (2, 0)
-        return paper_train_flops(disc, gen, len(self.discriminator.embeddings.word_embeddings
-                                                .weight), length, sequences, predicted,
-                                 objective=self.objective.name, generator_passes=gen_passes,
-                                 discriminator_passes=disc_passes)
+        disc, gen = self._sizes
+        # a trained part counts forward + backward (equal, as the paper), a frozen one forward
+        gen_passes = 1 if self.generator_frozen else 2
+        disc_passes = 0 if self.generator_alone else 2
+        return paper_train_flops(disc, gen if self.generator is not None else None,
+                                 self.discriminator.embeddings.word_embeddings.num_embeddings,
+                                 length, sequences, predicted, objective=self.objective.name,
+                                 generator_passes=gen_passes, discriminator_passes=disc_passes)
+
+    @cached_property
+    def _sizes(self):
+        """(discriminator, generator) sizes for the FLOPs count; the config does not change."""
+        return model_sizes(self.cfg)
 
     @torch.no_grad()
     def sample(self, logits):

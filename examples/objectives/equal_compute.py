@@ -40,7 +40,8 @@ from electra_plugin.models.electra import complete_config  # noqa: E402
 PLUGIN = str(REPO / "electra_plugin")
 LENGTH, BATCH = 128, 32
 # ELECTRA-tiny (4 layers, hidden 128) with 16-dim heads, so that a 1/8 generator is one head
-MODEL = ["--arch", "electra_tiny", "--num-heads", "8"]
+SIZES = dict(_name="electra_tiny", num_heads=8)
+MODEL = ["--arch", SIZES["_name"], "--num-heads", str(SIZES["num_heads"])]
 # BERT's masking for the MLM baseline; the other objectives keep ELECTRA's (85% <mask>, 15%
 # unchanged, no random tokens)
 BERT_MASKING = ["--leave-unmasked-prob", "0.1", "--random-token-prob", "0.1"]
@@ -59,7 +60,7 @@ def flops_per_update(objective, generator_size, vocab):
     from electra_plugin.flops import model_sizes, paper_train_flops
 
     cfg = complete_config(OmegaConf.create(dict(
-        _name="electra_tiny", num_heads=8, objective=objective,
+        **SIZES, objective=objective,
         generator_size=generator_size)))
     disc, gen = model_sizes(cfg)
     predicted = round(0.15 * (LENGTH - 1)) * BATCH
