@@ -41,6 +41,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from electra_plugin.allocator import release_freed_memory, retain_freed_memory
 from electra_plugin.flops import executed_train_flops, model_sizes, paper_train_flops
 
 REPO = Path(__file__).resolve().parents[1]
@@ -401,13 +402,27 @@ def run_config(args, arch, length, precision, device, data_root, baseline=None):
     batches = make_batches(task, args.steps, batch_size, length, seed=0)
     if device.type == "cuda":
         batches = [(s.to(device), t.to(device)) for s, t in batches]
+
+    def allocator(runner):
+        """On CPU each row runs with the malloc behaviour its users get: the plugin's task
+        keeps freed memory (electra_plugin/allocator.py), the peer gets glibc's own."""
+        if device.type != "cpu":
+            return
+        if args.peer_retains_memory if runner.name == "peer" else \
+                "--release-cpu-memory" not in args.plugin_args:
+            retain_freed_memory()
+        else:
+            release_freed_memory()
+
     for runner in runners:  # warm-up: allocator, optimizer state, oneDNN/cuBLAS choices
+        allocator(runner)
         for src, target in batches[:args.warmup]:
             runner.step(src, target)
     times = {r.name: [] for r in runners}
     cpu_times = {r.name: [] for r in runners}
     for _ in range(args.repeats):  # interleaved, so that all see the same machine load
         for runner in runners:
+            allocator(runner)
             cpu = time.process_time()
             times[runner.name].append(time_steps(runner, batches, device))
             cpu_times[runner.name].append((time.process_time() - cpu) / len(batches))
@@ -636,6 +651,9 @@ def main(argv=None):
                    help="also run fairseq-train on random binarized blocks and compare its "
                         "logged wps with this harness's plugin figure")
     p.add_argument("--fairseq-train-updates", type=int, default=14)
+    p.add_argument("--peer-retains-memory", action="store_true",
+                   help="CPU: give the peer the plugin's malloc setting too (by default it "
+                        "runs with glibc's own, as its users do)")
     p.add_argument("--breakdown", action="store_true",
                    help="also time the parts of the plugin's step (generator, sampling, "
                         "discriminator, optimizer, data) one at a time")

@@ -25,6 +25,7 @@ from fairseq.tasks import FairseqTask, register_task
 from fairseq.tasks.language_modeling import SAMPLE_BREAK_MODE_CHOICES, SHORTEN_METHOD_CHOICES
 from omegaconf import II, MISSING
 
+from ..allocator import retain_freed_memory
 from ..data.masking import ElectraMaskingDataset
 from ..errors import ElectraUsageError
 
@@ -64,6 +65,13 @@ class ElectraPretrainingConfig(FairseqDataclass):
                                           "tokens_per_sample ('truncate' or 'random_crop')"})
     shorten_data_split_list: str = field(
         default="", metadata={"help": "comma-separated splits to shorten (default: all)"})
+    release_cpu_memory: bool = field(
+        default=False, metadata={"help": "on CPU, let glibc return freed memory to the OS "
+                                         "after each update as it does by default; without "
+                                         "this flag the task keeps it in the process, which "
+                                         "saves tens of thousands of page faults per update "
+                                         "(about a tenth faster on 2 cores) but holds the "
+                                         "peak memory"})
     seed: int = II("common.seed")
 
 
@@ -156,6 +164,8 @@ class ElectraPretrainingTask(FairseqTask):
                 "--two-stage-updates copies the generator into the discriminator in place, "
                 "which --fp16's separate fp32 master weights would undo; use --amp or "
                 "--memory-efficient-fp16")
+        if not self.cfg.release_cpu_memory and next(model.parameters()).device.type == "cpu":
+            retain_freed_memory()
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
 
