@@ -10,10 +10,8 @@ is that the process keeps its peak memory until it exits, which a training run d
 """
 
 import ctypes
-import logging
+import functools
 import platform
-
-logger = logging.getLogger(__name__)
 
 # mallopt parameters (malloc.h)
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD, M_MMAP_MAX = -1, -2, -3, -4
@@ -25,25 +23,23 @@ RETAINED = ((M_MMAP_MAX, 0),  # every block from the heap, none mapped and unmap
 GLIBC_STEADY_STATE = ((M_MMAP_MAX, 65536), (M_MMAP_THRESHOLD, 32 << 20),
                       (M_TRIM_THRESHOLD, 64 << 20), (M_TOP_PAD, 128 << 10))
 
-_noted = False
+@functools.lru_cache(maxsize=None)
+def _glibc():
+    """The process's C library where it is glibc, else None."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return None
+    return ctypes.CDLL(None)
 
 
 def _mallopt(settings) -> bool:
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    libc = ctypes.CDLL(None)
-    return all(libc.mallopt(param, value) == 1 for param, value in settings)
+    libc = _glibc()
+    return libc is not None and all(libc.mallopt(param, value) == 1
+                                    for param, value in settings)
 
 
 def retain_freed_memory() -> bool:
     """Keep freed memory in the process for reuse; True where glibc now does."""
-    global _noted
-    retained = _mallopt(RETAINED)
-    if retained and not _noted:
-        _noted = True
-        logger.info("CPU training: freed memory stays in the process for the next update "
-                    "(glibc mallopt); --release-cpu-memory turns this off")
-    return retained
+    return _mallopt(RETAINED)
 
 
 def release_freed_memory() -> bool:
@@ -51,5 +47,5 @@ def release_freed_memory() -> bool:
     :func:`retain_freed_memory` runs (the benchmark's peer, timed in the same process)."""
     released = _mallopt(GLIBC_STEADY_STATE)
     if released:
-        ctypes.CDLL(None).malloc_trim(0)
+        _glibc().malloc_trim(0)
     return released

@@ -88,6 +88,7 @@ class ElectraPretrainingTask(FairseqTask):
 
     def __init__(self, cfg: ElectraPretrainingConfig, dictionary: Dictionary):
         super().__init__(cfg)
+        self.allocator_set = cfg.release_cpu_memory  # glibc's default is left alone
         if not 0 < cfg.mask_prob < 1:
             raise ElectraUsageError(f"--mask-prob {cfg.mask_prob:g} is not a fraction in (0, 1)")
         if min(cfg.leave_unmasked_prob, cfg.random_token_prob) < 0 or \
@@ -164,8 +165,11 @@ class ElectraPretrainingTask(FairseqTask):
                 "--two-stage-updates copies the generator into the discriminator in place, "
                 "which --fp16's separate fp32 master weights would undo; use --amp or "
                 "--memory-efficient-fp16")
-        if not self.cfg.release_cpu_memory and next(model.parameters()).device.type == "cpu":
-            retain_freed_memory()
+        if not self.allocator_set:  # once: the setting is process-wide and stays
+            self.allocator_set = True
+            if next(model.parameters()).device.type == "cpu" and retain_freed_memory():
+                logger.info("CPU training: freed memory stays in the process for the next "
+                            "update (glibc mallopt); --release-cpu-memory turns this off")
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
 
