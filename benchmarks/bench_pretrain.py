@@ -11,9 +11,12 @@ FLOP/s and MFU (against the matrix-multiply peak this run measures) for
 - ``peer``: transformers' ``ElectraForMaskedLM`` (generator) and ``ElectraForPreTraining``
   (discriminator) of the same sizes sharing one embedding module, full-vocabulary generator
   logits, Gumbel sampling, ``loss = gen + 50 * disc``, ``torch.optim.AdamW`` and
-  ``clip_grad_norm_(1.0)`` (``pip install -e '.[hf]'``);
+  ``clip_grad_norm_(1.0)`` (``pip install -e '.[hf]'``), with glibc's own malloc behaviour;
+- ``peer-retained`` (CPU): the same peer given the plugin's allocator setting (freed memory
+  kept in the process), so that the step's speed and the allocator's show separately;
 
-and the ratio plugin/peer per row. FLOPs per update are given the way the paper counts
+and the ratios plugin/peer and plugin/peer-retained per row. Each row runs with its own
+allocator setting, with one untimed update after switching to it. FLOPs per update are given the way the paper counts
 them (``electra_plugin.flops.paper_train_flops``, comparable with the paper's train-FLOPs
 column) and as executed (matmuls only, ``executed_train_flops``, the basis of MFU).
 
@@ -30,6 +33,7 @@ import json
 import os
 import platform
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -165,6 +169,8 @@ class PluginStep:
                 self.task, cfg.criterion.disc_weight)
         self.trainer = Trainer(cfg, self.task, model, criterion)
         self.model, self.name = model, name
+        # the electra task keeps freed CPU memory unless told not to (allocator.py)
+        self.retains_memory = "--release-cpu-memory" not in extra
         # fp16 goes through --amp; bf16 through autocast around the step (fairseq has no
         # bf16 autocast flag; its --bf16 keeps the weights themselves in bf16)
         self.autocast = (lambda: contextlib.nullcontext()) if precision in ("fp32", "fp16") \
@@ -227,11 +233,14 @@ def plugin_at_revision(rev, directory: Path):
 
 
 class PeerStep:
-    """The same step written with transformers, as a user of its ELECTRA classes would."""
+    """The same step written with transformers, as a user of its ELECTRA classes would.
 
-    name = "peer"
+    ``retains_memory``: on CPU, run it with the plugin's malloc setting instead of glibc's
+    own (the ``peer-retained`` row: the same allocator for both, to separate the step's
+    speed from the allocator's).
+    """
 
-    def __init__(self, cfg, vocab, pad, device, precision):
+    def __init__(self, cfg, vocab, pad, device, precision, retains_memory=False):
         from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
 
         disc, gen = model_sizes(cfg)
@@ -257,6 +266,8 @@ class PeerStep:
                                            weight_decay=WEIGHT_DECAY)
         self.scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
         self.pad, self.device, self.precision = pad, device, precision
+        self.retains_memory = retains_memory
+        self.name = "peer-retained" if retains_memory else "peer"
 
     def step(self, src, target):
         src, target = src.to(self.device), target.to(self.device)
@@ -366,6 +377,11 @@ def peak_memory(runner, batch, device):
     return sum(resident.values()) + top
 
 
+def page_faults():
+    """Minor page faults of this process so far (fresh pages the kernel had to map)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def time_steps(runner, batches, device):
     synchronize(device)
     start = time.perf_counter()
@@ -397,19 +413,21 @@ def run_config(args, arch, length, precision, device, data_root, baseline=None):
         data_dir, arch, length, batch_size, device, precision).task
     cfg = complete_config(OmegaConf.create({"_name": arch}))
     vocab, pad = len(task.dictionary), task.dictionary.pad()
-    if "peer" in args.impls:
-        runners.append(PeerStep(cfg, vocab, pad, device, precision))
+    for impl in ("peer", "peer-retained"):
+        if impl in args.impls:
+            runners.append(PeerStep(cfg, vocab, pad, device, precision,
+                                    retains_memory=impl == "peer-retained"))
     batches = make_batches(task, args.steps, batch_size, length, seed=0)
     if device.type == "cuda":
         batches = [(s.to(device), t.to(device)) for s, t in batches]
 
     def allocator(runner):
         """On CPU each row runs with the malloc behaviour its users get: the plugin's task
-        keeps freed memory (electra_plugin/allocator.py), the peer gets glibc's own."""
+        keeps freed memory (electra_plugin/allocator.py), the peer gets glibc's own and
+        peer-retained the plugin's."""
         if device.type != "cpu":
             return
-        if args.peer_retains_memory if runner.name == "peer" else \
-                "--release-cpu-memory" not in args.plugin_args:
+        if runner.retains_memory:
             retain_freed_memory()
         else:
             release_freed_memory()
@@ -420,12 +438,17 @@ def run_config(args, arch, length, precision, device, data_root, baseline=None):
             runner.step(src, target)
     times = {r.name: [] for r in runners}
     cpu_times = {r.name: [] for r in runners}
+    faults = {r.name: [] for r in runners}
     for _ in range(args.repeats):  # interleaved, so that all see the same machine load
         for runner in runners:
             allocator(runner)
-            cpu = time.process_time()
+            # One untimed update after the switch: the row before may have trimmed the heap
+            # this one keeps, and its users' processes run in their own steady state.
+            runner.step(*batches[0])
+            cpu, minflt = time.process_time(), page_faults()
             times[runner.name].append(time_steps(runner, batches, device))
             cpu_times[runner.name].append((time.process_time() - cpu) / len(batches))
+            faults[runner.name].append((page_faults() - minflt) / len(batches))
     memory = {r.name: peak_memory(r, batches[0], device) for r in runners}
 
     disc, gen = model_sizes(cfg)
@@ -435,19 +458,21 @@ def run_config(args, arch, length, precision, device, data_root, baseline=None):
     for runner in runners:
         seconds = statistics.median(times[runner.name])
         executed = executed_train_flops(disc, gen, vocab, length, batch_size, masked,
-                                        full_vocab_generator=runner.name == "peer")
+                                        full_vocab_generator=isinstance(runner, PeerStep))
         rows.append(dict(
             config=tag, arch=arch, length=length, batch_size=batch_size,
             precision=precision, impl=runner.name, ms_per_update=1e3 * seconds,
             ms_per_update_repeats=[1e3 * t for t in times[runner.name]],
             cpu_ms_per_update=1e3 * statistics.median(cpu_times[runner.name]),
+            page_faults_per_update=statistics.median(faults[runner.name]),
             tokens_per_s=batch_size * length / seconds, peak_memory_bytes=memory[runner.name],
             paper_flops_per_update=paper, executed_flops_per_update=executed,
             achieved_flops_per_s=executed / seconds))
     for row in rows:
         # median of the per-repeat ratios: each pair ran back to back under the same load
-        for other, key in (("peer", "vs_peer"), (f"plugin@{args.baseline}", "vs_baseline")):
-            if other in times and row["impl"] != other and row["impl"] != "peer":
+        for other, key in (("peer", "vs_peer"), ("peer-retained", "vs_peer_retained"),
+                           (f"plugin@{args.baseline}", "vs_baseline")):
+            if other in times and row["impl"].startswith("plugin") and row["impl"] != other:
                 row[key] = statistics.median(
                     b / a for a, b in zip(times[row["impl"]], times[other]))
                 row["memory_" + key] = memory[row["impl"]] / memory[other]
@@ -606,19 +631,22 @@ def fairseq_train_check(args, arch, length, precision, device, data_root):
 
 def table(rows, peaks):
     head = (f"{'config':<30} {'impl':<16} {'tokens/s':>8} {'ms/upd':>7} {'peak MB':>7} "
-            f"{'GFLOP/s':>7} {'MFU':>6} {'vs peer':>7} {'speedup':>7} {'paper GF':>8} "
-            f"{'exec GF':>7}")
+            f"{'GFLOP/s':>7} {'MFU':>6} {'vs peer':>7} {'vs p-ret':>8} {'speedup':>7} "
+            f"{'paper GF':>8} "
+            f"{'exec GF':>7} {'faults':>7}")
     lines = [head, "-" * len(head)]
     for r in rows:
         ratio = f"{r['vs_peer']:.2f}x" if "vs_peer" in r else ""
+        retained = f"{r['vs_peer_retained']:.2f}x" if "vs_peer_retained" in r else ""
         speedup = f"{r['vs_baseline']:.2f}x" if "vs_baseline" in r else ""
         mfu = r["achieved_flops_per_s"] / peaks[r["precision"]]
         lines.append(
             f"{r['config']:<30} {r['impl']:<16} {r['tokens_per_s']:>8.0f} "
             f"{r['ms_per_update']:>7.0f} {r['peak_memory_bytes'] / 2**20:>7.0f} "
-            f"{r['achieved_flops_per_s'] / 1e9:>7.1f} {100 * mfu:>5.1f}% {ratio:>7} "
+            f"{r['achieved_flops_per_s'] / 1e9:>7.1f} {100 * mfu:>5.1f}% {ratio:>7} {retained:>8} "
             f"{speedup:>7} {r['paper_flops_per_update'] / 1e9:>8.1f} "
-            f"{r['executed_flops_per_update'] / 1e9:>7.1f}")
+            f"{r['executed_flops_per_update'] / 1e9:>7.1f} "
+            f"{r['page_faults_per_update']:>7.0f}")
     return "\n".join(lines)
 
 
@@ -635,8 +663,9 @@ def main(argv=None):
     p.add_argument("--precisions", nargs="+", default=None,
                    choices=["fp32", "bf16", "fp16"],
                    help="default: fp32 bf16 on CPU, bf16 fp16 on GPU (autocast)")
-    p.add_argument("--impls", nargs="+", default=None, choices=["plugin", "peer", "baseline"],
-                   help="what to time (default: plugin and peer, plus baseline with "
+    p.add_argument("--impls", nargs="+", default=None, choices=["plugin", "peer", "peer-retained", "baseline"],
+                   help="what to time (default: plugin, peer and on CPU peer-retained, the "
+                        "peer with the plugin's allocator setting; plus baseline with "
                         "--baseline)")
     p.add_argument("--baseline", metavar="REV",
                    help="also time the plugin's model and criterion as of git revision REV "
@@ -651,9 +680,6 @@ def main(argv=None):
                    help="also run fairseq-train on random binarized blocks and compare its "
                         "logged wps with this harness's plugin figure")
     p.add_argument("--fairseq-train-updates", type=int, default=14)
-    p.add_argument("--peer-retains-memory", action="store_true",
-                   help="CPU: give the peer the plugin's malloc setting too (by default it "
-                        "runs with glibc's own, as its users do)")
     p.add_argument("--breakdown", action="store_true",
                    help="also time the parts of the plugin's step (generator, sampling, "
                         "discriminator, optimizer, data) one at a time")
@@ -672,7 +698,9 @@ def main(argv=None):
     lengths = args.lengths or [OFFICIAL_LENGTH[m] for m in models]
     if len(lengths) == 1:
         lengths = lengths * len(models)
-    args.impls = args.impls or (["plugin", "peer"] + (["baseline"] if args.baseline else []))
+    # peer-retained differs from peer only in the CPU allocator setting
+    args.impls = args.impls or (["plugin", "peer"] + ([] if gpu else ["peer-retained"])
+                                + (["baseline"] if args.baseline else []))
     if "baseline" in args.impls and not args.baseline:
         sys.exit("--impls baseline needs --baseline REV")
     precisions = args.precisions or (["bf16", "fp16"] if gpu else ["fp32", "bf16"])

@@ -132,20 +132,80 @@ def test_bf16_autocast_step_stays_close_to_fp32():
 # ------------------------------------------------------------------ the parts made faster
 
 
-def test_dropout_keeps_the_expectation_and_masks_the_gradient():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dropout_keeps_the_expectation_and_masks_the_gradient(dtype):
     torch.manual_seed(0)
     drop = Dropout(0.1)
-    x = torch.ones(400_000, requires_grad=True)
+    x = torch.ones(400_003, dtype=dtype, requires_grad=True)  # not a whole number of draws
     y = drop(x)
+    assert y.dtype == dtype
     kept = y != 0
-    assert abs(1 - kept.float().mean().item() - 0.1) < 0.002  # Bernoulli(0.9) keep mask
-    assert torch.allclose(y[kept], torch.tensor(2**15 / round(0.9 * 2**15)))
-    assert abs(y.mean().item() - 1) < 0.003  # E[y] = x
+    # Bernoulli(0.9) keep mask, at each of the four 16-bit lanes of a 64-bit draw alike
+    for lane in range(4):
+        assert abs(1 - kept[lane::4].float().mean().item() - 0.1) < 0.003
+    scale = torch.tensor(2**15 / round(0.9 * 2**15), dtype=dtype)
+    assert torch.equal(y[kept], scale.expand(int(kept.sum())))
+    assert abs(y.float().mean().item() - 1) < 0.003  # E[y] = x
     y.backward(torch.full_like(x, 2.0))
     assert torch.equal(x.grad != 0, kept)
-    assert torch.allclose(x.grad[kept], 2 * y[kept])
+    assert torch.equal(x.grad[kept], 2 * y[kept])
     drop.eval()
     assert drop(x) is x
+
+
+def test_dropout_below_the_mask_resolution_still_drops():
+    # 1e-6 is below 2**-15: the bit mask cannot express it, F.dropout takes over
+    y = Dropout(1e-6)(torch.ones(1000, requires_grad=True))
+    assert y.requires_grad and torch.allclose(y, torch.ones(1000), atol=1e-5)
+
+
+def adam_runs(optimizer_cls, dtype=torch.float32, **hyper):
+    """Five updates of two groups (one decayed), one tensor skipping updates 2 and 4."""
+    torch.manual_seed(0)
+    params = [torch.randn(shape, dtype=dtype, requires_grad=True)
+              for shape in [(7, 5), (5,), (3, 3), (4,)]]
+    groups = [{"params": params[:2], "weight_decay": 0.01},
+              {"params": params[2:], "weight_decay": 0.0, "lr": 3e-3}]
+    optimizer = optimizer_cls(groups, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, **hyper)
+    for update in range(1, 6):
+        for i, p in enumerate(params):
+            p.grad = None if (i == 3 and update % 2 == 0) else torch.randn_like(p)
+        optimizer.step()
+    return params, optimizer.state_dict()
+
+
+@pytest.mark.parametrize("dtype,amsgrad", [(torch.float32, False), (torch.float32, True),
+                                           (torch.bfloat16, False)])
+def test_multi_tensor_adam_is_fairseqs_adam_bit_for_bit(dtype, amsgrad):
+    from fairseq.optim.adam import Adam
+
+    from electra_plugin.optim.foreach_adam import ForeachAdam
+
+    fast, fast_state = adam_runs(ForeachAdam, dtype, amsgrad=amsgrad)
+    loop, loop_state = adam_runs(Adam, dtype, amsgrad=amsgrad)
+    for a, b in zip(fast, loop):
+        assert torch.equal(a, b)
+    for key, state in loop_state["state"].items():
+        assert fast_state["state"][key]["step"] == state["step"]  # 3 for the skipping one
+        for name in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(fast_state["state"][key][name], state[name])
+    assert fast_state["state"][3]["step"] == 3
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA"))])
+def test_electra_adam_is_multi_tensor_on_gpus_only(device):
+    from fairseq import optim
+
+    from electra_plugin.optim.foreach_adam import ForeachAdam
+    from test_layer_decay import optimizer_cfg
+
+    optimizer = optim.build_optimizer(optimizer_cfg(layer_decay=0.8),
+                                      list(torch.nn.Linear(2, 2).to(device).parameters()))
+    try:
+        import apex  # noqa: F401  (fairseq then uses apex's FusedAdam on a GPU)
+    except ImportError:
+        assert isinstance(optimizer.optimizer, ForeachAdam) == (device == "cuda")
 
 
 FRESH_BLOCK_FAULTS = """

@@ -11,9 +11,10 @@ import logging
 from dataclasses import dataclass, field
 
 from fairseq.optim import register_optimizer
-from fairseq.optim.adam import FairseqAdam, FairseqAdamConfig
+from fairseq.optim.adam import Adam, FairseqAdam, FairseqAdamConfig
 
 from ..errors import ElectraUsageError
+from .foreach_adam import ForeachAdam
 
 logger = logging.getLogger(__name__)
 
@@ -48,10 +49,20 @@ class ElectraAdamConfig(FairseqAdamConfig):
 
 @register_optimizer("electra_adam", dataclass=ElectraAdamConfig)
 class ElectraAdam(FairseqAdam):
-    """fairseq's Adam (decoupled weight decay) over depth groups; see the module docstring."""
+    """fairseq's Adam (decoupled weight decay) over depth groups; see the module docstring.
+
+    On a GPU without apex's FusedAdam, the update runs as multi-tensor ops
+    (:class:`ForeachAdam`).
+    """
 
     def __init__(self, cfg: ElectraAdamConfig, params):
         super().__init__(cfg, self.groups(list(params), cfg))
+        groups = self._optimizer.param_groups
+        if type(self._optimizer) is Adam and groups[0]["params"][0].is_cuda:
+            # GPU without apex: the same update as multi-tensor ops. On CPU fairseq's
+            # per-tensor loop is faster (each tensor stays in cache through its nine ops:
+            # 29 vs 36 ms per ELECTRA-Small update on 2 cores), so it stays there.
+            self._optimizer = ForeachAdam(groups, **self.optimizer_config)
 
     @staticmethod
     def groups(params, cfg):
