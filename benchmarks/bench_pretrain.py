@@ -1,7 +1,9 @@
 #!/usr/bin/env python
 """Training-step benchmark: the plugin's ELECTRA step next to a transformers peer.
 
-One process, the same random batches for both, interleaved repeats. For each model size,
+One command, the same random batches for all, interleaved repeats; each implementation runs
+in a worker process of its own (its heap and malloc setting are its users', untouched by
+the other rows). For each model size,
 sequence length and precision it prints tokens/s, ms per update, peak memory, achieved
 FLOP/s and MFU (against the matrix-multiply peak this run measures) for
 
@@ -15,10 +17,10 @@ FLOP/s and MFU (against the matrix-multiply peak this run measures) for
 - ``peer-retained`` (CPU): the same peer given the plugin's allocator setting (freed memory
   kept in the process), so that the step's speed and the allocator's show separately;
 
-and the ratios plugin/peer and plugin/peer-retained per row. Each row runs with its own
-allocator setting, with one untimed update after switching to it. FLOPs per update are given the way the paper counts
-them (``electra_plugin.flops.paper_train_flops``, comparable with the paper's train-FLOPs
-column) and as executed (matmuls only, ``executed_train_flops``, the basis of MFU).
+and the ratios plugin/peer and plugin/peer-retained per row. FLOPs per update are given the
+way the paper counts them (``electra_plugin.flops.paper_train_flops``, comparable with the
+paper's train-FLOPs column) and as executed (matmuls only, ``executed_train_flops``, the
+basis of MFU).
 
     python benchmarks/bench_pretrain.py                       # CPU: small, fp32 and bf16
     python benchmarks/bench_pretrain.py --models electra_base --batch-size 8 --precisions bf16
@@ -45,7 +47,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from electra_plugin.allocator import release_freed_memory, retain_freed_memory
+from electra_plugin.allocator import retain_freed_memory
 from electra_plugin.flops import executed_train_flops, model_sizes, paper_train_flops
 
 REPO = Path(__file__).resolve().parents[1]
@@ -391,7 +393,95 @@ def time_steps(runner, batches, device):
     return (time.perf_counter() - start) / len(batches)
 
 
-def run_config(args, arch, length, precision, device, data_root, baseline=None):
+def build_runner(impl, args, arch, length, precision, device, data_dir, ref_dir):
+    """The step of one implementation (``--impls`` name), built where it will run."""
+    from omegaconf import OmegaConf
+
+    from electra_plugin.models.electra import complete_config
+
+    if impl in ("plugin", "baseline"):
+        package = plugin_at_revision(args.baseline, ref_dir) if impl == "baseline" else None
+        return PluginStep(data_dir, arch, length, args.batch_size, device, precision,
+                          extra=args.plugin_args, package=package,
+                          name=f"plugin@{args.baseline}" if package else "plugin")
+    task = electra_task(data_dir, arch, length)
+    cfg = complete_config(OmegaConf.create({"_name": arch}))
+    return PeerStep(cfg, len(task.dictionary), task.dictionary.pad(), device, precision,
+                    retains_memory=impl == "peer-retained")
+
+
+def quiet():
+    import logging
+
+    logging.disable(logging.WARNING)  # fairseq's model/trainer summaries
+    warnings.filterwarnings("ignore")  # hydra's deprecation notes on every config build
+
+
+def serve(conn, impl, args, config, batches, threads):
+    """Worker process: build one implementation, then run what the parent asks for."""
+    quiet()
+    torch.set_num_threads(threads)
+    arch, length, precision, device, data_dir, ref_dir = config
+    try:
+        runner = build_runner(impl, args, arch, length, precision, device, data_dir, ref_dir)
+        if device.type == "cpu" and runner.retains_memory:
+            retain_freed_memory()  # what the electra task does on its first update
+        conn.send((True, runner.name))
+    except Exception as e:  # noqa: BLE001 (reported by the parent)
+        conn.send((False, repr(e)))
+        return
+    while True:
+        request = conn.recv()
+        if request == "exit":
+            return
+        try:
+            if request == "warmup":
+                for src, target in batches[:args.warmup]:
+                    runner.step(src, target)
+                result = None
+            elif request == "time":
+                cpu, minflt = time.process_time(), page_faults()
+                seconds = time_steps(runner, batches, device)
+                result = (seconds, (time.process_time() - cpu) / len(batches),
+                          (page_faults() - minflt) / len(batches))
+            else:  # "memory"
+                result = peak_memory(runner, batches[0], device)
+            conn.send((True, result))
+        except Exception as e:  # noqa: BLE001
+            conn.send((False, repr(e)))
+
+
+class Worker:
+    """One implementation in a process of its own, as its users run it: its own heap,
+    malloc setting and warm state, which none of the other rows can disturb (glibc's
+    thresholds and heap layout depend on everything a process allocated before)."""
+
+    def __init__(self, impl, args, config, batches):
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=serve, daemon=True, args=(
+            child, impl, args, config, batches, torch.get_num_threads()))
+        self.process.start()
+        self.name = self._reply(impl)
+
+    def _reply(self, what):
+        ok, value = self.conn.recv()
+        if not ok:
+            raise RuntimeError(f"benchmark worker {what}: {value}")
+        return value
+
+    def __call__(self, request):
+        self.conn.send(request)
+        return self._reply(f"{self.name} {request}")
+
+    def close(self):
+        self.conn.send("exit")
+        self.process.join()
+
+
+def run_config(args, arch, length, precision, device, data_root):
     """Every implementation on the same batches, timed in interleaved repeats -> result rows."""
     from omegaconf import OmegaConf
 
@@ -400,72 +490,46 @@ def run_config(args, arch, length, precision, device, data_root, baseline=None):
     batch_size = args.batch_size
     tag = f"{arch} T={length} B={batch_size} {precision}"
     data_dir = write_dictionary(data_root / f"dict{args.vocab}", args.vocab)
-    runners = []
-    for impl in args.impls:
-        if impl == "plugin":
-            runners.append(PluginStep(data_dir, arch, length, batch_size, device, precision,
-                                      extra=args.plugin_args))
-        elif impl == "baseline":
-            runners.append(PluginStep(data_dir, arch, length, batch_size, device, precision,
-                                      extra=args.plugin_args, package=baseline,
-                                      name=f"plugin@{args.baseline}"))
-    task = runners[0].task if runners else PluginStep(
-        data_dir, arch, length, batch_size, device, precision).task
-    cfg = complete_config(OmegaConf.create({"_name": arch}))
+    task = electra_task(data_dir, arch, length)
     vocab, pad = len(task.dictionary), task.dictionary.pad()
-    for impl in ("peer", "peer-retained"):
-        if impl in args.impls:
-            runners.append(PeerStep(cfg, vocab, pad, device, precision,
-                                    retains_memory=impl == "peer-retained"))
+    cfg = complete_config(OmegaConf.create({"_name": arch}))
     batches = make_batches(task, args.steps, batch_size, length, seed=0)
     if device.type == "cuda":
         batches = [(s.to(device), t.to(device)) for s, t in batches]
-
-    def allocator(runner):
-        """On CPU each row runs with the malloc behaviour its users get: the plugin's task
-        keeps freed memory (electra_plugin/allocator.py), the peer gets glibc's own and
-        peer-retained the plugin's."""
-        if device.type != "cpu":
-            return
-        if runner.retains_memory:
-            retain_freed_memory()
-        else:
-            release_freed_memory()
-
-    for runner in runners:  # warm-up: allocator, optimizer state, oneDNN/cuBLAS choices
-        allocator(runner)
-        for src, target in batches[:args.warmup]:
-            runner.step(src, target)
-    times = {r.name: [] for r in runners}
-    cpu_times = {r.name: [] for r in runners}
-    faults = {r.name: [] for r in runners}
-    for _ in range(args.repeats):  # interleaved, so that all see the same machine load
-        for runner in runners:
-            allocator(runner)
-            # One untimed update after the switch: the row before may have trimmed the heap
-            # this one keeps, and its users' processes run in their own steady state.
-            runner.step(*batches[0])
-            cpu, minflt = time.process_time(), page_faults()
-            times[runner.name].append(time_steps(runner, batches, device))
-            cpu_times[runner.name].append((time.process_time() - cpu) / len(batches))
-            faults[runner.name].append((page_faults() - minflt) / len(batches))
-    memory = {r.name: peak_memory(r, batches[0], device) for r in runners}
+    config = (arch, length, precision, device, data_dir, Path(tempfile.mkdtemp(dir=data_root)))
+    workers = [Worker(impl, args, config, batches) for impl in args.impls]
+    try:
+        for worker in workers:  # warm-up: optimizer state, oneDNN/cuBLAS choices, heap
+            worker("warmup")
+        times = {w.name: [] for w in workers}
+        cpu_times = {w.name: [] for w in workers}
+        faults = {w.name: [] for w in workers}
+        for _ in range(args.repeats):  # interleaved, so that all see the same machine load
+            for worker in workers:
+                seconds, cpu, minflt = worker("time")
+                times[worker.name].append(seconds)
+                cpu_times[worker.name].append(cpu)
+                faults[worker.name].append(minflt)
+        memory = {w.name: w("memory") for w in workers}
+    finally:
+        for worker in workers:
+            worker.close()
 
     disc, gen = model_sizes(cfg)
     masked = sum(int(t.ne(pad).sum()) for _, t in batches) / len(batches)
     paper = paper_train_flops(disc, gen, vocab, length, batch_size, predicted=masked)
     rows = []
-    for runner in runners:
-        seconds = statistics.median(times[runner.name])
+    for name in times:
+        seconds = statistics.median(times[name])
         executed = executed_train_flops(disc, gen, vocab, length, batch_size, masked,
-                                        full_vocab_generator=isinstance(runner, PeerStep))
+                                        full_vocab_generator=name.startswith("peer"))
         rows.append(dict(
             config=tag, arch=arch, length=length, batch_size=batch_size,
-            precision=precision, impl=runner.name, ms_per_update=1e3 * seconds,
-            ms_per_update_repeats=[1e3 * t for t in times[runner.name]],
-            cpu_ms_per_update=1e3 * statistics.median(cpu_times[runner.name]),
-            page_faults_per_update=statistics.median(faults[runner.name]),
-            tokens_per_s=batch_size * length / seconds, peak_memory_bytes=memory[runner.name],
+            precision=precision, impl=name, ms_per_update=1e3 * seconds,
+            ms_per_update_repeats=[1e3 * t for t in times[name]],
+            cpu_ms_per_update=1e3 * statistics.median(cpu_times[name]),
+            page_faults_per_update=statistics.median(faults[name]),
+            tokens_per_s=batch_size * length / seconds, peak_memory_bytes=memory[name],
             paper_flops_per_update=paper, executed_flops_per_update=executed,
             achieved_flops_per_s=executed / seconds))
     for row in rows:
@@ -708,10 +772,7 @@ def main(argv=None):
         print("skipping fp16: fp16 autocast is for CUDA (use bf16 on CPU)")
         precisions = [x for x in precisions if x != "fp16"]
 
-    import logging
-
-    logging.disable(logging.WARNING)  # fairseq's model/trainer summaries
-    warnings.filterwarnings("ignore")  # hydra's deprecation notes on every config build
+    quiet()
     machine = dict(
         device=torch.cuda.get_device_name(device) if gpu else platform.processor() or
         platform.machine(), threads=torch.get_num_threads(), torch=torch.__version__,
@@ -722,10 +783,9 @@ def main(argv=None):
     print("matmul peak: " + ", ".join(f"{x} {v / 1e9:.0f} GFLOP/s" for x, v in peaks.items()))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        baseline = plugin_at_revision(args.baseline, Path(tmp)) if args.baseline else None
         for arch, length in zip(models, lengths):
             for precision in precisions:
-                rows += run_config(args, arch, length, precision, device, Path(tmp), baseline)
+                rows += run_config(args, arch, length, precision, device, Path(tmp))
                 print(table(rows[-len(args.impls):], peaks).split("\n", 2)[-1], flush=True)
         for r in rows:
             r["mfu"] = r["achieved_flops_per_s"] / peaks[r["precision"]]

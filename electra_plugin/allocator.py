@@ -14,14 +14,11 @@ import functools
 import platform
 
 # mallopt parameters (malloc.h)
-M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD, M_MMAP_MAX = -1, -2, -3, -4
+M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_MAX = -1, -2, -4
 RETAINED = ((M_MMAP_MAX, 0),  # every block from the heap, none mapped and unmapped per use
             (M_TRIM_THRESHOLD, (1 << 31) - 1),  # never give the heap top back
             (M_TOP_PAD, 64 << 20))  # grow the heap in 64 MB steps
-# glibc's own behaviour once its dynamic mmap threshold has risen to its 32 MB cap (the trim
-# threshold follows at twice that): the best a process without this module converges to
-GLIBC_STEADY_STATE = ((M_MMAP_MAX, 65536), (M_MMAP_THRESHOLD, 32 << 20),
-                      (M_TRIM_THRESHOLD, 64 << 20), (M_TOP_PAD, 128 << 10))
+
 
 @functools.lru_cache(maxsize=None)
 def _glibc():
@@ -31,21 +28,8 @@ def _glibc():
     return ctypes.CDLL(None)
 
 
-def _mallopt(settings) -> bool:
-    libc = _glibc()
-    return libc is not None and all(libc.mallopt(param, value) == 1
-                                    for param, value in settings)
-
-
 def retain_freed_memory() -> bool:
     """Keep freed memory in the process for reuse; True where glibc now does."""
-    return _mallopt(RETAINED)
-
-
-def release_freed_memory() -> bool:
-    """Back to glibc's steady-state behaviour, heap top trimmed: how code that does not call
-    :func:`retain_freed_memory` runs (the benchmark's peer, timed in the same process)."""
-    released = _mallopt(GLIBC_STEADY_STATE)
-    if released:
-        _glibc().malloc_trim(0)
-    return released
+    libc = _glibc()
+    return libc is not None and all(libc.mallopt(param, value) == 1
+                                    for param, value in RETAINED)
