@@ -422,6 +422,7 @@ def serve(conn, impl, args, config, batches, threads):
     quiet()
     torch.set_num_threads(threads)
     arch, length, precision, device, data_dir, ref_dir = config
+    batches = [(src.to(device), target.to(device)) for src, target in batches]
     try:
         runner = build_runner(impl, args, arch, length, precision, device, data_dir, ref_dir)
         if device.type == "cpu" and runner.retains_memory:
@@ -493,9 +494,7 @@ def run_config(args, arch, length, precision, device, data_root):
     task = electra_task(data_dir, arch, length)
     vocab, pad = len(task.dictionary), task.dictionary.pad()
     cfg = complete_config(OmegaConf.create({"_name": arch}))
-    batches = make_batches(task, args.steps, batch_size, length, seed=0)
-    if device.type == "cuda":
-        batches = [(s.to(device), t.to(device)) for s, t in batches]
+    batches = make_batches(task, args.steps, batch_size, length, seed=0)  # moved by workers
     config = (arch, length, precision, device, data_dir, Path(tempfile.mkdtemp(dir=data_root)))
     workers = [Worker(impl, args, config, batches) for impl in args.impls]
     try:
