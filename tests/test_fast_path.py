@@ -139,6 +139,8 @@ def test_dropout_keeps_the_expectation_and_masks_the_gradient(dtype):
     x = torch.ones(400_003, dtype=dtype, requires_grad=True)  # not a whole number of draws
     y = drop(x)
     assert y.dtype == dtype
+    (mask,) = y.grad_fn.saved_tensors
+    assert mask.element_size() == 1  # what the backward pass keeps: a byte per element
     kept = y != 0
     # Bernoulli(0.9) keep mask, at each of the four 16-bit lanes of a 64-bit draw alike
     for lane in range(4):

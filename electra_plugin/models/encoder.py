@@ -23,9 +23,9 @@ class Dropout(nn.Dropout):
     Here each element gets 15 random bits (four per 64-bit draw, so a quarter of the random
     numbers), is kept with probability ``round((1 - p) * 2**15) / 2**15`` and the kept
     values are scaled by the inverse of that probability, so the output's expectation is
-    the input exactly. The mask is built with int16 arithmetic and applied as a multiply in
-    the input's dtype: comparisons and bool masks take unvectorised paths on CPU (~4x
-    slower). CUDA keeps ``F.dropout``'s fused kernel.
+    the input exactly. The mask is built with int16 arithmetic, kept in one byte per element
+    and applied as a multiply in the input's dtype: comparisons and bool masks take
+    unvectorised paths on CPU (~4x slower). CUDA keeps ``F.dropout``'s fused kernel.
     """
 
     def forward(self, x):
@@ -48,9 +48,9 @@ class _BitMaskDropout(torch.autograd.Function):
         draws = torch.empty((x.numel() + 3) // 4, dtype=torch.int64, device=x.device)
         # random_() fills 63 uniform bits; each int16 lane's low 15 bits are uniform. Lane -
         # keep_below is negative exactly for kept elements, so the arithmetic shift by 15
-        # leaves -1 where kept and 0 where dropped.
-        keep = draws.random_().view(torch.int16)[:x.numel()].view(x.shape)
-        keep.bitwise_and_(0x7FFF).sub_(keep_below).bitwise_right_shift_(15)
+        # leaves -1 where kept and 0 where dropped; kept as int8 (one byte, as a bool).
+        lanes = draws.random_().view(torch.int16)[:x.numel()].view(x.shape)
+        keep = lanes.bitwise_and_(0x7FFF).sub_(keep_below).bitwise_right_shift_(15).to(torch.int8)
         ctx.save_for_backward(keep)
         ctx.scale = -(2**15) / keep_below  # (negative: the kept lanes hold -1)
         return _apply(x, keep, ctx.scale)
