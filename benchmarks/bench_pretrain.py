@@ -43,6 +43,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
@@ -393,21 +394,25 @@ def time_steps(runner, batches, device):
     return (time.perf_counter() - start) / len(batches)
 
 
-def build_runner(impl, args, arch, length, precision, device, data_dir, ref_dir):
-    """The step of one implementation (``--impls`` name), built where it will run."""
+def build_runner(impl, args, c):
+    """The step of one implementation (``--impls`` name), built where it will run; ``c``:
+    the configuration run_config shares with its workers."""
+    if impl in ("plugin", "baseline"):
+        package = plugin_at_revision(args.baseline, c.ref_dir) if impl == "baseline" else None
+        return PluginStep(c.data_dir, c.arch, c.length, args.batch_size, c.device, c.precision,
+                          extra=args.plugin_args, package=package,
+                          name=f"plugin@{args.baseline}" if package else "plugin")
+    return PeerStep(arch_config(c.arch), c.vocab, c.pad, c.device, c.precision,
+                    retains_memory=impl == "peer-retained")
+
+
+def arch_config(arch):
+    """The plugin's model config of ``arch`` (sizes, dropout, positions)."""
     from omegaconf import OmegaConf
 
     from electra_plugin.models.electra import complete_config
 
-    if impl in ("plugin", "baseline"):
-        package = plugin_at_revision(args.baseline, ref_dir) if impl == "baseline" else None
-        return PluginStep(data_dir, arch, length, args.batch_size, device, precision,
-                          extra=args.plugin_args, package=package,
-                          name=f"plugin@{args.baseline}" if package else "plugin")
-    task = electra_task(data_dir, arch, length)
-    cfg = complete_config(OmegaConf.create({"_name": arch}))
-    return PeerStep(cfg, len(task.dictionary), task.dictionary.pad(), device, precision,
-                    retains_memory=impl == "peer-retained")
+    return complete_config(OmegaConf.create({"_name": arch}))
 
 
 def quiet():
@@ -421,10 +426,10 @@ def serve(conn, impl, args, config, batches, threads):
     """Worker process: build one implementation, then run what the parent asks for."""
     quiet()
     torch.set_num_threads(threads)
-    arch, length, precision, device, data_dir, ref_dir = config
+    device = config.device
     batches = [(src.to(device), target.to(device)) for src, target in batches]
     try:
-        runner = build_runner(impl, args, arch, length, precision, device, data_dir, ref_dir)
+        runner = build_runner(impl, args, config)
         if device.type == "cpu" and runner.retains_memory:
             retain_freed_memory()  # what the electra task does on its first update
         conn.send((True, runner.name))
@@ -484,18 +489,16 @@ class Worker:
 
 def run_config(args, arch, length, precision, device, data_root):
     """Every implementation on the same batches, timed in interleaved repeats -> result rows."""
-    from omegaconf import OmegaConf
-
-    from electra_plugin.models.electra import complete_config
-
     batch_size = args.batch_size
     tag = f"{arch} T={length} B={batch_size} {precision}"
     data_dir = write_dictionary(data_root / f"dict{args.vocab}", args.vocab)
     task = electra_task(data_dir, arch, length)
     vocab, pad = len(task.dictionary), task.dictionary.pad()
-    cfg = complete_config(OmegaConf.create({"_name": arch}))
+    cfg = arch_config(arch)
     batches = make_batches(task, args.steps, batch_size, length, seed=0)  # moved by workers
-    config = (arch, length, precision, device, data_dir, Path(tempfile.mkdtemp(dir=data_root)))
+    config = SimpleNamespace(arch=arch, length=length, precision=precision, device=device,
+                             data_dir=data_dir, ref_dir=Path(tempfile.mkdtemp(dir=data_root)),
+                             vocab=vocab, pad=pad)
     workers = [Worker(impl, args, config, batches) for impl in args.impls]
     try:
         for worker in workers:  # warm-up: optimizer state, oneDNN/cuBLAS choices, heap

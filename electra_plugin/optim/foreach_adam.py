@@ -40,10 +40,11 @@ class ForeachAdam(Adam):
                     state["exp_avg"] = state["exp_avg"].to(p.data)
                     state["exp_avg_sq"] = state["exp_avg_sq"].to(p.data)
                 state["step"] += 1
-                for bucket, t in zip(by_step[state["step"]],
-                                     (p.data, p.grad.data, state["exp_avg"],
-                                      state["exp_avg_sq"])):
-                    bucket.append(t)
+                params, grads, exp_avgs, exp_avg_sqs = by_step[state["step"]]
+                params.append(p.data)
+                grads.append(p.grad.data)
+                exp_avgs.append(state["exp_avg"])
+                exp_avg_sqs.append(state["exp_avg_sq"])
             beta1, beta2 = group["betas"]
             for step, (params, grads, exp_avgs, exp_avg_sqs) in by_step.items():
                 torch._foreach_mul_(exp_avgs, beta1)
