@@ -729,7 +729,8 @@ def main(argv=None):
     p.add_argument("--precisions", nargs="+", default=None,
                    choices=["fp32", "bf16", "fp16"],
                    help="default: fp32 bf16 on CPU, bf16 fp16 on GPU (autocast)")
-    p.add_argument("--impls", nargs="+", default=None, choices=["plugin", "peer", "peer-retained", "baseline"],
+    p.add_argument("--impls", nargs="+", default=None,
+                   choices=["plugin", "peer", "peer-retained", "baseline"],
                    help="what to time (default: plugin, peer and on CPU peer-retained, the "
                         "peer with the plugin's allocator setting; plus baseline with "
                         "--baseline)")
