@@ -12,7 +12,7 @@ setup(
     install_requires=[
         # Install torch before this package (scripts/setup_env.sh pins 2.13.0): an unpinned
         # torch with none installed pulls the newest CUDA build.
-        "torch>=2.1",
+        "torch>=2.4",  # (2.4: the fused Adam kernel on CPU)
         # fairseq main with the Python 3.11 dataclass fix; see README "Why ve-fairseq".
         "ve-fairseq==0.12.3",
         "hydra-core>=1.3,<1.4",

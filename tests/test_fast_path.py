@@ -27,7 +27,7 @@ from electra_plugin.flops import (
     paper_train_flops,
 )
 from electra_plugin.models.electra import ElectraModel
-from electra_plugin.models.encoder import Dropout
+from electra_plugin.models.encoder import Dropout, random_int16
 from test_criterion import sample_for
 from test_model import tiny_model
 from test_training import records
@@ -155,20 +155,43 @@ def test_dropout_keeps_the_expectation_and_masks_the_gradient(dtype):
     assert drop(x) is x
 
 
+def splitmix64(state):
+    """Reference SplitMix64 output for one state, in Python integers."""
+    z = state % 2**64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2**64
+    return z ^ (z >> 31)
+
+
+def test_dropout_bits_are_splitmix64_seeded_by_torch():
+    torch.manual_seed(3)
+    seed = torch.empty((), dtype=torch.int64).random_().item()
+    torch.manual_seed(3)
+    lanes = random_int16(4 * 50 - 1)  # the last 64-bit value is cut short
+    expected = []
+    for i in range(50):
+        z = splitmix64(seed + i * 0x9E3779B97F4A7C15)
+        expected += [(z >> (16 * lane)) & 0xFFFF for lane in range(4)]  # little-endian
+    assert lanes.tolist() == [v - 2**16 if v >= 2**15 else v for v in expected[:-1]]
+    assert not torch.equal(random_int16(199), lanes)  # a fresh seed each call
+    torch.manual_seed(3)
+    assert torch.equal(random_int16(199), lanes)
+
+
 def test_dropout_below_the_mask_resolution_still_drops():
     # 1e-6 is below 2**-15: the bit mask cannot express it, F.dropout takes over
     y = Dropout(1e-6)(torch.ones(1000, requires_grad=True))
     assert y.requires_grad and torch.allclose(y, torch.ones(1000), atol=1e-5)
 
 
-def adam_runs(optimizer_cls, dtype=torch.float32, **hyper):
+def adam_runs(optimizer_cls, dtype=torch.float32, eps=1e-6, **hyper):
     """Five updates of two groups (one decayed), one tensor skipping updates 2 and 4."""
     torch.manual_seed(0)
     params = [torch.randn(shape, dtype=dtype, requires_grad=True)
               for shape in [(7, 5), (5,), (3, 3), (4,)]]
-    groups = [{"params": params[:2], "weight_decay": 0.01},
-              {"params": params[2:], "weight_decay": 0.0, "lr": 3e-3}]
-    optimizer = optimizer_cls(groups, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, **hyper)
+    groups = [{"params": params[:2], "weight_decay": 0.1},
+              {"params": params[2:], "weight_decay": 0.0, "lr": 3e-2}]
+    optimizer = optimizer_cls(groups, lr=1e-2, betas=(0.9, 0.999), eps=eps, **hyper)
     for update in range(1, 6):
         for i, p in enumerate(params):
             p.grad = None if (i == 3 and update % 2 == 0) else torch.randn_like(p)
@@ -176,38 +199,43 @@ def adam_runs(optimizer_cls, dtype=torch.float32, **hyper):
     return params, optimizer.state_dict()
 
 
-@pytest.mark.parametrize("dtype,amsgrad", [(torch.float32, False), (torch.float32, True),
-                                           (torch.bfloat16, False)])
-def test_multi_tensor_adam_is_fairseqs_adam_bit_for_bit(dtype, amsgrad):
+@pytest.mark.parametrize("fused,dtype,amsgrad", [
+    (False, torch.float32, False), (False, torch.float32, True), (False, torch.bfloat16, False),
+    (True, torch.float32, False), (True, torch.float32, True), (True, torch.bfloat16, False)])
+@pytest.mark.parametrize("eps", [1e-6, 0.1])  # 0.1: where eps enters shows in the result
+def test_multi_tensor_adam_is_fairseqs_adam(fused, dtype, amsgrad, eps):
+    """foreach: bit for bit; fused: to rounding; amsgrad and bf16 take fairseq's loop."""
     from fairseq.optim.adam import Adam
 
-    from electra_plugin.optim.foreach_adam import ForeachAdam
+    from electra_plugin.optim.multi_tensor_adam import MultiTensorAdam
 
-    fast, fast_state = adam_runs(ForeachAdam, dtype, amsgrad=amsgrad)
-    loop, loop_state = adam_runs(Adam, dtype, amsgrad=amsgrad)
+    fast, fast_state = adam_runs(MultiTensorAdam, dtype, eps, amsgrad=amsgrad, fused=fused)
+    loop, loop_state = adam_runs(Adam, dtype, eps, amsgrad=amsgrad)
+    exact = not fused or amsgrad or dtype != torch.float32
+    same = torch.equal if exact else lambda a, b: torch.allclose(a, b, rtol=1e-6, atol=1e-7)
     for a, b in zip(fast, loop):
-        assert torch.equal(a, b)
+        assert same(a, b), (a - b).abs().max()
     for key, state in loop_state["state"].items():
         assert fast_state["state"][key]["step"] == state["step"]  # 3 for the skipping one
         for name in ("exp_avg", "exp_avg_sq"):
-            assert torch.equal(fast_state["state"][key][name], state[name])
+            assert same(fast_state["state"][key][name], state[name])
     assert fast_state["state"][3]["step"] == 3
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs CUDA"))])
-def test_electra_adam_is_multi_tensor_on_gpus_only(device):
+def test_electra_adam_updates_all_tensors_at_once(device):
     from fairseq import optim
     from fairseq.optim.fused_adam import get_fused_adam_class as fairseq_fused_adam
 
-    from electra_plugin.optim.foreach_adam import ForeachAdam
+    from electra_plugin.optim.multi_tensor_adam import MultiTensorAdam
     from test_layer_decay import optimizer_cfg
 
-    if fairseq_fused_adam() is not None:
+    if device == "cuda" and fairseq_fused_adam() is not None:
         pytest.skip("apex is installed: fairseq uses its FusedAdam on GPUs")
     optimizer = optim.build_optimizer(optimizer_cfg(layer_decay=0.8),
                                       list(torch.nn.Linear(2, 2).to(device).parameters()))
-    assert isinstance(optimizer.optimizer, ForeachAdam) == (device == "cuda")
+    assert isinstance(optimizer.optimizer, MultiTensorAdam)
 
 
 FRESH_BLOCK_FAULTS = """

@@ -14,7 +14,7 @@ from fairseq.optim import register_optimizer
 from fairseq.optim.adam import Adam, FairseqAdam, FairseqAdamConfig
 
 from ..errors import ElectraUsageError
-from .foreach_adam import ForeachAdam
+from .multi_tensor_adam import MultiTensorAdam
 
 logger = logging.getLogger(__name__)
 
@@ -51,18 +51,15 @@ class ElectraAdamConfig(FairseqAdamConfig):
 class ElectraAdam(FairseqAdam):
     """fairseq's Adam (decoupled weight decay) over depth groups; see the module docstring.
 
-    On a GPU without apex's FusedAdam, the update runs as multi-tensor ops
-    (:class:`ForeachAdam`).
+    Without apex's FusedAdam, the update runs over all tensors at once
+    (:class:`MultiTensorAdam`: foreach ops on GPUs, torch's fused kernel on CPU).
     """
 
     def __init__(self, cfg: ElectraAdamConfig, params):
         super().__init__(cfg, self.groups(list(params), cfg))
-        groups = self._optimizer.param_groups
-        if type(self._optimizer) is Adam and groups[0]["params"][0].is_cuda:
-            # GPU without apex: the same update as multi-tensor ops. On CPU fairseq's
-            # per-tensor loop is faster (each tensor stays in cache through its nine ops:
-            # 29 vs 36 ms per ELECTRA-Small update on 2 cores), so it stays there.
-            self._optimizer = ForeachAdam(groups, **self.optimizer_config)
+        if type(self._optimizer) is Adam:
+            self._optimizer = MultiTensorAdam(self._optimizer.param_groups,
+                                              **self.optimizer_config)
 
     @staticmethod
     def groups(params, cfg):

@@ -1,0 +1,104 @@
+"""fairseq's Adam update over all of a group's tensors at once.
+
+fairseq's own Adam (used without apex) loops in Python over the parameter tensors, nine ops
+each: for ELECTRA-Small's ~400 tensors that is ~4,000 kernel launches per update on a GPU,
+and on CPU twice the time of torch's fused Adam kernel (24 vs 11 ms per update on 2 cores).
+The state (``step``, ``exp_avg``, ``exp_avg_sq``) stays fairseq's, so checkpoints move
+freely between the three.
+"""
+
+import math
+from collections import defaultdict
+
+import torch
+from fairseq.optim.adam import Adam
+
+
+class MultiTensorAdam(Adam):
+    """fairseq's ``Adam`` (decoupled weight decay, fairseq's eps placement), multi-tensor.
+
+    Two kernels, picked by ``fused`` (default: by device):
+
+    - foreach (GPUs): one ``torch._foreach_*`` op per stage of fairseq's arithmetic, in its
+      order: the same result bit for bit.
+    - fused (CPU): torch's fused Adam kernel, one pass per tensor. It adds eps after the
+      bias correction where fairseq adds it before, so it gets ``eps / sqrt(1 - beta2**t)``,
+      the same denominator; the weight decay stays fairseq's ``p - lr * wd * p`` (the
+      kernel's ``p * (1 - lr * wd)`` rounds ``1 - lr * wd`` the same way every update,
+      a systematic error of up to 1% of the decay). Equal to fairseq's up to rounding.
+
+    Falls back to fairseq's loop for what neither covers: amsgrad, sparse gradients, and
+    parameters or gradients that are not fp32 (``--memory-efficient-fp16``).
+    """
+
+    def __init__(self, params, fused=None, **adam_args):
+        super().__init__(params, **adam_args)
+        self.fused = fused
+
+    def step(self, closure=None):
+        if not self._multi_tensor_ok():
+            return super().step(closure)
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            for step, tensors in self._tensors_by_step(group).items():
+                fused = self.fused if self.fused is not None else not tensors[0][0].is_cuda
+                (_fused_update if fused else _foreach_update)(group, step, *tensors)
+        return loss
+
+    def _tensors_by_step(self, group):
+        """{step: (params, grads, exp_avgs, exp_avg_sqs)}, fairseq's state created or moved
+        as its loop would. A group's tensors share one step unless some missed updates."""
+        by_step = defaultdict(lambda: ([], [], [], []))
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            state = self.state[p]
+            if len(state) == 0:
+                state["step"] = 0
+                state["exp_avg"] = torch.zeros_like(p.data)
+                state["exp_avg_sq"] = torch.zeros_like(p.data)
+            else:  # (a loaded state may sit on another device)
+                state["exp_avg"] = state["exp_avg"].to(p.data)
+                state["exp_avg_sq"] = state["exp_avg_sq"].to(p.data)
+            state["step"] += 1
+            params, grads, exp_avgs, exp_avg_sqs = by_step[state["step"]]
+            params.append(p.data)
+            grads.append(p.grad.data)
+            exp_avgs.append(state["exp_avg"])
+            exp_avg_sqs.append(state["exp_avg_sq"])
+        return by_step
+
+    def _multi_tensor_ok(self):
+        return all(
+            not group.get("amsgrad", False) and all(
+                p.grad is None or (p.dtype == torch.float32 and p.grad.dtype == torch.float32
+                                   and not p.grad.is_sparse)
+                for p in group["params"])
+            for group in self.param_groups)
+
+
+def _foreach_update(group, step, params, grads, exp_avgs, exp_avg_sqs):
+    beta1, beta2 = group["betas"]
+    torch._foreach_mul_(exp_avgs, beta1)
+    torch._foreach_add_(exp_avgs, grads, alpha=1 - beta1)
+    torch._foreach_mul_(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
+    denoms = torch._foreach_sqrt(exp_avg_sqs)
+    torch._foreach_add_(denoms, group["eps"])
+    step_size = group["lr"] * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
+    _decay_weights(group, params)
+    torch._foreach_addcdiv_(params, exp_avgs, denoms, value=-step_size)
+
+
+def _fused_update(group, step, params, grads, exp_avgs, exp_avg_sqs):
+    beta1, beta2 = group["betas"]
+    _decay_weights(group, params)  # (m and v do not depend on p: the order is free)
+    torch._fused_adam_(
+        params, grads, exp_avgs, exp_avg_sqs, [], [torch.tensor(float(step))] * len(params),
+        lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=0.0,
+        eps=group["eps"] / math.sqrt(1 - beta2 ** step), amsgrad=False, maximize=False)
+
+
+def _decay_weights(group, params):
+    if group["weight_decay"] != 0:
+        torch._foreach_add_(params, params, alpha=-group["weight_decay"] * group["lr"])
