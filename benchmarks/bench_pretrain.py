@@ -679,7 +679,7 @@ def fairseq_train_check(args, arch, length, precision, device, data_root):
 
     def harness():
         return [args.batch_size * length / time_steps(runner, batches, device)
-                for _ in range(max(1, args.repeats // 2))]
+                for _ in range(args.repeats)]
 
     runner.step(*batches[0])
     ours = harness()
