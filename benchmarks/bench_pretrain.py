@@ -698,8 +698,7 @@ def fairseq_train_check(args, arch, length, precision, device, data_root):
 def table(rows, peaks):
     head = (f"{'config':<30} {'impl':<16} {'tokens/s':>8} {'ms/upd':>7} {'peak MB':>7} "
             f"{'GFLOP/s':>7} {'MFU':>6} {'vs peer':>7} {'vs p-ret':>8} {'speedup':>7} "
-            f"{'paper GF':>8} "
-            f"{'exec GF':>7} {'faults':>7}")
+            f"{'paper GF':>8} {'exec GF':>7} {'faults':>7}")
     lines = [head, "-" * len(head)]
     for r in rows:
         ratio = f"{r['vs_peer']:.2f}x" if "vs_peer" in r else ""

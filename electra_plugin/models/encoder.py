@@ -76,7 +76,7 @@ def _bits_of(value: float, dtype, as_int) -> int:
 
 # SplitMix64 (Steele, Lea and Flood 2014; Vigna's constants), as two's-complement int64
 _GOLDEN = 0x9E3779B97F4A7C15 - 2**64
-_MIX = ((30, 0xBF58476D1CE4E5B9 - 2**64), (27, 0x94D049BB133111EB - 2**64), (31, 1))
+_MULTIPLIERS = ((30, 0xBF58476D1CE4E5B9 - 2**64), (27, 0x94D049BB133111EB - 2**64))
 
 
 def random_int16(n: int) -> torch.Tensor:
@@ -89,12 +89,14 @@ def random_int16(n: int) -> torch.Tensor:
     """
     seed = torch.empty((), dtype=torch.int64).random_().item()
     z = torch.arange((n + 3) // 4, dtype=torch.int64).mul_(_GOLDEN).add_(seed)
-    for shift, multiplier in _MIX:
-        # logical right shift: the arithmetic one, then clear the sign-extended bits
-        z.bitwise_xor_(z.bitwise_right_shift(shift).bitwise_and_(2 ** (64 - shift) - 1))
-        if multiplier != 1:
-            z.mul_(multiplier)
-    return z.view(torch.int16)[:n]
+    for shift, multiplier in _MULTIPLIERS:
+        _xor_shifted_right_(z, shift).mul_(multiplier)
+    return _xor_shifted_right_(z, 31).view(torch.int16)[:n]
+
+
+def _xor_shifted_right_(z, shift):
+    """z ^= z >> shift, the shift logical: the arithmetic one, sign-extended bits cleared."""
+    return z.bitwise_xor_(z.bitwise_right_shift(shift).bitwise_and_(2 ** (64 - shift) - 1))
 
 
 class ElectraEmbeddings(nn.Module):
