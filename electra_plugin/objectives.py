@@ -19,6 +19,8 @@ from typing import Dict, NamedTuple, Optional
 import torch
 import torch.nn.functional as F
 
+from .auc import auc_pair_counts
+
 OBJECTIVES: Dict[str, "Objective"] = {}
 
 
@@ -29,6 +31,12 @@ def register_objective(name):
         return cls
 
     return register
+
+
+def masked_mean(values: torch.Tensor) -> torch.Tensor:
+    """Mean over the M picked positions; 0 (not NaN) for a batch without any, as a batch of
+    ``<s> </s>`` lines gives (M is known on the host: the picked positions set shapes)."""
+    return values.sum() / max(values.numel(), 1)
 
 
 class PretrainingOutput(NamedTuple):
@@ -76,7 +84,7 @@ class Objective:
         if log_probs is None or model.generator_frozen:
             return out.replaced.new_zeros((), dtype=torch.float32)
         if model.cfg.generator_training == "mle":
-            return F.nll_loss(log_probs, out.masked_targets)
+            return masked_mean(-log_probs.gather(1, out.masked_targets[:, None]))
         # Appendix F: the generator maximises the discriminator's loss on its samples,
         # r_t = BCE of D at t, with a learned baseline b_t = -log sigmoid(w . h_G(t)) fitted
         # to r_t by cross-entropy against exp(-r_t) (D's probability of the right label).
@@ -84,8 +92,9 @@ class Objective:
         sampled = out.corrupted.flatten()[out.positions]
         sample_log_prob = log_probs.gather(1, sampled[:, None]).squeeze(1)
         baseline = -F.logsigmoid(out.baseline_logits.float())
-        policy = -((reward - baseline.detach()) * sample_log_prob).mean()
-        fit = F.binary_cross_entropy_with_logits(out.baseline_logits.float(), torch.exp(-reward))
+        policy = masked_mean(-(reward - baseline.detach()) * sample_log_prob)
+        fit = masked_mean(F.binary_cross_entropy_with_logits(
+            out.baseline_logits.float(), torch.exp(-reward), reduction="none"))
         return policy + fit
 
 
@@ -117,6 +126,7 @@ class ReplacedTokenDetection(Objective):
                 "predicted_replaced": predicted.sum(),
                 "true_replaced": (predicted & replaced).sum(),
                 "disc_correct": (predicted == replaced).logical_and_(covered).sum(),
+                "disc_auc_pairs": auc_pair_counts(logits, out.replaced, covered),
             }
         return loss, per_token, counts
 
@@ -144,7 +154,7 @@ class MaskedLM(Objective):
         return F.log_softmax(logits, dim=-1, dtype=torch.float32), None
 
     def main_loss(self, out):
-        loss = F.nll_loss(out.main, out.masked_targets)
+        loss = masked_mean(-out.main.gather(1, out.masked_targets[:, None]))
         with torch.no_grad():
             correct = (out.main.argmax(-1) == out.masked_targets).sum()
         return loss, None, {"mlm_correct": correct, "mlm_tokens": out.masked_targets.numel()}

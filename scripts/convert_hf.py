@@ -23,6 +23,8 @@ import argparse
 import logging
 import sys
 
+from electra_plugin.errors import command_line
+
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
@@ -88,4 +90,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    command_line(main)

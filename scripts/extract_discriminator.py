@@ -12,7 +12,7 @@ Its task is fairseq's masked_lm, which reads the same dict.txt (+ <mask>) as the
 import argparse
 
 from electra_plugin.checkpoint import load_checkpoint, write_checkpoint
-from electra_plugin.errors import ElectraUsageError
+from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.models.electra import FINETUNING_PARTS
 
 
@@ -43,4 +43,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    command_line(main)

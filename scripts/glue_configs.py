@@ -14,6 +14,7 @@ import math
 import os
 
 from electra_plugin.glue import GLUE_TASKS, GlueTask
+from electra_plugin.errors import command_line
 
 BATCH_SIZE = 32
 SIZES = {  # arch, lr, layer decay
@@ -133,4 +134,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    command_line(main)

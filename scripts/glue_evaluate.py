@@ -14,6 +14,7 @@ import torch
 
 from electra_plugin.models.hub_interface import from_pretrained
 from electra_plugin.glue import get_task, score
+from electra_plugin.errors import command_line
 
 
 def predict_split(model, task, split, batch_size=64):
@@ -69,4 +70,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(0 if main() is not None else 1)
+    sys.exit(0 if command_line(main) is not None else 1)

@@ -16,7 +16,7 @@ import tempfile
 
 from electra_plugin.data.binarize import check_destdir, fairseq_preprocess
 from electra_plugin.data.tokenizer import load_tokenizer
-from electra_plugin.errors import ElectraUsageError
+from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.glue import get_task, read_split
 
 MAX_POSITIONS = 512
@@ -129,4 +129,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    command_line(main)

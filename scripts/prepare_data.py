@@ -32,7 +32,7 @@ import time
 
 from electra_plugin.data import tokenizer as tokmod
 from electra_plugin.data.binarize import fairseq_preprocess
-from electra_plugin.errors import ElectraUsageError
+from electra_plugin.errors import ElectraUsageError, command_line
 
 SPM_MODEL_FILE = "spm.model"
 WORDPIECE_VOCAB_FILE = "vocab.txt"
@@ -518,4 +518,4 @@ def _prepare(args, destdir, work, lowercase):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(command_line(main))

@@ -9,8 +9,8 @@ PY="${PYTHON:-python3}"
 . .venv/bin/activate
 pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
 pip install -q "torch==${TORCH_VERSION}" 2>&1 | grep -v "^WARNING: Location" || true
-pip install -q -e ".[hf,test]" 2>&1 | grep -v "^WARNING: Location" || true
+pip install -q -e ".[hf,tensorboard,test]" 2>&1 | grep -v "^WARNING: Location" || true
 # fairseq declares torchaudio, whose wheel here is a CUDA build that breaks
 # `import transformers`; no text code path of fairseq or this plugin uses it.
 pip uninstall -q -y torchaudio 2>/dev/null || true
-python -c "import torch, fairseq, electra_plugin, transformers; print(f'environment ready: torch {torch.__version__}, fairseq {fairseq.__version__}, transformers {transformers.__version__}')" 2>&1 | grep -v tensorboardX
+python -c "import torch, fairseq, electra_plugin, transformers; print(f'environment ready: torch {torch.__version__}, fairseq {fairseq.__version__}, transformers {transformers.__version__}')"

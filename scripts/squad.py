@@ -33,7 +33,7 @@ import time
 
 from electra_plugin.data import squad as sq
 from electra_plugin.data.packages import default_cache_dir
-from electra_plugin.errors import ElectraUsageError
+from electra_plugin.errors import ElectraUsageError, command_line
 
 BIGBENCH = "bigbench==1.0.0"
 SHIFTS_DIR = "bigbench/benchmark_tasks/squad_shifts/"
@@ -363,4 +363,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(command_line(main))

@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 from fairseq import metrics
 
@@ -75,3 +76,18 @@ def test_metrics_reduce_over_batches_as_totals():
     assert got["replaced_frac"] == round(100 * 20 / 40, 2)
     assert got["disc_baseline"] == round(100 - 100 * 20 / 200, 2)
     assert not any(k.startswith("_") for k in got)
+
+
+@pytest.mark.parametrize("objective", ["electra", "mlm", "electra_15"])
+def test_batch_without_maskable_tokens_has_finite_losses(objective):
+    """``<s> </s>`` lines (blank lines under --sample-break-mode eos) pick no position:
+    the generator's and the objective's means over zero positions are 0, not NaN."""
+    model, task = tiny_model(dropout=0.0, attention_dropout=0.0, objective=objective)
+    d = task.dictionary
+    src = torch.tensor([[d.bos(), d.eos(), d.pad()], [d.bos(), d.eos(), d.pad()]])
+    sample = {"net_input": {"src_tokens": src, "src_lengths": src.ne(d.pad()).sum(1)},
+              "target": torch.full_like(src, d.pad()), "ntokens": 4, "nsentences": 2}
+    loss, _, log = ElectraCriterion(task, disc_weight=50.0)(model, sample)
+    assert log["masked"] == 0 and torch.isfinite(loss), log
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)

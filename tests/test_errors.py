@@ -2,10 +2,12 @@
 
 import hashlib
 import shutil
+import sys
 
 import pytest
 
-from conftest import assert_one_line_error, binarize, run, train_cmd, write_corpus
+from conftest import REPO, assert_one_line_error, binarize, run, train_cmd, write_corpus
+from test_training import hydra_cmd
 
 
 def digest(path):
@@ -93,3 +95,30 @@ def test_resuming_in_a_save_dir_of_another_size_keeps_its_checkpoint(tmp_path, d
     proc = run(train_cmd(data_bin, save, "--max-update", "3", "--num-layers", "3"))
     assert_one_line_error(proc, "checkpoint does not fit this model")
     assert {p.name: digest(p) for p in save.glob("*.pt")} == before
+
+
+def test_library_code_raises_a_catchable_error(tmp_path):
+    """In Python (hub interface, notebooks, servers) the error is an ordinary ValueError."""
+    from electra_plugin.errors import ElectraUsageError
+    from electra_plugin.models.electra import ElectraModel
+
+    try:
+        ElectraModel.from_pretrained(str(tmp_path / "nowhere"))
+    except Exception as error:  # noqa: BLE001 - what a serving process would write
+        caught = error
+    assert isinstance(caught, ElectraUsageError) and isinstance(caught, ValueError)
+    assert not isinstance(caught, SystemExit)
+    assert str(caught).startswith("electra_plugin: error: ") and "\n" not in str(caught)
+
+
+def test_command_lines_turn_it_into_one_line(tmp_path, data_bin):
+    """Our scripts and fairseq's own command lines (here hydra's) print the line and exit 1."""
+    proc = run([sys.executable, REPO / "scripts" / "convert_hf.py", "import",
+                "--discriminator", tmp_path / "nowhere", "--out", tmp_path / "out"])
+    assert proc.returncode == 1
+    assert_one_line_error(proc, "nowhere")
+    (tmp_path / "cwd").mkdir()
+    proc = run(hydra_cmd("electra_small", data_bin, tmp_path / "ck", tmp_path / "hydra",
+                         "+model.generator_size=0.3"), cwd=tmp_path / "cwd")
+    assert proc.returncode == 1
+    assert_one_line_error(proc, "--generator-size 0.3")

@@ -2,10 +2,12 @@
 each option run through fairseq-train / fairseq-hydra-train, bad combinations as one line."""
 
 import math
+import shutil
 
 import pytest
 import torch
 import torch.nn.functional as F
+from fairseq import checkpoint_utils
 
 from conftest import assert_one_line_error, run, train_cmd
 from electra_plugin.criterions.electra import ElectraCriterion
@@ -13,7 +15,7 @@ from electra_plugin.errors import ElectraUsageError
 from electra_plugin.flops import EncoderSize, paper_train_flops
 from test_criterion import sample_for
 from test_model import tiny_model
-from test_training import hydra_train, records
+from test_training import hydra_train, import_plugin, records
 
 DETERMINISTIC = dict(dropout=0.0, attention_dropout=0.0)
 
@@ -271,6 +273,7 @@ def test_two_stage_run_switches_at_the_update_and_resumes(data_bin, tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     stage_one = records(first.stdout)
     assert all("disc_loss" not in r for r in stage_one)  # updates 1..3: generator alone
+    shutil.copy(tmp_path / "checkpoint_last.pt", tmp_path / "stage_one.pt")
     resumed = run(train_cmd(data_bin, tmp_path, "--max-epoch", "2", *options))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     stage_two = records(resumed.stdout)
@@ -279,6 +282,27 @@ def test_two_stage_run_switches_at_the_update_and_resumes(data_bin, tmp_path):
     assert "discriminator initialised from the generator" in resumed.stderr + resumed.stdout
     state = torch.load(tmp_path / "checkpoint_last.pt", weights_only=False)["model"]
     assert bool(state["second_stage"])
+    # the frozen generator samples from the same distribution after the second stage's
+    # updates: the discriminator's updates do not reach it through shared embeddings
+    import_plugin()
+    before, after = (generator_log_probs(tmp_path / name, data_bin)
+                     for name in ("stage_one.pt", "checkpoint_last.pt"))
+    assert torch.equal(before, after)
+    changed = torch.load(tmp_path / "stage_one.pt", weights_only=False)["model"]
+    assert not torch.equal(changed["discriminator.encoder.layer.0.output.dense.weight"],
+                           state["discriminator.encoder.layer.0.output.dense.weight"])
+
+
+def generator_log_probs(path, data_bin):
+    """The generator's log-probabilities at the masked positions of a fixed valid batch."""
+    (model,), _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(path)], arg_overrides={"data": str(data_bin)})
+    task.load_dataset("valid")
+    batch = task.dataset("valid").collater([task.dataset("valid")[i] for i in range(4)])
+    model.eval()
+    src, target = batch["net_input"]["src_tokens"], batch["target"]
+    with torch.no_grad():
+        return model(src, target=target).generator_log_probs
 
 
 def test_objective_from_hydra(data_bin, tmp_path):

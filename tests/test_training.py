@@ -24,10 +24,10 @@ from conftest import PLUGIN, REPO, run, train_cmd
 from omegaconf import OmegaConf
 
 CONFIG_DIR = REPO / "examples" / "pretraining" / "config"
-LOGGED = ("loss", "gen_loss", "disc_loss", "gen_acc", "disc_acc", "disc_precision",
-          "disc_recall", "replaced_frac", "disc_baseline")
-PERCENTAGES = ("gen_acc", "disc_acc", "disc_precision", "disc_recall", "replaced_frac",
-               "disc_baseline")
+LOGGED = ("loss", "gen_loss", "disc_loss", "gen_acc", "sampled_acc", "disc_acc",
+          "disc_precision", "disc_recall", "replaced_frac", "disc_baseline", "disc_auc")
+PERCENTAGES = ("gen_acc", "sampled_acc", "disc_acc", "disc_precision", "disc_recall",
+               "replaced_frac", "disc_baseline")
 TIMING = {"wps", "ups", "wall", "train_wall"}  # differ between any two runs
 DISC_WEIGHT = 50.0  # the criterion's default (official lambda)
 
@@ -194,6 +194,8 @@ def test_cli_run_logs_the_electra_metrics(cli_run, data_bin):
         missing = [k for k in LOGGED if k not in r]
         assert not missing, f"train_inner lacks {missing}: {r}"
         assert all(0 <= r[k] <= 100 for k in PERCENTAGES), r
+        assert 0 <= r["disc_auc"] <= 1, r
+        assert abs(r["sampled_acc"] + r["replaced_frac"] - 100) <= 0.011, r
         assert r["gen_loss"] > 0 and r["disc_loss"] > 0
         # loss = L_MLM + 50 L_Disc; each logged value is rounded to 3 decimals
         assert abs(r["loss"] - (r["gen_loss"] + DISC_WEIGHT * r["disc_loss"])) \
@@ -257,6 +259,7 @@ def test_hydra_small_yaml_gives_official_small_model_and_optimizer(hydra_small_r
         # and the initial gradient norm is far above 1
         assert r["gnorm"] > 1 and r["clip"] == 100, r
         assert r["bsz"] == 4 and r["wpb"] == 4 * 32
+        assert all(k in r for k in LOGGED), r  # hydra's logs carry the official metrics too
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # hydra's deprecation notes
@@ -337,6 +340,10 @@ def test_two_gloo_workers_match_update_freq_2(data_bin, tmp_path):
     assert [r["num_updates"] for r in ddp] == [1, 2, 3]
     # reduced metrics of the two workers == the two micro-batches of one process
     assert_metrics_equal(records(single), ddp, "update-freq 2 vs 2 workers")
+    # the AUC of both micro-batches' pairs, to its last logged decimal
+    assert [r["disc_auc"] for r in records(single)] == [r["disc_auc"] for r in ddp]
+    assert records(single, "valid")[0]["valid_disc_auc"] == records(outputs[0][0], "valid")[0][
+        "valid_disc_auc"]
     assert all(r["bsz"] == 16 for r in ddp)
     a = checkpoint(tmp_path / "freq2" / "checkpoint_last.pt")["model"]
     b = checkpoint(tmp_path / "ddp" / "checkpoint_last.pt")["model"]

@@ -8,12 +8,16 @@ from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
+from ..auc import auc_from_counts
+
 # Counts batches log (each objective logs its own); summed over micro-batches and workers,
 # then turned into rates.
-COUNTS = ("masked", "gen_correct", "tokens", "replaced", "predicted_replaced",
-          "true_replaced", "disc_correct", "mlm_correct", "mlm_tokens")
+COUNTS = ("masked", "gen_correct", "sampled_correct", "tokens", "replaced",
+          "predicted_replaced", "true_replaced", "disc_correct", "mlm_correct", "mlm_tokens",
+          "disc_auc_pairs")
 # (name, numerator, denominator) of the rates in the log
-RATES = (("gen_acc", "gen_correct", "masked"), ("disc_acc", "disc_correct", "tokens"),
+RATES = (("gen_acc", "gen_correct", "masked"), ("sampled_acc", "sampled_correct", "masked"),
+         ("disc_acc", "disc_correct", "tokens"),
          ("disc_precision", "true_replaced", "predicted_replaced"),
          ("disc_recall", "true_replaced", "replaced"), ("replaced_frac", "replaced", "masked"),
          ("mlm_acc", "mlm_correct", "mlm_tokens"))
@@ -70,6 +74,9 @@ class ElectraCriterion(FairseqCriterion):
         gen_loss = objective.generator_loss(model, out, per_token)
         loss = loss + gen_loss
         logging_output["loss"] = loss.detach()
+        if objective.corrupts:  # the official sampled_masked_lm_accuracy
+            logging_output["sampled_correct"] = (
+                out.corrupted.flatten()[out.positions] == out.masked_targets).sum()
         if out.generator_log_probs is not None:
             if not model.generator_frozen:
                 logging_output["gen_loss"] = gen_loss.detach()
@@ -104,6 +111,9 @@ class ElectraCriterion(FairseqCriterion):
         for name, numer, denom in RATES:
             if numer in logged and denom in logged:
                 metrics.log_derived(name, rate(numer, denom))
+        if "disc_auc_pairs" in logged:  # the official disc_auc; see auc.py
+            metrics.log_derived("disc_auc", lambda m: round(
+                auc_from_counts(m["_disc_auc_pairs"].sum), 4))
         if "replaced" in logged and "tokens" in logged:
             # accuracy of always answering "original", the baseline disc_acc must beat
             metrics.log_derived("disc_baseline",
