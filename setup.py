@@ -17,13 +17,15 @@ setup(
         "ve-fairseq==0.12.3",
         "hydra-core>=1.3,<1.4",
         "omegaconf>=2.3,<2.4",
-        "sentencepiece>=0.1.99",
+        "sentencepiece>=0.2.2",  # (0.2.2: encode(out_type="offset_mapping"), SQuAD offsets)
         "sacremoses",
         "numpy",
     ],
     entry_points={"console_scripts": ["electra-train = electra_plugin.train_cli:cli_main"]},
     extras_require={
         "hf": ["transformers>=4.40", "safetensors"],
+        # fairseq's --tensorboard-logdir writes nothing without a writer package
+        "tensorboard": ["tensorboardX>=2.6"],
         "test": ["pytest>=7"],
     },
 )

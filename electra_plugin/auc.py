@@ -34,7 +34,8 @@ def auc_pair_counts(logits: torch.Tensor, replaced: torch.Tensor,
     return torch.stack([twice_correct, positive.sum() * negative.sum()])
 
 
-def auc_from_counts(counts: torch.Tensor) -> float:
-    """AUC of summed :func:`auc_pair_counts`; NaN when no pair exists (a class is empty)."""
-    twice_correct, pairs = (float(c) for c in counts)
+def auc_from_counts(counts) -> float:
+    """AUC of summed :func:`auc_pair_counts` (0 from a meter fairseq reset between log
+    lines: none); NaN when there is no pair (no replaced or no original token)."""
+    twice_correct, pairs = (float(c) for c in counts) if torch.is_tensor(counts) else (0, 0)
     return twice_correct / (2 * pairs) if pairs else float("nan")

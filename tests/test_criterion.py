@@ -6,7 +6,9 @@ import pytest
 import torch
 from fairseq import metrics
 
+from conftest import binarize, run, train_cmd
 from electra_plugin.criterions.electra import ElectraCriterion
+from test_training import failure, records
 from test_model import masked_batch, tiny_model
 
 
@@ -91,3 +93,24 @@ def test_batch_without_maskable_tokens_has_finite_losses(objective):
     assert log["masked"] == 0 and torch.isfinite(loss), log
     loss.backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_eos_break_mode_with_blank_lines_and_truncation_trains(tmp_path):
+    """One block per line: blank lines give ``<s> </s>`` batches (size-sorted batching groups
+    them), long lines are cut to fit <s> + --tokens-per-sample - 1 tokens."""
+    lines = ["", "", "the cat sees a dog in the park today and the dog sees the cat back ."] * 40
+    (tmp_path / "train.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "valid.txt").write_text("\n".join(lines[:9]) + "\n")
+    data = binarize(tmp_path, tmp_path / "bin")
+    proc = run(train_cmd(data, tmp_path / "ck", "--sample-break-mode", "eos",
+                         "--shorten-method", "truncate", "--tokens-per-sample", "8",
+                         "--max-update", "12", "--no-save"))
+    assert proc.returncode == 0, failure("fairseq-train", proc)
+    logs = records(proc.stdout) + records(proc.stdout, "valid")
+    assert len(logs) == 13
+    losses = [r[k] for r in logs for k in r if k.endswith("loss")]
+    assert len(losses) == 13 * 3 and all(map(math.isfinite, losses)), logs
+    # the AUC is undefined (NaN) exactly for updates whose batches replaced nothing
+    blank = [r for r in logs[:-1] if r["replaced_frac"] == 0]
+    assert blank and all(math.isnan(r["disc_auc"]) for r in blank)
+    assert all(math.isfinite(r["disc_auc"]) for r in logs[:-1] if r not in blank)

@@ -88,3 +88,15 @@ def test_hub_interface_on_the_pretrained_model(pretrained, spm_data):
         hub.encode(" ".join(["the cat"] * 400))
     with pytest.raises(ElectraUsageError, match="no checkpoint at"):
         ElectraModel.from_pretrained(str(pretrained.parent), "missing.pt", str(spm_data))
+
+
+def test_own_pretraining_keeps_pairs_at_token_type_0(pretrained, spm_data):
+    """The electra task never feeds token type 1, so pairs of its checkpoints stay type 0."""
+    hub = ElectraModel.from_pretrained(str(pretrained.parent), pretrained.name, str(spm_data))
+    assert not hub.model.cfg.segment_token_types
+    pair = hub.encode("the cat sees a house .", "a dog follows the ball .").unsqueeze(0)
+    with torch.no_grad():
+        hub.model.discriminator.embeddings.token_type_embeddings.weight[1].normal_(0, 1)
+        ours, _ = hub.model(pair, features_only=True)
+        zeros, _ = hub.model(pair, features_only=True, token_types=torch.zeros_like(pair))
+    torch.testing.assert_close(ours, zeros, atol=1e-6, rtol=0)

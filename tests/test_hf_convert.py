@@ -412,6 +412,76 @@ def test_continue_pretraining_with_fairseq_train(make_case, tmp_path, name, star
     assert not any(info.values()), info
 
 
+# ------------------------------------------------------------------ sentence pairs
+def test_imported_model_gives_pairs_berts_token_types(tiny, bert, tmp_path):
+    """HF ELECTRA was pre-trained with type 1 on the second segment: a pair given without
+    token types (as sentence_prediction gives it) gets BertTokenizer's token_type_ids."""
+    result = from_hf(tiny[0], out_dir=tmp_path / "imported")
+    assert result.model_cfg["segment_token_types"]
+    assert "--segment-token-types" in result.cli_args
+    model, _ = load_fairseq(result.checkpoint, tmp_path / "imported")
+    batch = bert(TEXTS[:2], TEXTS[2:], padding=True, return_tensors="pt")
+    ids, mask, types = batch.input_ids, batch.attention_mask.bool(), batch.token_type_ids
+    assert types[mask].any() and not mask.all()  # padded pairs
+    hf = ElectraForPreTraining.from_pretrained(tiny[0])
+    with torch.no_grad():
+        theirs = hf(ids, attention_mask=mask.long(), token_type_ids=types,
+                    output_hidden_states=True)
+        ours, _ = model(FAIRSEQ_INDEX[ids], features_only=True)
+    assert_close(ours[mask], theirs.hidden_states[-1][mask])
+
+
+def test_finetuning_an_imported_model_keeps_its_token_types(tiny, tmp_path):
+    """fairseq-train sentence_prediction with the imported model's options (model_cli_args)
+    and --restore-file: the fine-tuned checkpoint keeps the setting, and its pairs
+    <s> A </s> B </s> (scripts/glue_preprocess.py) get type 1 on B </s>."""
+    from test_glue import preprocess, write_rte
+
+    imported = from_hf(tiny[0], out_dir=tmp_path / "imported")
+    data = tmp_path / "rte-bin"
+    proc = preprocess("RTE", write_rte(tmp_path / "RTE", 8, 4), tmp_path / "imported", data,
+                      "--max-seq-len", "64")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    save = tmp_path / "ft"
+    proc = run([sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
+                "--task", "sentence_prediction", "--criterion", "sentence_prediction",
+                *model_cli_args(imported.model_cfg), "--cpu", "--num-classes", "2",
+                "--init-token", "0", "--max-positions", "64",
+                "--restore-file", imported.checkpoint, "--reset-optimizer",
+                "--reset-dataloader", "--reset-meters", "--optimizer", "adam", "--lr", "1e-5",
+                "--batch-size", "4", "--max-update", "1", "--save-dir", save,
+                "--no-epoch-checkpoints", "--disable-validation", "--num-workers", "0",
+                "--data-buffer-size", "0"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    model, task = load_fairseq(save / "checkpoint_last.pt", data)
+    assert model.cfg.segment_token_types
+    task.load_dataset("valid")
+    dataset = task.datasets["valid"]
+    sample = dataset.collater([dataset[i] for i in range(len(dataset))])
+    tokens = sample["net_input"]["src_tokens"]
+    # segment A: <s> + input0 (which ends with </s>); B: input1 (B </s>)
+    input0 = [len(x) for x in fairseq_split(data / "input0", "valid", task.source_dictionary)]
+    types = torch.zeros_like(tokens)
+    for row, length in enumerate(input0):
+        types[row, 1 + length:] = 1
+    types.masked_fill_(tokens.eq(task.source_dictionary.pad()), 0)
+    assert types.any()
+    with torch.no_grad():
+        ours, _ = model(tokens, classification_head_name="sentence_classification_head")
+        given, _ = model(tokens, classification_head_name="sentence_classification_head",
+                         token_types=types)
+        zeros, _ = model(tokens, classification_head_name="sentence_classification_head",
+                         token_types=torch.zeros_like(tokens))
+    assert_close(ours, given)
+    assert not torch.allclose(ours, zeros, atol=1e-4)
+
+
+def fairseq_split(directory, split, dictionary):
+    from fairseq.data import data_utils
+
+    return data_utils.load_indexed_dataset(str(directory / split), dictionary)
+
+
 # ------------------------------------------------------------------ checkpoint module
 def test_checkpoint_writer_and_reader(make_case, tmp_path):
     case = make_case("small")

@@ -155,3 +155,48 @@ def test_padding_does_not_change_outputs():
     row = src[:1, :12]
     padded = torch.cat([row, torch.full((1, 6), task.dictionary.pad())], dim=1)
     assert torch.allclose(model(row)[0], model(padded)[0][:, :12], atol=1e-5)
+
+
+def test_classification_heads_get_bert_init():
+    """N(0, 0.02) weights and zero biases, as HF's and the official ELECTRA heads."""
+    model, _ = tiny_model()
+    torch.manual_seed(1)
+    model.register_classification_head("cls", num_classes=8)
+    head = model.classification_heads["cls"]
+    for layer in (head.dense, head.out_proj):  # 64 x 64 and 8 x 64
+        # torch's default Linear init: std 1/sqrt(3 * 64) = 0.072 and nonzero biases
+        assert abs(layer.weight.std().item() - 0.02) < 0.002, layer
+        assert abs(layer.weight.mean().item()) < 0.005
+        assert not layer.bias.any()
+
+
+def pair_batch(task):
+    """A pair <s> A </s> B </s> and a single sentence <s> C </s> <pad>..., right-padded."""
+    d = task.dictionary
+    pair = [d.bos(), 10, 11, 12, d.eos(), 13, 14, d.eos()]
+    single = [d.bos(), 15, 16, d.eos()]
+    tokens = torch.full((2, len(pair)), d.pad())
+    tokens[0] = torch.tensor(pair)
+    tokens[1, :len(single)] = torch.tensor(single)
+    # BERT's segments for [CLS] A [SEP] B [SEP]: 0 through the first [SEP], 1 after it
+    types = torch.zeros_like(tokens)
+    types[0, 5:] = 1
+    return tokens, types
+
+
+@pytest.mark.parametrize("segments", [True, False])
+def test_pairs_get_the_token_types_the_encoder_was_pretrained_with(segments):
+    model, task = tiny_model(dropout=0.0, attention_dropout=0.0,
+                             segment_token_types=segments)
+    model.eval()
+    with torch.no_grad():  # distinct rows, so that a wrong type changes the output
+        model.discriminator.embeddings.token_type_embeddings.weight.normal_(0, 1)
+    tokens, types = pair_batch(task)
+    expected = types if segments else torch.zeros_like(types)
+    real = tokens.ne(task.dictionary.pad())
+    with torch.no_grad():
+        ours, _ = model(tokens, features_only=True)
+        given, _ = model(tokens, features_only=True, token_types=expected)
+        wrong, _ = model(tokens, features_only=True, token_types=types - expected)
+    torch.testing.assert_close(ours[real], given[real], atol=1e-5, rtol=0)
+    assert not torch.allclose(ours[0], wrong[0], atol=1e-3)  # the types do matter

@@ -536,6 +536,8 @@ def model_cli_args(model_cfg) -> List[str]:
         args += ["--" + field.replace("_", "-"), repr(model_cfg[field])]
     if model_cfg.get("untie_embeddings"):
         args.append("--untie-embeddings")
+    if model_cfg.get("segment_token_types"):
+        args.append("--segment-token-types")
     return args
 
 
@@ -588,7 +590,9 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
     model_cfg = dict(_name="electra", **fields,
                      generator_size=_default_generator_size(fields["num_heads"]),
                      untie_embeddings=False,
-                     load_checkpoint_heads="classification_head" in components)
+                     load_checkpoint_heads="classification_head" in components,
+                     # HF/official ELECTRA: type 1 on the second segment in pre-training
+                     segment_token_types=fields["type_vocab_size"] > 1)
     if generator_dir is not None:
         if disc.architecture != "ElectraForPreTraining":
             raise ElectraUsageError(

@@ -105,10 +105,20 @@ class ElectraConfig(FairseqDataclass):
         default=0, metadata={"help": "two-stage training: the generator alone for this many "
                                      "updates, then the discriminator, initialised from the "
                                      "generator, with the generator frozen (needs "
-                                     "--generator-size 1.0); 0: joint training"})
+                                     "--generator-size 1.0; implies --untie-embeddings); "
+                                     "0: joint training"})
     load_checkpoint_heads: bool = field(
         default=False, metadata={"help": "keep the classification heads a checkpoint has "
                                          "(for evaluation and the hub interface)"})
+    segment_token_types: bool = field(
+        default=False, metadata={"help": "the encoder was pre-trained with token type 1 on "
+                                         "the second segment (HF/official checkpoints; set "
+                                         "by the HF import): inputs given without token "
+                                         "types get type 1 after the first </s>, as BERT's "
+                                         "[CLS] A [SEP] B [SEP]. Off: type 0 throughout, as "
+                                         "in the plugin's own pre-training. Fine-tuning an "
+                                         "imported checkpoint with --restore-file or "
+                                         "--finetune-from-model needs it on the command line"})
 
 
 def complete_config(cfg):
@@ -134,6 +144,12 @@ def complete_config(cfg):
             raise ElectraUsageError(
                 f"model size is not set ({', '.join(missing)}); pick --arch "
                 f"{'|'.join(ARCH_SIZES)} or give --{missing[0].replace('_', '-')}")
+        if cfg.get("two_stage_updates", 0) and not cfg.untie_embeddings:
+            # the second stage trains the discriminator's embeddings; shared ones would move
+            # the frozen generator's sampling distribution with them
+            cfg.untie_embeddings = True
+            logger.info("--two-stage-updates: the generator gets its own embeddings "
+                        "(--untie-embeddings), so that it stays frozen in the second stage")
     generator_sizes(cfg)
     check_generator_options(cfg)
     return cfg
@@ -202,6 +218,7 @@ class ElectraModel(BaseFairseqModel):
         super().__init__()
         self.cfg = cfg
         self.padding_idx = dictionary.pad()
+        self.separator_idx = dictionary.eos()  # </s> = [SEP]
         vocab = len(dictionary)
 
         def embeddings():
@@ -314,9 +331,14 @@ class ElectraModel(BaseFairseqModel):
         Otherwise returns ``(x, {"inner_states": [...]})`` like fairseq's RoBERTa: x is
         B x T x H features (``features_only``), B x C logits of a classification head, or
         B x T replaced-token logits (pre-training model only).
+        Without ``token_types`` every token has type 0, or with ``--segment-token-types``
+        BERT's segments (1 after the first ``</s>``, see :func:`segment_ids`).
         """
         if target is not None:
             return self.pretraining_step(src_tokens, target)
+        if token_types is None and self.cfg.get("segment_token_types", False) and \
+                self.cfg.type_vocab_size > 1:
+            token_types = segment_ids(src_tokens, self.separator_idx, self.padding_idx)
         x, states = self.discriminator(src_tokens, token_types,
                                        return_all_hiddens=return_all_hiddens)
         if classification_head_name is not None:
@@ -415,9 +437,10 @@ class ElectraModel(BaseFairseqModel):
             if old.out_proj.out_features != num_classes:
                 logger.warning(f"re-registering head '{name}' with {num_classes} classes "
                                f"(was {old.out_proj.out_features})")
-        self.classification_heads[name] = ClassificationHead(
-            self.cfg.hidden_size, inner_dim or self.cfg.hidden_size, num_classes,
-            self.cfg.dropout)
+        head = ClassificationHead(self.cfg.hidden_size, inner_dim or self.cfg.hidden_size,
+                                  num_classes, self.cfg.dropout)
+        head.apply(init_bert_params)  # N(0, 0.02), zero biases: HF's and the official init
+        self.classification_heads[name] = head
         self.tag_parameters()
 
     def register_span_head(self, name, answerable: bool):
@@ -509,6 +532,18 @@ def _heads_in(state_dict, heads_prefix):
     return {key[len(heads_prefix):].split(".")[0]: value.size(0)
             for key, value in state_dict.items()
             if key.startswith(heads_prefix) and key.endswith(".out_proj.weight")}
+
+
+def segment_ids(tokens, separator_idx, padding_idx):
+    """B x T token types as BERT gives them to ``[CLS] A [SEP] B [SEP]``: 0 up to and
+    including the first separator after the first token, 1 for the real tokens after it.
+
+    Single sentences (``<s> A </s>`` and padding) stay all 0. No host sync.
+    """
+    separators = tokens.eq(separator_idx)
+    separators[:, 0] = False
+    after_first = (separators.cumsum(1) - separators.long()) > 0
+    return (after_first & tokens.ne(padding_idx)).long()
 
 
 def init_bert_params(module):

@@ -108,14 +108,16 @@ class ElectraPretrainingTask(FairseqTask):
         paths = utils.split_paths(self.cfg.data)
         data_path = paths[(epoch - 1) % len(paths)]
         dataset = load_split(data_path, split, self.dictionary, combine)
+        room = self.cfg.tokens_per_sample - 1  # for <s>
         dataset = maybe_shorten_dataset(
-            dataset, split, self.cfg.shorten_data_split_list, self.cfg.shorten_method,
-            self.cfg.tokens_per_sample, self.cfg.seed)
-        dataset = TokenBlockDataset(
-            dataset, dataset.sizes, self.cfg.tokens_per_sample - 1,  # room for <s>
-            pad=self.dictionary.pad(), eos=self.dictionary.eos(),
-            break_mode=self.cfg.sample_break_mode)
-        if len(dataset) and dataset.sizes.max() > self.cfg.tokens_per_sample - 1:
+            dataset, split, self.cfg.shorten_data_split_list, self.cfg.shorten_method, room,
+            self.cfg.seed)
+        if self.cfg.sample_break_mode != "eos":  # eos: every sentence is a block already
+            # (fairseq's eos path also calls numpy's removed np.compat)
+            dataset = TokenBlockDataset(
+                dataset, dataset.sizes, room, pad=self.dictionary.pad(),
+                eos=self.dictionary.eos(), break_mode=self.cfg.sample_break_mode)
+        if len(dataset) and dataset.sizes.max() > room:
             raise ElectraUsageError(
                 f"{split} has a sentence of {dataset.sizes.max()} tokens, longer than "
                 f"--tokens-per-sample {self.cfg.tokens_per_sample}; add --shorten-method "
