@@ -60,6 +60,21 @@ def last_stats(output, marker):
     return stats
 
 
+def pretrain_cmd(data, save_dir, updates, seed, log_path):
+    """fairseq-train: ELECTRA-tiny pre-training on CPU with the official recipe, scaled down."""
+    return [
+        sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
+        "--task", "electra", "--criterion", "electra", "--arch", "electra_tiny", "--cpu",
+        "--tokens-per-sample", "128", "--batch-size", "32", "--optimizer", "electra_adam",
+        "--adam-eps", "1e-6", "--weight-decay", "0.01", "--lr", "1e-3", "--clip-norm", "1.0",
+        "--lr-scheduler", "polynomial_decay", "--warmup-updates", str(updates // 10),
+        "--total-num-update", str(updates), "--max-update", str(updates),
+        "--save-dir", save_dir, "--no-epoch-checkpoints", "--save-interval-updates",
+        "400", "--keep-interval-updates", "1", "--validate-interval-updates", "200",
+        "--log-format", "simple", "--log-interval", "50", "--num-workers", "0",
+        "--data-buffer-size", "0", "--seed", str(seed), "--log-file", log_path]
+
+
 def finetune_cmd(data, save_dir, updates, seed, restore=None, model=("--arch", "electra_tiny")):
     """fairseq-train on the sentiment data with ELECTRA's fine-tuning recipe, scaled down."""
     cmd = [sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
@@ -69,8 +84,7 @@ def finetune_cmd(data, save_dir, updates, seed, restore=None, model=("--arch", "
            "--layer-decay", "0.8", "--lr", "3e-4", "--lr-scheduler", "polynomial_decay",
            "--warmup-updates", str(updates // 10), "--total-num-update", str(updates),
            "--max-update", str(updates), "--clip-norm", "1.0", "--batch-size", "32",
-           "--save-dir", save_dir, "--no-epoch-checkpoints", "--no-last-checkpoints",
-           "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",
+           "--save-dir", save_dir, "--no-epoch-checkpoints", "--no-save-optimizer-state",
            "--log-format", "simple", "--log-interval", "100", "--seed", str(seed),
            "--num-workers", "0", "--data-buffer-size", "0", "--validate-interval-updates",
            "200"]
@@ -81,15 +95,16 @@ def finetune_cmd(data, save_dir, updates, seed, restore=None, model=("--arch", "
 
 
 def dev_accuracy_cmd(data, save_dir):
-    """glue_evaluate.py on the best fine-tuned checkpoint; prints one JSON line last."""
+    """glue_evaluate.py on the final fine-tuned checkpoint (the dev set picks nothing);
+    prints one JSON line last."""
     return [sys.executable, os.path.join(SCRIPTS, "glue_evaluate.py"), "--task", "SST-2",
-            "--checkpoint", os.path.join(save_dir, "checkpoint_best.pt"), "--data", data,
+            "--checkpoint", os.path.join(save_dir, "checkpoint_last.pt"), "--data", data,
             "--json"]
 
 
 def finetune(args, data, save_dir, restore=None):
     """Fine-tune on the sentiment data and return the dev accuracy."""
-    if not os.path.isfile(os.path.join(save_dir, "checkpoint_best.pt")):
+    if not os.path.isfile(os.path.join(save_dir, "checkpoint_last.pt")):
         run(finetune_cmd(data, save_dir, args.finetune_updates, args.seed, restore))
     out = run(dev_accuracy_cmd(data, save_dir), show_all=True)
     return json.loads(out.strip().splitlines()[-1])["accuracy"]
@@ -152,17 +167,7 @@ def main():
     if finished:
         print(f"(already done: {checkpoint})")
     else:
-        run([
-            sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
-            "--task", "electra", "--criterion", "electra", "--arch", "electra_tiny", "--cpu",
-            "--tokens-per-sample", "128", "--batch-size", "32", "--optimizer", "electra_adam",
-            "--adam-eps", "1e-6", "--weight-decay", "0.01", "--lr", "1e-3", "--clip-norm", "1.0",
-            "--lr-scheduler", "polynomial_decay", "--warmup-updates", str(args.updates // 10),
-            "--total-num-update", str(args.updates), "--max-update", str(args.updates),
-            "--save-dir", pretrain_dir, "--no-epoch-checkpoints", "--save-interval-updates",
-            "400", "--keep-interval-updates", "1", "--validate-interval-updates", "400",
-            "--log-format", "simple", "--log-interval", "50", "--num-workers", "0",
-            "--data-buffer-size", "0", "--seed", str(args.seed), "--log-file", log_path])
+        run(pretrain_cmd(data, pretrain_dir, args.updates, args.seed, log_path))
     with open(log_path) as f:  # fairseq appends to it: earlier runs count too
         log = f.read()
     # --log-file lines hold the message only: "epoch 001:  50 / 739 loss=..." (train_inner)

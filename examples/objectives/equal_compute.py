@@ -117,7 +117,7 @@ def pretrain(run, args, data, threads):
 
 
 def finetune(args, sentiment, restore, out_dir, seed, threads):
-    if not (out_dir / "checkpoint_best.pt").exists():
+    if not (out_dir / "checkpoint_last.pt").exists():
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         execute(finetune_cmd(sentiment, out_dir, args.finetune_updates, seed, restore, MODEL),
                 out_dir.parent / f"{out_dir.name}.log", threads)

@@ -1,0 +1,140 @@
+#!/usr/bin/env python
+"""One probe of the small-compute recipe search: pre-train with some options, fine-tune.
+
+A probe pre-trains ELECTRA-tiny on the demo's news corpus with the demo's recipe plus the
+given options, reads the curves of its log (disc AUC, losses, generator accuracy), measures
+the feature spread of the checkpoint, and fine-tunes it on a *search* split of the
+sentiment training set (1,000 of its sentences held out as search-dev), so that the
+sentiment dev set that the demo reports is never used to choose a recipe. One JSON line per
+probe is appended to ``--results``.
+
+    python examples/recipe/probe.py NAME [--updates 1200] [--seeds 1] -- --temperature 0.5
+    python examples/recipe/probe.py random --random-init --seeds 1 2 3
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+from demo import (PLUGIN, dev_accuracy_cmd, finetune_cmd, prepare_corpus,  # noqa: E402
+                  prepare_sentiment, pretrain_cmd, run)
+
+SEARCH_DEV = 1000  # sentences of the sentiment training set held out for the search
+
+
+def search_split(workdir: Path, data: str) -> str:
+    """sentiment train.tsv -> search train (all but the last SEARCH_DEV) + search dev."""
+    out = workdir / "sentiment-search"
+    binarized = workdir / "sentiment-search-bin"
+    if not (binarized / "label" / "dict.txt").is_file():
+        sentiment = Path(prepare_sentiment(str(workdir.parent / "demo"), data)).parent
+        lines = (sentiment / "sentiment" / "train.tsv").read_text().splitlines(keepends=True)
+        header, rows = lines[0], lines[1:]
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "train.tsv").write_text(header + "".join(rows[:-SEARCH_DEV]))
+        (out / "dev.tsv").write_text(header + "".join(rows[-SEARCH_DEV:]))
+        run([sys.executable, REPO / "scripts" / "glue_preprocess.py", "--task", "SST-2",
+             "--glue-dir", out, "--pretrain-data", data, "--destdir", binarized, "--force"])
+    return str(binarized)
+
+
+def curves(log_path: Path):
+    """{tag: [{metric: value}]} of the train_inner and valid lines of a --log-file."""
+    found = {"train_inner": [], "valid": []}
+    for line in log_path.read_text().splitlines():
+        tag = "valid" if "valid on 'valid' subset" in line else \
+            "train_inner" if " loss=" in line else None
+        if tag is None:
+            continue
+        stats = {}
+        for part in line.split(" | "):
+            for item in part.split(" "):
+                key, _, value = item.partition("=")
+                try:
+                    stats[key] = float(value)
+                except ValueError:
+                    pass
+            key, _, value = part.strip().partition(" ")
+            try:
+                stats[key] = float(value)
+            except ValueError:
+                pass
+        found[tag].append(stats)
+    return found
+
+
+def feature_spread(checkpoint: str, data: str, sentences) -> float:
+    """std across sentences / norm of the mean of the mean-pooled discriminator features."""
+    from electra_plugin.models.hub_interface import from_pretrained
+
+    hub = from_pretrained(os.path.dirname(checkpoint), os.path.basename(checkpoint), data)
+    pooled = []
+    with torch.no_grad():
+        for sentence in sentences:
+            pooled.append(hub.extract_features(hub.encode(sentence))[0].mean(0))
+    pooled = torch.stack(pooled).double()
+    return (pooled.var(0).mean().sqrt() / pooled.mean(0).norm()).item()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("name")
+    p.add_argument("options", nargs="*", help="pre-training options (after --)")
+    p.add_argument("--updates", type=int, default=1200)
+    p.add_argument("--seeds", type=int, nargs="+", default=[1])
+    p.add_argument("--finetune-updates", type=int, default=900)
+    p.add_argument("--finetune-options", default="", help="extra fine-tuning options")
+    p.add_argument("--random-init", action="store_true", help="fine-tune without pre-training")
+    p.add_argument("--workdir", type=Path, default=REPO / "work_dirs" / "recipe")
+    p.add_argument("--results", type=Path, default=REPO / "examples" / "recipe" / "probes.jsonl")
+    args = p.parse_args()
+    started = time.time()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    data = prepare_corpus(str(args.workdir.parent / "demo"))
+    search = search_split(args.workdir, data)
+    probe = args.workdir / args.name
+    record = dict(name=args.name, options=args.options, updates=args.updates,
+                  finetune_options=args.finetune_options, random_init=args.random_init)
+    checkpoint = None
+    if not args.random_init:
+        checkpoint = str(probe / "pretrain" / "checkpoint_last.pt")
+        log_path = probe / "pretrain.log"
+        if not os.path.isfile(checkpoint):
+            run(pretrain_cmd(data, probe / "pretrain", args.updates, 1, log_path) + args.options)
+        found = curves(log_path)
+        keys = ("num_updates", "loss", "gen_loss", "disc_loss", "gen_acc", "sampled_acc",
+                "disc_acc", "disc_baseline", "disc_auc", "mlm_acc", "mlm_loss", "train_flops")
+        record["train"] = [{k: r[k] for k in keys if k in r} for r in found["train_inner"]]
+        record["valid"] = [{k: r[k] for k in keys if k in r} for r in found["valid"]]
+        dev = (args.workdir / "sentiment-search" / "dev.tsv").read_text().splitlines()[1:201]
+        record["feature_spread"] = feature_spread(checkpoint, data,
+                                                  [line.split("\t")[0] for line in dev])
+    accuracies = []
+    for seed in args.seeds:
+        save = probe / f"finetune-{seed}"
+        if not os.path.isfile(save / "checkpoint_last.pt"):
+            cmd = finetune_cmd(search, save, args.finetune_updates, seed, checkpoint)
+            run(cmd + args.finetune_options.split())
+        out = run(dev_accuracy_cmd(search, save))
+        accuracies.append(json.loads(out.strip().splitlines()[-1])["accuracy"])
+    record.update(seeds=args.seeds, accuracy=accuracies,
+                  mean=statistics.mean(accuracies),
+                  std=statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0,
+                  minutes=round((time.time() - started) / 60, 1))
+    with open(args.results, "a") as f:
+        f.write(json.dumps(record) + "\n")
+    last = (record.get("valid") or [{}])[-1]
+    print(f"{args.name}: search-dev accuracy {record['mean']:.2f} +- {record['std']:.2f} "
+          f"{accuracies}; final valid {last}; spread {record.get('feature_spread')}")
+
+
+if __name__ == "__main__":
+    main()
