@@ -26,6 +26,7 @@ setup(
         "hf": ["transformers>=4.40", "safetensors"],
         # fairseq's --tensorboard-logdir writes nothing without a writer package
         "tensorboard": ["tensorboardX>=2.6"],
+        "plots": ["matplotlib"],  # the demo's and the equal-compute study's curves
         "test": ["pytest>=7"],
     },
 )

@@ -57,6 +57,7 @@ class PretrainingOutput(NamedTuple):
     padding_mask: torch.Tensor  # B x T bool
     main: Optional[torch.Tensor]  # the objective's prediction (see its predict)
     copy: Optional[torch.Tensor]  # B x T copy logits (all_tokens_mlm)
+    disc_hidden: Optional[torch.Tensor] = None  # B x T x H discriminator's last layer
 
 
 class Objective:

@@ -13,13 +13,15 @@ import argparse
 
 from electra_plugin.checkpoint import load_checkpoint, write_checkpoint
 from electra_plugin.errors import ElectraUsageError, command_line
-from electra_plugin.models.electra import FINETUNING_PARTS
+from electra_plugin.models.electra import FINETUNING_PARTS, fold_embedding_delta
 
 
 def extract(checkpoint, out, overwrite=False):
     state = load_checkpoint(checkpoint)
-    model = {k: v for k, v in state["model"].items() if k.startswith(FINETUNING_PARTS)}
-    if len(model) == len(state["model"]):
+    full = dict(state["model"])
+    fold_embedding_delta(full)  # GDES: a plain discriminator holds one token embedding table
+    model = {k: v for k, v in full.items() if k.startswith(FINETUNING_PARTS)}
+    if len(model) == len(full):
         raise ElectraUsageError(f"{checkpoint} has no pre-training parts (generator, "
                                 f"pre-training heads): it is already a discriminator-only "
                                 f"checkpoint")
@@ -27,7 +29,7 @@ def extract(checkpoint, out, overwrite=False):
     task_cfg = {"_name": "masked_lm", "data": task["data"],
                 "tokens_per_sample": task.get("tokens_per_sample", 512)}
     path = write_checkpoint(out, state["cfg"]["model"], task_cfg, model, overwrite=overwrite)
-    dropped = len(state["model"]) - len(model)
+    dropped = len(full) - len(model)
     print(f"wrote {path}: {len(model)} discriminator tensors ({dropped} pre-training-only "
           f"tensors dropped)")
     return path

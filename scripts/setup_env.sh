@@ -9,7 +9,7 @@ PY="${PYTHON:-python3}"
 . .venv/bin/activate
 pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
 pip install -q "torch==${TORCH_VERSION}" 2>&1 | grep -v "^WARNING: Location" || true
-pip install -q -e ".[hf,tensorboard,test]" 2>&1 | grep -v "^WARNING: Location" || true
+pip install -q -e ".[hf,tensorboard,plots,test]" 2>&1 | grep -v "^WARNING: Location" || true
 # fairseq declares torchaudio, whose wheel here is a CUDA build that breaks
 # `import transformers`; no text code path of fairseq or this plugin uses it.
 pip uninstall -q -y torchaudio 2>/dev/null || true

@@ -76,6 +76,18 @@ def test_hub_interface_on_the_pretrained_model(pretrained, spm_data):
     assert torch.allclose(torch.tensor([s for _, s in scores]),
                           torch.sigmoid(logits[0, 1:-1]), atol=1e-6)
 
+    # one replaced-token-detection step: the read pieces differ only where the generator
+    # sampled, and the probabilities are the discriminator's on what it read
+    shown = hub.generate_and_detect(text, mask_prob=0.3, seed=4)
+    assert [o for o, _, _ in shown] == hub.pieces(tokens[1:-1])
+    read = [r for _, r, _ in shown]
+    logits, _ = hub.model(hub.encode(text).index_put(
+        (torch.arange(1, len(tokens) - 1),), torch.tensor([d.index(r) for r in read]))[None])
+    assert torch.allclose(torch.tensor([p for _, _, p in shown]),
+                          torch.sigmoid(logits[0, 1:-1]), atol=1e-6)
+    assert shown == hub.generate_and_detect(text, mask_prob=0.3, seed=4)  # seeded
+    assert "<mask>" not in read
+
     hub.register_classification_head("topic", num_classes=3)
     log_probs = hub.predict("topic", tokens)
     assert log_probs.shape == (1, 3)

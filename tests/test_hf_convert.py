@@ -2,8 +2,9 @@
 
 Randomly initialised transformers ELECTRA models of real shapes (the paper's Small config
 with all 12 layers, a Base-shaped one cut to 2 layers, one with untied embeddings and
-odd sizes) on a small WordPiece vocabulary: imported, run on English text next to
-transformers, exported again, and loaded by transformers and fairseq.
+odd sizes, a tiny one whose generator has a quarter of the layers) on a small WordPiece
+vocabulary: imported, run on English text next to transformers, exported again, and loaded
+by transformers and fairseq. A GDES pre-training run exports its folded discriminator.
 """
 
 import importlib.util
@@ -42,6 +43,9 @@ from electra_plugin.convert.hf import KEY_TABLE, from_hf, model_cli_args, to_hf 
 from electra_plugin.data.tokenizer import load_tokenizer  # noqa: E402
 from electra_plugin.data.wordpiece import vocab_to_fairseq_indices  # noqa: E402
 from electra_plugin.errors import ElectraUsageError  # noqa: E402
+from electra_plugin.models.electra import GDES_DELTA  # noqa: E402
+from electra_plugin.models.encoder import DisentangledEmbedding  # noqa: E402
+from electra_plugin.models.hub_interface import from_pretrained as hub  # noqa: E402
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -72,6 +76,10 @@ CASES = {
                     num_attention_heads=3, intermediate_size=384, type_vocab_size=3,
                     max_position_embeddings=128),
                dict(hidden_size=128, num_attention_heads=2, intermediate_size=256), False),
+    "shallow": (dict(embedding_size=32, hidden_size=64, num_hidden_layers=4,
+                     num_attention_heads=2, intermediate_size=128, max_position_embeddings=64),
+                dict(hidden_size=32, num_attention_heads=1, intermediate_size=64,
+                     num_hidden_layers=1), True),
 }
 TINY = dict(embedding_size=32, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
             intermediate_size=128, max_position_embeddings=64)
@@ -207,6 +215,10 @@ def test_import_matches_transformers(case, bert):
     picked &= (torch.arange(ids.size(1)) % 3 == 1)
     picked &= ids.ne(VOCAB.index("[SEP]"))
     hf_gen = ElectraForMaskedLM.from_pretrained(case["gen_dir"])
+    depth = hf_gen.config.num_hidden_layers
+    assert len(model.generator.encoder.layer) == depth
+    assert model.cfg.generator_layers == (None if depth == model.cfg.num_layers
+                                          else depth / model.cfg.num_layers)
     masked = ids.masked_fill(picked, MASK_ID)
     with torch.no_grad():
         theirs = hf_gen(masked, attention_mask=mask.long(), output_hidden_states=True)
@@ -397,6 +409,7 @@ def assert_one_update_from(proc, save_dir, imported):
     ("small", ["--restore-file", "{ckpt}", "--reset-optimizer", "--reset-dataloader",
                "--reset-meters"]),
     ("untied", ["--finetune-from-model", "{ckpt}"]),
+    ("shallow", ["--finetune-from-model", "{ckpt}"]),  # --generator-layers from the import
 ])
 def test_continue_pretraining_with_fairseq_train(make_case, tmp_path, name, start):
     case = make_case(name)
@@ -410,6 +423,55 @@ def test_continue_pretraining_with_fairseq_train(make_case, tmp_path, name, star
     to_hf(tmp_path / "ck" / "checkpoint_last.pt", out, vocab=case["out"] / "vocab.txt")
     _, info = ElectraForMaskedLM.from_pretrained(out / "generator", output_loading_info=True)
     assert not any(info.values()), info
+
+
+def test_gdes_run_exports_a_plain_discriminator(tiny, bert, tmp_path):
+    """fairseq-train with --embedding-sharing gdes: transformers, the hub interface and
+    extract_discriminator.py see one token table, the generator's plus the residual."""
+    imported = from_hf(tiny[0], tiny[1], out_dir=tmp_path / "imported")
+    data = binarize(tmp_path / "imported", tmp_path / "data")
+    # from scratch (tiny's two embedding blocks differ: the import unties them); lr 1e-2:
+    # one Adam update moves the residual about as far as the embeddings' own scale
+    proc = train(data, tmp_path / "ck", dict(imported.model_cfg, untie_embeddings=False),
+                 "--embedding-sharing", "gdes", "--lr", "1e-2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    checkpoint = tmp_path / "ck" / "checkpoint_last.pt"
+    weights = load_checkpoint(checkpoint)["model"]
+    assert weights[GDES_DELTA].abs().max() > 5e-3
+    folded = weights["generator.embeddings.word_embeddings.weight"] + weights[GDES_DELTA]
+
+    out = tmp_path / "hf"
+    to_hf(checkpoint, out, vocab=tmp_path / "imported" / "vocab.txt")
+    exported = load_file(out / "model.safetensors")
+    assert torch.equal(exported["electra.embeddings.word_embeddings.weight"],
+                       folded[FAIRSEQ_INDEX])
+    theirs, info = ElectraForPreTraining.from_pretrained(out, output_loading_info=True)
+    assert not any(info.values()), info
+    _, info = ElectraForMaskedLM.from_pretrained(out / "generator", output_loading_info=True)
+    assert not any(info.values()), info
+    model, _ = load_fairseq(checkpoint, tmp_path / "imported")
+    assert isinstance(model.discriminator.embeddings.word_embeddings, DisentangledEmbedding)
+    ids, mask = bert_batch(bert)
+    with torch.no_grad():
+        expected = theirs(ids, attention_mask=mask.long()).logits
+        logits, _ = model(FAIRSEQ_INDEX[ids])
+    assert_close(logits[mask], expected[mask])
+
+    electra = hub(str(tmp_path / "ck"), "checkpoint_last.pt", str(tmp_path / "imported"))
+    single = bert(TEXTS[0], return_tensors="pt").input_ids
+    assert electra.encode(TEXTS[0]).tolist() == FAIRSEQ_INDEX[single[0]].tolist()
+    with torch.no_grad():
+        probs = torch.sigmoid(theirs(single).logits[0, 1:-1])
+    scores = torch.tensor([score for _, score in electra.replaced_token_scores(TEXTS[0])])
+    assert_close(scores, probs)
+
+    disc = tmp_path / "disc.pt"
+    proc = run([sys.executable, REPO / "scripts" / "extract_discriminator.py", checkpoint,
+                "--out", disc])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    disc = torch.load(disc, weights_only=False)["model"]
+    assert GDES_DELTA not in disc
+    assert torch.equal(disc["discriminator.embeddings.word_embeddings.weight"], folded)
 
 
 # ------------------------------------------------------------------ sentence pairs
@@ -555,7 +617,7 @@ BAD_DISCRIMINATORS = {
 BAD_GENERATORS = {
     "heads": (lambda g: edit_config(g, num_attention_heads=2), ["does not fit", "32-dim heads"]),
     "layers": (lambda g: edit_config(g, num_hidden_layers=3),
-               ["num_hidden_layers 3 differs from the discriminator's 2"]),
+               ["num_hidden_layers 3 is not between 1 and the discriminator's 2"]),
     "ffn": (lambda g: edit_config(g, intermediate_size=96), ["intermediate_size 96 should be 64"]),
     "untied output": (lambda g: edit_weights(g, lambda w: w.update({
         "generator_lm_head.weight": w["electra.embeddings.word_embeddings.weight"] + 1})),

@@ -1,10 +1,17 @@
 """Masking rates and reproducibility of the electra task on a real binarized batch stream."""
 
+import math
+import sys
+
 import numpy as np
 import pytest
 import torch
+from conftest import OBJECTS, REPO, SUBJECTS, TAILS, VERBS, run, train_cmd, write_corpus
+from fairseq.data import Dictionary
+from test_training import failure, records
 
 import electra_plugin  # noqa: F401  (registers the task)
+from electra_plugin.data.masking import word_starts
 from electra_plugin.tasks.electra_pretraining import (
     ElectraPretrainingConfig,
     ElectraPretrainingTask,
@@ -90,11 +97,127 @@ def test_masks_are_a_function_of_seed_epoch_and_index(data_bin, task):
 
 
 def test_dictionary_gets_mask_appended_like_sentence_prediction(data_bin, task):
-    from fairseq.data import Dictionary
-
     plain = Dictionary.load(str(data_bin / "dict.txt"))
     assert "<mask>" not in plain.indices
     # fairseq's sentence_prediction appends <mask> the same way: identical ids
     assert task.mask_idx == plain.add_symbol("<mask>") == len(plain) - 1
     assert len(task.dictionary) == len(plain)
     assert np.all([task.dictionary[i] == plain[i] for i in range(len(plain))])
+
+
+# --------------------------------------------------------------------------- whole words
+def wordpiece_vocab(words):
+    """BERT-style vocab.txt rows: short words whole, longer ones as a 3-letter head and
+    single-letter ``##`` pieces (1 to 10 pieces per word); "two" is left out (-> <unk>)."""
+    rows = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "."]
+    for word in sorted(words - {"two"}):
+        rows += [word] if len(word) <= 3 else [word[:3]] + [f"##{c}" for c in word[3:]]
+    return list(dict.fromkeys(rows))
+
+
+@pytest.fixture(scope="module")
+def wordpiece_data(tmp_path_factory):
+    """The test corpus through scripts/prepare_data.py with a small WordPiece vocab."""
+    root = tmp_path_factory.mktemp("wordpiece")
+    write_corpus(root / "corpus.txt", 1200, seed=4)
+    words = {w for phrase in SUBJECTS + VERBS + OBJECTS + TAILS for w in phrase.split()}
+    (root / "vocab.txt").write_text("\n".join(wordpiece_vocab(words)) + "\n")
+    proc = run([sys.executable, REPO / "scripts" / "prepare_data.py", "--train",
+                root / "corpus.txt", "--destdir", root / "bin", "--wordpiece-vocab",
+                root / "vocab.txt", "--workers", "1"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root / "bin"
+
+
+def words_of(symbols, is_candidate, wordpiece):
+    """Lists of positions, one per word, read from the piece strings of one sample."""
+    words = []
+    for i, (symbol, ok) in enumerate(zip(symbols, is_candidate)):
+        if not ok:
+            continue
+        begins = not symbol.startswith("##") if wordpiece else symbol.startswith("\u2581")
+        if begins or not words or words[-1][-1] != i - 1:
+            words.append([])
+        words[-1].append(i)
+    return words
+
+
+def check_whole_words(task, batch_list, wordpiece):
+    """-> (picked, candidates, picked words of several pieces) over the batches."""
+    d = task.dictionary
+    picked = candidates = long_words = 0
+    for batch in batch_list:
+        is_picked, is_candidate = picked_and_candidates(task, batch)
+        assert not (is_picked & ~is_candidate).any(), "a special token was picked"
+        original = torch.where(is_picked, batch["target"], batch["net_input"]["src_tokens"])
+        for row, row_picked, row_cand in zip(original, is_picked, is_candidate):
+            for word in words_of([d[i] for i in row], row_cand.tolist(), wordpiece):
+                states = row_picked[word]
+                assert states.all() or not states.any(), [d[int(row[i])] for i in word]
+                long_words += int(states.all() and len(word) > 1)
+        picked += int(is_picked.sum())
+        candidates += int(is_candidate.sum())
+    return picked, candidates, long_words
+
+
+@pytest.mark.parametrize("kind", ["sentencepiece", "wordpiece"])
+def test_whole_word_masking_masks_words_entirely(kind, spm_data, wordpiece_data):
+    data = spm_data if kind == "sentencepiece" else wordpiece_data
+    task = make_task(data, whole_word_mask=True)
+    assert task.dictionary.index("<unk>") == 3
+    first = batches(task)
+    picked, candidates, long_words = check_whole_words(task, first, kind == "wordpiece")
+    assert picked > 1000 and long_words > 100, (picked, long_words)
+    assert abs(picked / candidates - 0.15) < 0.005, picked / candidates
+    # deterministic in (seed, epoch, index): a fresh task repeats the masks, epoch 2 does not
+    for a, b in zip(first, batches(make_task(data, whole_word_mask=True))):
+        assert torch.equal(a["net_input"]["src_tokens"], b["net_input"]["src_tokens"])
+        assert torch.equal(a["target"], b["target"])
+    second = {int(i): row for b in batches(task, epoch=2) for i, row in zip(b["id"], b["target"])}
+    same = sum(torch.equal(row, second[int(i)]) for b in first
+               for i, row in zip(b["id"], b["target"]))
+    assert same < 0.1 * sum(len(b["id"]) for b in first)
+
+
+def test_whole_words_with_random_and_unchanged_tokens(wordpiece_data):
+    task = make_task(wordpiece_data, whole_word_mask=True, mask_prob=0.3,
+                     leave_unmasked_prob=0.1, random_token_prob=0.1)
+    stream = batches(task)
+    picked, candidates, _ = check_whole_words(task, stream, wordpiece=True)
+    assert abs(picked / candidates - 0.3) < 0.005
+    special = torch.tensor([0, 1, 2, task.mask_idx])
+    masked = kept = randomized = 0
+    for batch in stream:
+        src, tgt = batch["net_input"]["src_tokens"], batch["target"]
+        is_picked = tgt.ne(task.dictionary.pad())
+        shown, original = src[is_picked], tgt[is_picked]
+        masked += int(shown.eq(task.mask_idx).sum())
+        kept += int(shown.eq(original).sum())
+        other = shown.ne(task.mask_idx) & shown.ne(original)
+        assert not torch.isin(shown[other], special).any()
+        randomized += int(other.sum())
+    # per piece 80% <mask>, 10% unchanged, 10% random (a random token equal to the original,
+    # ~1/60 of them, counts as unchanged); binomial std over >2000 picks is ~0.007
+    assert abs(masked / picked - 0.8) < 0.03
+    assert abs(kept / picked - 0.1) < 0.025 and abs(randomized / picked - 0.1) < 0.025
+
+
+def test_word_starts_follow_the_dictionary_convention(data_bin, spm_data, wordpiece_data):
+    spm = Dictionary.load(str(spm_data / "dict.txt"))
+    spm.add_symbol("##")  # a stray '##' piece does not make it WordPiece
+    starts = word_starts(spm)
+    assert all(starts[i] == spm[i].startswith("\u2581") for i in range(len(spm)))
+    wp = Dictionary.load(str(wordpiece_data / "dict.txt"))
+    starts = word_starts(wp)
+    assert all(starts[i] != wp[i].startswith("##") for i in range(len(wp)))
+    assert starts[wp.unk()]  # WordPiece's [UNK] stands for a whole word
+    assert word_starts(Dictionary.load(str(data_bin / "dict.txt"))).all()  # words already
+
+
+def test_whole_word_mask_trains(spm_data, tmp_path):
+    proc = run(train_cmd(spm_data, tmp_path, "--whole-word-mask", "--max-update", "3",
+                         "--no-save", "--disable-validation"))
+    assert proc.returncode == 0, failure("fairseq-train", proc)
+    assert "whole-word masking: sentencepiece" in proc.stdout + proc.stderr
+    logs = records(proc.stdout)
+    assert len(logs) == 3 and all(math.isfinite(r["loss"]) for r in logs), logs

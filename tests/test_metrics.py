@@ -1,19 +1,27 @@
 """The official pre-training metrics: disc_auc against scikit-learn on real batches,
 sampled_acc, and the metrics in TensorBoard's event files."""
 
+import copy
 import math
 import struct
+import sys
 
 import numpy as np
 
 import pytest
 import torch
-from conftest import run, train_cmd
+from conftest import PLUGIN, run, train_cmd
 from fairseq import checkpoint_utils, metrics
+from omegaconf import OmegaConf
 from sklearn.metrics import roc_auc_score
 
 from electra_plugin.auc import auc_from_counts, auc_pair_counts
-from electra_plugin.criterions.electra import ElectraCriterion
+from electra_plugin.criterions.electra import ElectraCriterion, feature_spread
+from electra_plugin.models.electra import ElectraModel
+from electra_plugin.tasks.electra_pretraining import (
+    ElectraPretrainingConfig,
+    ElectraPretrainingTask,
+)
 from test_training import failure, import_plugin, records
 
 
@@ -134,3 +142,98 @@ def test_tensorboard_event_files_hold_the_metrics(data_bin, tmp_path):
             assert events.get(f"{subset}/{key}"), f"{subset}/{key} not in {sorted(events)}"
     logged = [r["disc_auc"] for r in records(proc.stdout)]
     assert events["train_inner/disc_auc"] == pytest.approx(logged, abs=1e-4)
+
+
+# --------------------------------------------------------------------------- feature spread
+@pytest.fixture(scope="module")
+def fresh(data_bin):
+    """(random-init tiny model in eval mode, criterion, the valid split's task)."""
+    task = ElectraPretrainingTask.setup_task(
+        ElectraPretrainingConfig(data=str(data_bin), tokens_per_sample=32, seed=1))
+    task.load_dataset("valid")
+    torch.manual_seed(0)
+    model = ElectraModel.build_model(OmegaConf.create(dict(
+        _name="electra_tiny", num_layers=2, hidden_size=64, num_heads=4, ffn_size=128,
+        embedding_size=32, temperature=0.0)), task).eval()  # argmax samples: no randomness
+    return model, ElectraCriterion(task, 50.0), task
+
+
+def valid_batches(task, size=8):
+    itr = task.get_batch_iterator(task.dataset("valid"), max_sentences=size, seed=1)
+    return list(itr.next_epoch_itr(shuffle=False))
+
+
+def validate(model, criterion, batches):
+    """(logged disc_feature_spread, logging outputs) of the batches, as validation logs."""
+    with torch.no_grad():
+        logs = [criterion(model, batch)[2] for batch in batches]
+    with metrics.aggregate(new_root=True) as agg:
+        ElectraCriterion.reduce_metrics(logs)
+    return agg.get_smoothed_values()["disc_feature_spread"], logs
+
+
+def test_feature_spread_is_that_of_the_pooled_features(fresh):
+    model, criterion, task = fresh
+    batches = valid_batches(task)
+    pooled = []
+    with torch.no_grad():
+        for batch in batches:
+            out = model(**batch["net_input"], target=batch["target"])
+            # the discriminator alone (its padding from the input: a sample may be <pad>)
+            features, _ = model.discriminator(out.corrupted, padding_mask=out.padding_mask)
+            pooled += [row[~pad].double().mean(0).numpy()
+                       for row, pad in zip(features, out.padding_mask)]
+    pooled = np.stack(pooled)
+    want = np.sqrt(pooled.var(0, ddof=1).mean()) / np.linalg.norm(pooled.mean(0))
+    logged, logs = validate(model, criterion, batches)
+    assert len(batches) > 2 and len(pooled) > 20
+    assert abs(logged - want) <= 5e-5, (logged, want)  # rounded to 4 decimals
+    assert spread_of(logs) == pytest.approx(want, rel=1e-6)
+    # the sums are exact over batches: other batches of the same sequences, the same spread
+    _, logs_of_3 = validate(model, criterion, valid_batches(task, 3))
+    assert spread_of(logs_of_3) == pytest.approx(want, rel=1e-6)
+
+
+def spread_of(logs):
+    """The unrounded spread of the summed logging outputs."""
+    return feature_spread(*(sum(log[key] for log in logs)
+                            for key in ("feature_sum", "feature_sq_sum", "feature_seqs")))
+
+
+def test_feature_spread_of_input_independent_features(fresh):
+    model, criterion, task = fresh
+    batches = valid_batches(task)
+    healthy, _ = validate(model, criterion, batches)
+    collapsed = copy.deepcopy(model)
+    last = collapsed.discriminator.encoder.layer[-1].output
+    with torch.no_grad():
+        last.dense.weight.zero_()
+        last.dense.bias.zero_()
+        last.LayerNorm.weight.zero_()
+        last.LayerNorm.bias.normal_()  # every token's features are this bias
+    spread, _ = validate(collapsed, criterion, batches)
+    assert spread < 1e-6 and healthy > 0.01, (spread, healthy)
+    assert all("feature_seqs" not in criterion(model.train(), b)[2] for b in batches[:1])
+    model.eval()
+
+
+def test_feature_spread_in_validation_logs_exact_over_batching(data_bin, tmp_path):
+    """Logged at validation only; fairseq-validate logs the same for other batches of the
+    same input (argmax samples, --temperature 0, fix the input; --required-batch-size-multiple
+    1 keeps the last, partial batch, which fairseq drops otherwise: its issue 5036)."""
+    whole = ("--required-batch-size-multiple", "1")
+    proc = run(train_cmd(data_bin, tmp_path, "--max-update", "3", "--temperature", "0",
+                         "--no-epoch-checkpoints", *whole))
+    assert proc.returncode == 0, failure("fairseq-train", proc)
+    train = records(proc.stdout) + records(proc.stdout, "train")
+    (valid,) = records(proc.stdout, "valid")
+    assert len(train) == 4 and not any("feature" in key for r in train for key in r), train
+    assert 0 < valid["valid_disc_feature_spread"] < 1, valid
+    proc = run([sys.executable, "-m", "fairseq_cli.validate", data_bin, "--user-dir", PLUGIN,
+                "--task", "electra", "--path", tmp_path / "checkpoint_last.pt", "--cpu",
+                "--batch-size", "3", *whole, "--num-workers", "0", "--log-format", "json",
+                "--data-buffer-size", "0"])
+    assert proc.returncode == 0, failure("fairseq-validate", proc)
+    (by_3,) = records(proc.stdout, "valid")
+    assert by_3["valid_gen_acc"] == valid["valid_gen_acc"]  # the same input
+    assert by_3["valid_disc_feature_spread"] == valid["valid_disc_feature_spread"], by_3

@@ -1,5 +1,7 @@
 """The generator/discriminator model: sizes, RTD step semantics, bad sizes."""
 
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -8,7 +10,13 @@ from fairseq.data import Dictionary
 from omegaconf import OmegaConf
 
 from electra_plugin.errors import ElectraUsageError
-from electra_plugin.models.electra import ElectraModel, complete_config, generator_sizes
+from electra_plugin.flops import model_sizes, paper_train_flops
+from electra_plugin.models.electra import (
+    GDES_DELTA,
+    ElectraModel,
+    complete_config,
+    generator_sizes,
+)
 from electra_plugin.tasks.electra_pretraining import ElectraPretrainingConfig, ElectraPretrainingTask
 
 OFFICIAL = {  # (layers, hidden, heads, ffn, embedding) and generator (hidden, heads, ffn)
@@ -200,3 +208,73 @@ def test_pairs_get_the_token_types_the_encoder_was_pretrained_with(segments):
         wrong, _ = model(tokens, features_only=True, token_types=types - expected)
     torch.testing.assert_close(ours[real], given[real], atol=1e-5, rtol=0)
     assert not torch.allclose(ours[0], wrong[0], atol=1e-3)  # the types do matter
+
+
+def test_generator_layers_give_a_shallower_generator_counted_at_its_depth():
+    model, task = tiny_model(generator_layers=0.5)
+    assert len(model.generator.encoder.layer) == 1 and len(model.discriminator.encoder.layer) == 2
+    src, target, _, picked = masked_batch(task)
+    out = model(src, target=target)
+    assert out.generator_log_probs.shape == (int(picked.sum()), len(task.dictionary))
+    disc, gen = model_sizes(model.cfg)
+    assert (disc.layers, gen.layers) == (2, 1)
+    # the count is linear in the generator's depth: full - shallow = shallow - no layers
+    full, _ = tiny_model(task)
+    no_layers = paper_train_flops(disc, dataclasses.replace(gen, layers=0),
+                                  len(task.dictionary), 20, 3, 10)
+    shallow = model.train_flops(20, 3, 10)
+    assert full.train_flops(20, 3, 10) - shallow == pytest.approx(shallow - no_layers)
+    assert shallow > no_layers
+    # the official Small with generator_layers 1/4 (and 1/3, as a float) of 12 layers
+    for fraction, layers in ((0.25, 3), (1 / 3, 4), (1.0, 12)):
+        cfg = complete_config(OmegaConf.create({"_name": "electra_small",
+                                                "generator_layers": fraction}))
+        assert model_sizes(cfg)[1].layers == layers
+
+
+@pytest.mark.parametrize("fraction", [0, -0.5, 1.5, 0.25, 0.3])
+def test_generator_layers_must_give_whole_layers(fraction):
+    with pytest.raises(ElectraUsageError) as e:
+        tiny_model(generator_layers=fraction)
+    message = str(e.value)
+    assert "\n" not in message and "not a whole number from 1 to 2" in message
+    assert message.endswith("use a multiple of 1/2 in (0, 1]")
+
+
+@pytest.mark.parametrize("sharing", ["shared", "gdes"])
+def test_gdes_keeps_the_discriminator_loss_off_the_shared_embeddings(sharing):
+    model, task = tiny_model(embedding_sharing=sharing, dropout=0.0, attention_dropout=0.0)
+    shared = model.generator.embeddings.word_embeddings.weight
+    assert model.generator_head.embed_tokens[0].weight is shared  # the MLM head stays tied
+    src, target, _, _ = masked_batch(task)
+    out = model(src, target=target)
+    F.binary_cross_entropy_with_logits(out.main, out.replaced.float()).backward()
+    if sharing == "shared":
+        assert shared.grad.abs().sum() > 0
+        return
+    delta = model.discriminator.embeddings.word_embeddings.delta
+    assert shared.grad is None and delta.grad.abs().sum() > 0
+    # nor any other generator weight: positions, token types and LayerNorm are not shared
+    assert all(p.grad is None for p in model.generator.parameters())
+    delta.grad = None
+    F.nll_loss(out.generator_log_probs, out.masked_targets).backward()
+    assert shared.grad.abs().sum() > 0 and delta.grad is None
+
+
+def test_gdes_checkpoint_gives_a_finetuning_model_the_folded_embeddings():
+    model, task = tiny_model(embedding_sharing="gdes", dropout=0.0, attention_dropout=0.0)
+    with torch.no_grad():  # a residual as training leaves it (zero at the start)
+        model.discriminator.embeddings.word_embeddings.delta.normal_(0, 0.05)
+    state = model.state_dict()
+    finetuning = ElectraModel(model.cfg, task.dictionary, pretraining=False)
+    finetuning.load_state_dict(dict(state))
+    own = finetuning.state_dict()
+    assert GDES_DELTA not in own and all(k.startswith("discriminator.") for k in own)
+    assert torch.equal(own["discriminator.embeddings.word_embeddings.weight"],
+                       state["generator.embeddings.word_embeddings.weight"] + state[GDES_DELTA])
+    src, _, _, _ = masked_batch(task)
+    model.eval()
+    finetuning.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(finetuning(src, features_only=True)[0],
+                                   model(src, features_only=True)[0], atol=1e-6, rtol=0)

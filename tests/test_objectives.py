@@ -254,6 +254,8 @@ def test_paper_flops_of_mlm_by_hand():
     (["--generator", "unigram"], "disc_loss"),
     (["--generator-size", "1.0", "--tie-generator"], "disc_loss"),
     (["--generator-training", "adversarial"], "disc_loss"),
+    (["--generator-layers", "0.5"], "disc_loss"),
+    (["--embedding-sharing", "gdes"], "disc_loss"),
 ])
 def test_each_variant_trains_with_fairseq_train(options, loss_key, data_bin, tmp_path):
     result = run(train_cmd(data_bin, tmp_path, "--max-update", "3", "--no-save",
@@ -322,6 +324,18 @@ def test_objective_from_hydra(data_bin, tmp_path):
     (dict(tie_generator=True), "--generator-size 1.0"),
     (dict(two_stage_updates=5), "--generator-size 1.0"),
     (dict(objective="replace_mlm", generator_training="adversarial"), "--objective electra"),
+    (dict(generator="unigram", generator_layers=0.5), "--generator unigram"),
+    (dict(generator_size=1.0, generator_layers=0.5, tie_generator=True),
+     "--tie-generator needs the generator at the discriminator's depth"),
+    (dict(generator_size=1.0, generator_layers=0.5, two_stage_updates=5),
+     "drop --generator-layers or set it to 1.0"),
+    (dict(embedding_sharing="gdes", objective="mlm"), "which --objective mlm rules out"),
+    (dict(embedding_sharing="gdes", generator="unigram"), "which --generator unigram rules out"),
+    (dict(embedding_sharing="gdes", generator_size=1.0, tie_generator=True),
+     "drop --tie-generator or --embedding-sharing gdes"),
+    (dict(embedding_sharing="gdes", untie_embeddings=True), "which --untie-embeddings rules"),
+    (dict(embedding_sharing="gdes", generator_size=1.0, two_stage_updates=5),
+     "which --two-stage-updates rules out"),
 ])
 def test_impossible_combinations_are_one_line_errors(options, phrase):
     with pytest.raises(ElectraUsageError, match=phrase.replace("-", r"\-")):
@@ -336,3 +350,5 @@ def test_bad_masking_fractions_and_fp16_two_stage_are_one_line(data_bin, tmp_pat
                          "2", "--fp16", "--fp16-no-flatten-grads", "--max-update", "1"))
     assert_one_line_error(proc, "--two-stage-updates", "--amp")
     assert not any(tmp_path.iterdir())  # nothing written
+    proc = run(train_cmd(data_bin, tmp_path, "--generator-layers", "0.3"))
+    assert_one_line_error(proc, "--generator-layers 0.3", "use a multiple of 1/2 in (0, 1]")

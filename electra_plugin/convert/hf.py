@@ -28,7 +28,11 @@ Decisions:
   fp32. The generator's output layer must be tied to its word embeddings (as in ELECTRA and
   in HF's ``ElectraForMaskedLM``). Generator and discriminator share the embedding block
   exactly when every embedding tensor of the two is equal; otherwise the checkpoint gets
-  ``untie_embeddings=True``.
+  ``untie_embeddings=True``. A generator shallower than the discriminator gets
+  ``generator_layers`` (its depth as a fraction of the discriminator's).
+* A GDES checkpoint (``--embedding-sharing gdes``) exports a plain discriminator: its token
+  embeddings are the generator's plus the residual, folded into one table (the import of
+  such an export gives ``untie_embeddings=True``).
 * Export needs the dictionary the model was trained with (``--data``, default: the
   checkpoint's ``task.data``). When the dictionary came from a WordPiece vocab.txt (found
   through ``electra_tokenizer.json``, as ``vocab.txt`` next to ``dict.txt``, or given
@@ -58,7 +62,8 @@ from ..data.wordpiece import BERT_SPECIAL_TOKENS, load_vocab, vocab_to_fairseq_i
 from ..data.wordpiece import write_fairseq_dict
 from ..errors import ElectraUsageError
 from ..flops import FlopsCounter
-from ..models.electra import complete_config, generator_sizes
+from ..models.electra import (complete_config, fold_embedding_delta, generator_depth,
+                               generator_sizes)
 
 logger = logging.getLogger(__name__)
 
@@ -251,7 +256,7 @@ HF_DEFAULTS = {
 # What the plugin's encoder computes; anything else in a config.json is an error.
 LAYER_NORM_EPS = 1e-12
 HIDDEN_ACT = "gelu"
-_SHARED_ENCODER_FIELDS = ("num_layers", "embedding_size", "max_positions", "type_vocab_size")
+_SHARED_ENCODER_FIELDS = ("embedding_size", "max_positions", "type_vocab_size")
 
 
 def _read_json(path: str) -> dict:
@@ -341,11 +346,14 @@ def _symbols(fields: dict, vocab_size: int, num_classes: int = 0) -> Dict[str, i
             "T": fields["type_vocab_size"], "L": fields["num_layers"], "C": num_classes}
 
 
-def _generator_fields(fields: dict, generator_size: float) -> dict:
-    """Our generator's per-encoder fields, from the discriminator's and the size fraction."""
-    cfg = OmegaConf.create(dict(fields, generator_size=generator_size))
+def _generator_fields(fields: dict, generator_size: float,
+                      generator_layers: Optional[float]) -> dict:
+    """Our generator's per-encoder fields, from the discriminator's and the size fractions."""
+    cfg = OmegaConf.create(dict(fields, generator_size=generator_size,
+                                generator_layers=generator_layers))
     hidden, heads, ffn = generator_sizes(cfg)
-    return dict(fields, hidden_size=hidden, num_heads=heads, ffn_size=ffn)
+    return dict(fields, num_layers=generator_depth(cfg), hidden_size=hidden, num_heads=heads,
+                ffn_size=ffn)
 
 
 def _fit_generator_size(fields: dict, gen_fields: dict, where: str) -> float:
@@ -361,12 +369,25 @@ def _fit_generator_size(fields: dict, gen_fields: dict, where: str) -> float:
             f"{where}: a generator with hidden_size {gen_hidden} and {gen_heads} heads does not "
             f"fit the discriminator's hidden_size {fields['hidden_size']} and "
             f"{fields['num_heads']} heads: {rule}")
-    expected = _generator_fields(fields, size)
+    expected = _generator_fields(fields, size, None)
     if expected["ffn_size"] != gen_ffn:
         raise ElectraUsageError(
             f"{where}: generator intermediate_size {gen_ffn} should be "
             f"{expected['ffn_size']} for hidden_size {gen_hidden}: {rule}")
     return size
+
+
+def _fit_generator_layers(fields: dict, gen_fields: dict, where: str) -> Optional[float]:
+    """generator_layers for an HF generator's depth: None at the discriminator's."""
+    layers, disc_layers = gen_fields["num_layers"], fields["num_layers"]
+    if layers == disc_layers:
+        return None
+    if not 0 < layers < disc_layers:
+        raise ElectraUsageError(
+            f"{where}: generator num_hidden_layers {layers} is not between 1 and the "
+            f"discriminator's {disc_layers}; the plugin's generator is at most as deep as the "
+            f"discriminator")
+    return layers / disc_layers
 
 
 # ------------------------------------------------------------------------- HF directories
@@ -534,6 +555,8 @@ def model_cli_args(model_cfg) -> List[str]:
                   "generator_size", "max_positions", "type_vocab_size", "dropout",
                   "attention_dropout"):
         args += ["--" + field.replace("_", "-"), repr(model_cfg[field])]
+    if model_cfg.get("generator_layers") is not None:
+        args += ["--generator-layers", repr(model_cfg["generator_layers"])]
     if model_cfg.get("untie_embeddings"):
         args.append("--untie-embeddings")
     if model_cfg.get("segment_token_types"):
@@ -589,7 +612,7 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
 
     model_cfg = dict(_name="electra", **fields,
                      generator_size=_default_generator_size(fields["num_heads"]),
-                     untie_embeddings=False,
+                     generator_layers=None, untie_embeddings=False,
                      load_checkpoint_heads="classification_head" in components,
                      # HF/official ELECTRA: type 1 on the second segment in pre-training
                      segment_token_types=fields["type_vocab_size"] > 1)
@@ -599,8 +622,9 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
                 f"{discriminator_dir} is an {disc.architecture}, not ElectraForPreTraining; a "
                 f"pre-training checkpoint (with a generator) needs the replaced-token head")
         generator_dir = os.fspath(generator_dir)
-        gen_state, model_cfg["generator_size"], model_cfg["untie_embeddings"] = _import_generator(
-            generator_dir, disc, fields, tokens, index)
+        gen_state, model_cfg["generator_size"], model_cfg["generator_layers"], \
+            model_cfg["untie_embeddings"] = _import_generator(generator_dir, disc, fields,
+                                                              tokens, index)
         if not model_cfg["untie_embeddings"]:  # one shared block: store its tensors once
             gen_state.update({k: state["discriminator" + k[len("generator"):]]
                               for k in gen_state if k.startswith("generator.embeddings.")})
@@ -640,7 +664,8 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
 
 
 def _import_generator(generator_dir, disc: _HFModel, fields: dict, tokens, index):
-    """(fairseq generator state, generator_size, untie_embeddings) of an HF generator."""
+    """(fairseq state, generator_size, generator_layers, untie_embeddings) of an HF
+    generator."""
     gen = _HFModel.read(generator_dir)
     if gen.architecture != "ElectraForMaskedLM":
         raise ElectraUsageError(f"{generator_dir} is an {gen.architecture}, not a generator "
@@ -665,6 +690,7 @@ def _import_generator(generator_dir, disc: _HFModel, fields: dict, tokens, index
             logger.warning(f"generator {field} {gen_fields[field]} differs from the "
                            f"discriminator's; the checkpoint uses {fields[field]} for both")
     generator_size = _fit_generator_size(fields, gen_fields, generator_dir)
+    generator_layers = _fit_generator_layers(fields, gen_fields, generator_dir)
     weights = dict(gen.weights)
     lm_weight = weights.pop(_TIED_LM_WEIGHT[0], None)
     embeddings = weights.get(_TIED_LM_WEIGHT[1])
@@ -676,15 +702,15 @@ def _import_generator(generator_dir, disc: _HFModel, fields: dict, tokens, index
     shared = [k for k in disc.weights if k.startswith("electra.embeddings.")]
     tied = all(k in weights and weights[k].shape == disc.weights[k].shape
                and torch.equal(weights[k], disc.weights[k]) for k in shared)
-    gen_fields = _generator_fields(fields, generator_size)
+    gen_fields = _generator_fields(fields, generator_size, generator_layers)
     components = HF_ARCHITECTURES[gen.architecture]
     sizes = {c: _symbols(gen_fields, len(tokens)) for c in components}
     params = _expand(components, sizes)
     state = _rename(weights, params, to_hf=False, where=generator_dir)
     _permute_rows(state, params, to_hf=False, fairseq_index=index)
-    logger.info(f"generator size {generator_size:g}, embeddings "
-                f"{'shared with' if tied else 'separate from'} the discriminator's")
-    return state, generator_size, not tied
+    logger.info(f"generator size {generator_size:g}, {gen_fields['num_layers']} layers, "
+                f"embeddings {'shared with' if tied else 'separate from'} the discriminator's")
+    return state, generator_size, generator_layers, not tied
 
 
 def _tokenizer_settings(model_dir: str) -> dict:
@@ -838,6 +864,7 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
     cfg = complete_config(OmegaConf.create(OmegaConf.to_container(state["cfg"].model)))
     weights = dict(state["model"])
     weights.pop(FlopsCounter.KEY, None)  # a training statistic, not a weight
+    fold_embedding_delta(weights)  # GDES: HF's discriminator holds one token embedding table
     # heads of the ablation objectives and generators have no transformers class
     ablation = [k for k in weights if k.startswith(("mlm_head.", "generator_baseline.",
                                                     "second_stage"))]
@@ -936,7 +963,7 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
                      vocab_path, tokenizer_settings, dict_dir, meta)
 
     if gen_dir is not None:
-        gen_fields = _generator_fields(fields, cfg.generator_size)
+        gen_fields = _generator_fields(fields, cfg.generator_size, cfg.generator_layers)
         components = HF_ARCHITECTURES["ElectraForMaskedLM"]
         sizes = {c: _symbols(gen_fields, len(dictionary)) for c in components}
         params = _expand(components, sizes)

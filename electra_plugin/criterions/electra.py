@@ -10,17 +10,43 @@ from fairseq.dataclass import FairseqDataclass
 
 from ..auc import auc_from_counts
 
-# Counts batches log (each objective logs its own); summed over micro-batches and workers,
-# then turned into rates.
+# Counts and sums batches log (each objective logs its own); summed over micro-batches and
+# workers, then turned into rates.
 COUNTS = ("masked", "gen_correct", "sampled_correct", "tokens", "replaced",
           "predicted_replaced", "true_replaced", "disc_correct", "mlm_correct", "mlm_tokens",
-          "disc_auc_pairs")
+          "disc_auc_pairs", "feature_sum", "feature_sq_sum", "feature_seqs")
 # (name, numerator, denominator) of the rates in the log
 RATES = (("gen_acc", "gen_correct", "masked"), ("sampled_acc", "sampled_correct", "masked"),
          ("disc_acc", "disc_correct", "tokens"),
          ("disc_precision", "true_replaced", "predicted_replaced"),
          ("disc_recall", "true_replaced", "replaced"), ("replaced_frac", "replaced", "masked"),
          ("mlm_acc", "mlm_correct", "mlm_tokens"))
+
+
+def pooled_feature_sums(hidden, padding_mask):
+    """Per-dim sums over sequences of the mean-pooled features and of their squares (fp64),
+    and the number of sequences: what :func:`feature_spread` needs, summable over batches."""
+    with torch.no_grad():
+        real = ~padding_mask
+        pooled = hidden.float().masked_fill(~real[..., None], 0.0).sum(1).double() / \
+            real.sum(1, keepdim=True)
+        return {"feature_sum": pooled.sum(0), "feature_sq_sum": pooled.square().sum(0),
+                "feature_seqs": len(pooled)}
+
+
+def feature_spread(total, squares, sequences) -> float:
+    """How much sequences' pooled features differ, relative to their common part: the root
+    of the mean over dims of their (unbiased) variance across sequences, over the norm of
+    their mean, as examples/recipe/probe.py measures a checkpoint.
+
+    It falls towards 0 as the discriminator's features stop depending on the input
+    (collapse). NaN below two sequences (or from a meter fairseq reset: a plain 0).
+    """
+    if not torch.is_tensor(total) or sequences < 2:
+        return float("nan")
+    mean = total / sequences
+    variance = ((squares - total * mean) / (sequences - 1)).clamp(min=0)
+    return float(variance.mean().sqrt() / mean.norm())
 
 
 @dataclass
@@ -46,6 +72,9 @@ class ElectraCriterion(FairseqCriterion):
     micro-batches and workers to the model's :class:`~electra_plugin.flops.FlopsCounter`,
     and every log line shows the running total as ``train_flops``, so that runs can be
     compared at equal compute (the ``wall`` column gives the time it took).
+
+    Validation batches (model in eval mode) also log the sums :func:`feature_spread` turns
+    into ``disc_feature_spread``, which tells a collapsed discriminator from a healthy one.
     """
 
     # The FLOPs counter of the model the latest training batch ran on. fairseq calls
@@ -83,6 +112,8 @@ class ElectraCriterion(FairseqCriterion):
             with torch.no_grad():
                 logging_output["gen_correct"] = (
                     out.generator_log_probs.argmax(-1) == out.masked_targets).sum()
+        if not model.training and out.disc_hidden is not None:
+            logging_output.update(pooled_feature_sums(out.disc_hidden, out.padding_mask))
         counter = getattr(model, "flops_counter", None) if model.training else None
         if counter is not None:
             ElectraCriterion._counter = weakref.ref(counter)
@@ -114,6 +145,9 @@ class ElectraCriterion(FairseqCriterion):
         if "disc_auc_pairs" in logged:  # the official disc_auc; see auc.py
             metrics.log_derived("disc_auc", lambda m: round(
                 auc_from_counts(m["_disc_auc_pairs"].sum), 4))
+        if "feature_seqs" in logged:
+            metrics.log_derived("disc_feature_spread", lambda m: round(feature_spread(
+                m["_feature_sum"].sum, m["_feature_sq_sum"].sum, m["_feature_seqs"].sum), 4))
         if "replaced" in logged and "tokens" in logged:
             # accuracy of always answering "original", the baseline disc_acc must beat
             metrics.log_derived("disc_baseline",

@@ -1,10 +1,35 @@
 """ELECTRA's input masking, deterministic per (seed, epoch, index)."""
 
+import logging
 from functools import lru_cache
 
 import numpy as np
 import torch
 from fairseq.data import BaseWrapperDataset, data_utils
+
+logger = logging.getLogger(__name__)
+
+
+def word_starts(dictionary) -> np.ndarray:
+    """bool per symbol: its piece begins a word, for whole-word masking.
+
+    WordPiece marks the pieces that continue a word (``##ing``), sentencepiece the ones that
+    begin one (``▁the``); the dictionary follows the convention most of its symbols show
+    (a stray ``##`` piece of sentencepiece text does not flip it). A dictionary with neither
+    holds whole words already (fairseq-preprocess on word-tokenized text): every token is a
+    word.
+    """
+    continues = np.array([s.startswith("##") for s in dictionary.symbols])
+    begins = np.array([s.startswith("\u2581") for s in dictionary.symbols])
+    if continues.sum() > begins.sum():
+        logger.info("whole-word masking: WordPiece pieces ('##' continues a word)")
+        return ~continues
+    if begins.any():
+        logger.info("whole-word masking: sentencepiece pieces ('\u2581' begins a word)")
+        return begins
+    logger.warning("whole-word masking: no '##' or '\u2581' pieces in the dictionary, so "
+                   "every token is taken as a whole word")
+    return np.ones(len(dictionary), dtype=bool)
 
 
 class ElectraMaskingDataset(BaseWrapperDataset):
@@ -17,6 +42,12 @@ class ElectraMaskingDataset(BaseWrapperDataset):
     token with probability ``random_token_prob`` (official: 0; BERT: 0.1 and 0.1).
     ``<s>``, ``</s>``, ``<pad>`` and ``<mask>`` are never picked.
 
+    With ``word_starts`` (:func:`word_starts` of the dictionary) whole words are picked
+    instead, as BERT's whole-word masking does: words in random order, each taken with all
+    its pieces if it still fits the same count (one that does not is skipped; when none fits,
+    the first is taken), so a word is never half masked; each picked piece then gets its own
+    ``<mask>`` / unchanged / random draw. Specials end a word.
+
     Build the input and target views with :meth:`apply_mask`; both recompute the same mask
     from ``(seed, epoch, index)``, which is what makes runs and resumes reproducible.
     """
@@ -27,7 +58,8 @@ class ElectraMaskingDataset(BaseWrapperDataset):
                 cls(dataset, *args, **kwargs, return_target=True))
 
     def __init__(self, dataset, dictionary, mask_idx, seed=1, mask_prob=0.15,
-                 leave_unmasked_prob=0.15, random_token_prob=0.0, return_target=False):
+                 leave_unmasked_prob=0.15, random_token_prob=0.0, word_starts=None,
+                 return_target=False):
         super().__init__(dataset)
         assert 0.0 < mask_prob < 1.0 and 0.0 <= leave_unmasked_prob + random_token_prob <= 1.0
         self.pad_idx = dictionary.pad()
@@ -38,6 +70,7 @@ class ElectraMaskingDataset(BaseWrapperDataset):
         self.mask_prob = mask_prob
         self.leave_unmasked_prob = leave_unmasked_prob
         self.random_token_prob = random_token_prob
+        self.word_starts = word_starts
         # random replacements are drawn from the ordinary tokens: not specials, not <mask>
         self.random_ids = np.setdiff1d(np.arange(dictionary.nspecial, len(dictionary)),
                                        self.special)
@@ -65,7 +98,11 @@ class ElectraMaskingDataset(BaseWrapperDataset):
         if len(candidates) > 0:
             with data_utils.numpy_seed(seed, epoch, index):
                 count = min(len(candidates), max(1, int(round(self.mask_prob * len(candidates)))))
-                chosen = np.random.choice(candidates, count, replace=False)
+                if self.word_starts is None:
+                    chosen = np.random.choice(candidates, count, replace=False)
+                else:
+                    chosen = self._whole_words(item, candidates, count)
+                    count = len(chosen)
                 draw = np.random.rand(count)
                 keep = draw < self.leave_unmasked_prob
                 randomize = ~keep & (draw < self.leave_unmasked_prob + self.random_token_prob)
@@ -78,3 +115,22 @@ class ElectraMaskingDataset(BaseWrapperDataset):
             masked_input = item
         target = np.where(picked, item, self.pad_idx)
         return torch.from_numpy(masked_input), torch.from_numpy(target)
+
+    def _whole_words(self, item, candidates, count):
+        """Positions of whole words drawn at random until ``count`` pieces (within the seed)."""
+        # a word starts at a piece that begins one or that follows a special (<s>, </s>)
+        starts = self.word_starts[item[candidates]] | (np.diff(candidates, prepend=-2) != 1)
+        word = np.cumsum(starts) - 1
+        sizes = np.bincount(word)
+        taken = np.zeros(len(sizes), dtype=bool)
+        room = count
+        order = np.random.permutation(len(sizes))
+        for w in order:
+            if sizes[w] <= room:
+                taken[w] = True
+                room -= sizes[w]
+                if room == 0:
+                    break
+        if room == count:  # every word is longer than the count
+            taken[order[0]] = True
+        return candidates[taken[word]]

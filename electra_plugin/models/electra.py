@@ -23,7 +23,7 @@ from ..errors import ElectraUsageError
 from ..flops import FlopsCounter, model_sizes, paper_train_flops
 from ..objectives import OBJECTIVES, PretrainingOutput
 from ..optim.layer_decay import tag_parameters
-from .encoder import ElectraEmbeddings, ElectraEncoder, attention_mask
+from .encoder import DisentangledEmbedding, ElectraEmbeddings, ElectraEncoder, attention_mask
 from .heads import ClassificationHead, DiscriminatorHead, GeneratorHead
 
 logger = logging.getLogger(__name__)
@@ -45,16 +45,20 @@ SIZE_FIELDS = tuple(ARCH_SIZES["electra_small"])
 # What a fine-tuning model keeps of a pre-training checkpoint; everything else (generator,
 # pre-training heads, FLOPs counter) exists only for pre-training.
 FINETUNING_PARTS = ("discriminator.", "classification_heads.")
+# The discriminator's residual on the generator's token embeddings (--embedding-sharing gdes).
+GDES_DELTA = "discriminator.embeddings.word_embeddings.delta"
 OBJECTIVE_CHOICES = ChoiceEnum(list(OBJECTIVES))
 GENERATOR_CHOICES = ChoiceEnum(["masked_lm", "unigram"])
 GENERATOR_TRAINING_CHOICES = ChoiceEnum(["mle", "adversarial"])
+EMBEDDING_SHARING_CHOICES = ChoiceEnum(["shared", "gdes"])
 
 
 @dataclass
 class ElectraConfig(FairseqDataclass):
     # Size fields default to None: the --arch (or model._name) fills the ones left unset.
     num_layers: Optional[int] = field(
-        default=None, metadata={"help": "Transformer layers (discriminator and generator)"})
+        default=None, metadata={"help": "discriminator Transformer layers (the generator's "
+                                        "too unless --generator-layers)"})
     hidden_size: Optional[int] = field(
         default=None, metadata={"help": "discriminator hidden size"})
     num_heads: Optional[int] = field(
@@ -68,6 +72,10 @@ class ElectraConfig(FairseqDataclass):
         default=None, metadata={"help": "generator hidden size as a fraction of the "
                                         "discriminator's (official: 1/4 small and large, 1/3 "
                                         "base); must give whole attention heads"})
+    generator_layers: Optional[float] = field(
+        default=None, metadata={"help": "generator depth as a fraction of the discriminator's "
+                                        "layers (official generator_layers); must give a "
+                                        "whole number of layers; unset: the same depth"})
     max_positions: int = field(
         default=512, metadata={"help": "number of learned position embeddings"})
     type_vocab_size: int = field(
@@ -78,6 +86,14 @@ class ElectraConfig(FairseqDataclass):
     untie_embeddings: bool = field(
         default=False, metadata={"help": "give the generator its own embedding block instead "
                                          "of sharing the discriminator's"})
+    embedding_sharing: EMBEDDING_SHARING_CHOICES = field(
+        default="shared", metadata={"help": "shared: one embedding block for generator and "
+                                            "discriminator; gdes: gradient-disentangled "
+                                            "sharing (DeBERTa-v3): the discriminator reads the "
+                                            "generator's token embeddings without their "
+                                            "gradient plus a zero-initialised residual of its "
+                                            "own, and has its own position/type embeddings and "
+                                            "LayerNorm"})
     temperature: float = field(
         default=1.0, metadata={"help": "generator sampling temperature; 0 takes the argmax "
                                        "(deterministic, for debugging)"})
@@ -151,6 +167,7 @@ def complete_config(cfg):
             logger.info("--two-stage-updates: the generator gets its own embeddings "
                         "(--untie-embeddings), so that it stays frozen in the second stage")
     generator_sizes(cfg)
+    generator_depth(cfg)
     check_generator_options(cfg)
     return cfg
 
@@ -162,14 +179,31 @@ def check_generator_options(cfg):
         raise ElectraUsageError(f"{problem}; {fix}")
 
     network = cfg.generator == "masked_lm"
+    if cfg.get("embedding_sharing", "shared") == "gdes":
+        conflicts = [option for option, given in (
+            ("--objective mlm", cfg.objective == "mlm"), ("--generator unigram", not network),
+            ("--tie-generator", cfg.tie_generator),
+            ("--two-stage-updates", cfg.two_stage_updates),  # before the untie it implies
+            ("--untie-embeddings", cfg.untie_embeddings)) if given]
+        if conflicts:
+            fail(f"--embedding-sharing gdes shares the token embeddings of a masked_lm "
+                 f"generator trained with the discriminator, which {conflicts[0]} rules out",
+                 f"drop {conflicts[0]} or --embedding-sharing gdes")
+    layers_given = cfg.get("generator_layers", None) is not None
     if cfg.objective == "mlm" and (not network or cfg.tie_generator or cfg.two_stage_updates
-                                   or cfg.generator_training != "mle"):
+                                   or layers_given or cfg.generator_training != "mle"):
         fail("--objective mlm has no generator, so the generator options do not apply",
              "drop them or pick another --objective")
-    if not network and (cfg.tie_generator or cfg.two_stage_updates
+    if not network and (cfg.tie_generator or cfg.two_stage_updates or layers_given
                         or cfg.generator_training != "mle"):
-        fail("--generator unigram has no network to tie, train adversarially or train in "
-             "two stages", "use --generator masked_lm")
+        fail("--generator unigram has no network to tie, shape, train adversarially or train "
+             "in two stages", "use --generator masked_lm")
+    depth = generator_depth(cfg)
+    if depth != cfg.num_layers and (cfg.tie_generator or cfg.two_stage_updates):
+        option = "--tie-generator" if cfg.tie_generator else "--two-stage-updates"
+        fail(f"{option} needs the generator at the discriminator's depth, but "
+             f"--generator-layers {cfg.generator_layers:g} gives it {depth} of "
+             f"{cfg.num_layers} layers", "drop --generator-layers or set it to 1.0")
     whole = math.isclose(cfg.generator_size, 1.0)
     if cfg.tie_generator and (not whole or cfg.untie_embeddings or cfg.two_stage_updates):
         fail("--tie-generator shares every weight, so the generator must be the "
@@ -203,6 +237,21 @@ def generator_sizes(cfg):
     return heads * head_dim, heads, cfg.ffn_size * heads // cfg.num_heads
 
 
+def generator_depth(cfg) -> int:
+    """Layers of the generator; raises when the fraction does not give whole layers."""
+    fraction = cfg.get("generator_layers", None)
+    if fraction is None:
+        return cfg.num_layers
+    layers = cfg.num_layers * fraction
+    if not 0 < fraction <= 1 or not math.isclose(layers, round(layers), abs_tol=1e-4) \
+            or round(layers) == 0:
+        raise ElectraUsageError(
+            f"--generator-layers {fraction:g} of the discriminator's {cfg.num_layers} layers "
+            f"gives the generator {layers:g}, not a whole number from 1 to {cfg.num_layers}; "
+            f"use a multiple of 1/{cfg.num_layers} in (0, 1]")
+    return round(layers)
+
+
 @register_model("electra", dataclass=ElectraConfig)
 class ElectraModel(BaseFairseqModel):
     """Generator + discriminator for pre-training; the discriminator alone for fine-tuning.
@@ -221,16 +270,23 @@ class ElectraModel(BaseFairseqModel):
         self.separator_idx = dictionary.eos()  # </s> = [SEP]
         vocab = len(dictionary)
 
-        def embeddings():
+        def embeddings(word_embeddings=None):
             return ElectraEmbeddings(vocab, cfg.embedding_size, cfg.max_positions,
-                                     cfg.type_vocab_size, self.padding_idx, cfg.dropout)
+                                     cfg.type_vocab_size, self.padding_idx, cfg.dropout,
+                                     word_embeddings)
 
-        def encoder(embed, hidden, heads, ffn):
-            return ElectraEncoder(embed, cfg.embedding_size, hidden, cfg.num_layers, heads, ffn,
+        def encoder(embed, layers, hidden, heads, ffn):
+            return ElectraEncoder(embed, cfg.embedding_size, hidden, layers, heads, ffn,
                                   cfg.dropout, cfg.attention_dropout, self.padding_idx)
 
-        shared = embeddings()
-        self.discriminator = encoder(shared, cfg.hidden_size, cfg.num_heads, cfg.ffn_size)
+        shared = embeddings()  # the generator's; the discriminator's too unless GDES
+        disc_embed = shared
+        if pretraining and cfg.get("embedding_sharing", "shared") == "gdes":
+            # as DeBERTa-v3 only the token embeddings are shared: the discriminator's loss
+            # then reaches no generator weight (a fine-tuning model holds the folded table)
+            disc_embed = embeddings(DisentangledEmbedding(shared.word_embeddings))
+        self.discriminator = encoder(disc_embed, cfg.num_layers, cfg.hidden_size,
+                                     cfg.num_heads, cfg.ffn_size)
         self.classification_heads = nn.ModuleDict()
         self.pretraining = pretraining
         self.objective = OBJECTIVES[cfg.get("objective", "electra")]
@@ -242,7 +298,7 @@ class ElectraModel(BaseFairseqModel):
                 self.discriminator_head = DiscriminatorHead(cfg.hidden_size)
             if "mlm_head" in self.objective.heads:
                 self.mlm_head = GeneratorHead(cfg.hidden_size, cfg.embedding_size,
-                                              shared.word_embeddings)
+                                              disc_embed.word_embeddings)
             if self.objective.corrupts:
                 self._build_generator(cfg, dictionary, shared, embeddings, encoder)
         self.apply(init_bert_params)
@@ -265,7 +321,8 @@ class ElectraModel(BaseFairseqModel):
             self.generator = self.discriminator
         else:
             gen_embed = embeddings() if cfg.untie_embeddings else shared
-            self.generator = encoder(gen_embed, gen_hidden, gen_heads, gen_ffn)
+            self.generator = encoder(gen_embed, generator_depth(cfg), gen_hidden, gen_heads,
+                                     gen_ffn)
         self.generator_head = GeneratorHead(gen_hidden, cfg.embedding_size,
                                             self.generator.embeddings.word_embeddings)
         if cfg.generator_training == "adversarial":
@@ -371,7 +428,7 @@ class ElectraModel(BaseFairseqModel):
             # gradient flows from the discriminator into the generator); 3. it corrupts the input
             gen_log_probs, baseline, sampled = self.generate(src_tokens, attn_mask, positions)
             corrupted = src_tokens.flatten().index_put((positions,), sampled).view_as(src_tokens)
-        main = copy = None
+        main = copy = hidden = None
         if not self.generator_alone:
             # 4. the discriminator reads the corrupted input; a sample equal to the original
             #    token counts as original
@@ -381,7 +438,7 @@ class ElectraModel(BaseFairseqModel):
             generator_log_probs=gen_log_probs, baseline_logits=baseline,
             masked_targets=masked_targets, positions=positions, corrupted=corrupted,
             original=original, replaced=corrupted.ne(original), padding_mask=padding_mask,
-            main=main, copy=copy)
+            main=main, copy=copy, disc_hidden=hidden)
 
     def generate(self, src_tokens, attn_mask, positions):
         """-> (M x V fp32 log-probabilities or None, M baseline logits or None, M samples)."""
@@ -467,7 +524,8 @@ class ElectraModel(BaseFairseqModel):
         """Fit a checkpoint's optional parts to this model.
 
         Pre-training parts (generator, replaced-token head, FLOPs counter) are dropped when
-        this model was built for fine-tuning; a pre-training checkpoint without a FLOPs
+        this model was built for fine-tuning, after folding a GDES residual into the
+        discriminator's token embeddings; a pre-training checkpoint without a FLOPs
         counter (older, or converted from HF) starts the count at 0. Classification heads the
         checkpoint has and this model lacks are registered with ``--load-checkpoint-heads`` and dropped otherwise; a head of the same
         name with another number of classes is an error (``--classification-head-name``
@@ -476,6 +534,7 @@ class ElectraModel(BaseFairseqModel):
         prefix = name + "." if name else ""
         super().upgrade_state_dict_named(state_dict, name)
         if not self.pretraining:
+            fold_embedding_delta(state_dict, prefix)
             keep = tuple(prefix + p for p in FINETUNING_PARTS)
             for key in [k for k in state_dict if k.startswith(prefix) and
                         not k.startswith(keep)]:
@@ -506,7 +565,7 @@ class ElectraModel(BaseFairseqModel):
         own = self.state_dict()
         for key, value in state_dict.items():
             if key in own and own[key].shape != value.shape:
-                if key.endswith("word_embeddings.weight"):
+                if key.endswith(("word_embeddings.weight", GDES_DELTA)):
                     raise ElectraUsageError(
                         f"the checkpoint's vocabulary has {value.shape[0]} entries but this "
                         f"data's dictionary gives {own[key].shape[0]}: the data was binarized "
@@ -525,6 +584,18 @@ class ElectraModel(BaseFairseqModel):
                     f"is it an ELECTRA checkpoint of the same --arch?")
         return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg,
                                        args=args)
+
+
+def fold_embedding_delta(state_dict, prefix=""):
+    """In place: a GDES discriminator's token embeddings as one table, E_generator + delta.
+
+    What a plain ELECTRA discriminator holds (fine-tuning, the HF export, the extracted
+    discriminator); a state dict without the residual is left as it is.
+    """
+    delta = state_dict.pop(prefix + GDES_DELTA, None)
+    if delta is not None:
+        shared = state_dict[prefix + "generator.embeddings.word_embeddings.weight"]
+        state_dict[prefix + "discriminator.embeddings.word_embeddings.weight"] = shared + delta
 
 
 def _heads_in(state_dict, heads_prefix):

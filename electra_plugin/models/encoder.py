@@ -102,13 +102,16 @@ def _xor_shifted_right_(z, shift):
 class ElectraEmbeddings(nn.Module):
     """Token + learned position (+ token type) embeddings, LayerNorm, dropout.
 
-    One instance may be shared by the generator and the discriminator.
+    One instance may be shared by the generator and the discriminator; with GDES the
+    discriminator's has its own except for ``word_embeddings`` (a :class:`DisentangledEmbedding`).
     """
 
     def __init__(self, vocab_size, embedding_size, max_positions, type_vocab_size,
-                 padding_idx, dropout):
+                 padding_idx, dropout, word_embeddings: Optional[nn.Module] = None):
         super().__init__()
-        self.word_embeddings = nn.Embedding(vocab_size, embedding_size, padding_idx=padding_idx)
+        if word_embeddings is None:
+            word_embeddings = nn.Embedding(vocab_size, embedding_size, padding_idx=padding_idx)
+        self.word_embeddings = word_embeddings
         self.position_embeddings = nn.Embedding(max_positions, embedding_size)
         self.token_type_embeddings = (
             nn.Embedding(type_vocab_size, embedding_size) if type_vocab_size > 0 else None
@@ -126,6 +129,30 @@ class ElectraEmbeddings(nn.Module):
             else:
                 positions = positions + self.token_type_embeddings(token_types)
         return self.dropout(self.LayerNorm(self.word_embeddings(tokens) + positions))
+
+
+class DisentangledEmbedding(nn.Module):
+    """Gradient-disentangled embedding sharing (GDES, DeBERTa-v3): ``stop_gradient(E) + delta``.
+
+    E is the generator's token embedding table, so the discriminator reads it without pulling
+    it towards its own objective (only the generator's MLM loss trains E), while ``delta``,
+    zero at the start and the discriminator's own, lets the discriminator adjust it.
+    """
+
+    def __init__(self, shared: nn.Embedding):
+        super().__init__()
+        self.shared = [shared]  # a list keeps the generator's table out of this state_dict
+        self.delta = nn.Parameter(torch.zeros_like(shared.weight))
+        self.num_embeddings = shared.num_embeddings
+        self.padding_idx = shared.padding_idx
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The table the discriminator sees (also what its MLM head of replace_mlm ties to)."""
+        return self.shared[0].weight.detach() + self.delta
+
+    def forward(self, tokens):
+        return F.embedding(tokens, self.weight, self.padding_idx)
 
 
 class ElectraSelfAttention(nn.Module):

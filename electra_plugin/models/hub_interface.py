@@ -102,3 +102,32 @@ class ElectraHubInterface(nn.Module):
         logits, _ = self.model(self._batch(tokens))
         probs = torch.sigmoid(logits[0].float())[1:-1]
         return list(zip(self.pieces(tokens[1:-1]), probs.tolist()))
+
+    @torch.no_grad()
+    def generate_and_detect(self, sentence: str, mask_prob: float = 0.15,
+                            seed: int = 0) -> List[Tuple[str, str, float]]:
+        """One replaced-token-detection step on ``sentence``, for looking at the model.
+
+        Masks ``mask_prob`` of the pieces (at least one), lets the generator sample
+        replacements, and returns (original piece, piece the discriminator read, its
+        replaced-token probability) for every piece. Needs a pre-training checkpoint.
+        """
+        if not self.model.pretraining or self.model.discriminator_head is None or \
+                not self.model.objective.corrupts:
+            raise ElectraUsageError("generate_and_detect needs a replaced-token-detection "
+                                    "pre-training checkpoint (electra task, --objective "
+                                    "electra or electra_15)")
+        tokens = self.encode(sentence)
+        inner = len(tokens) - 2
+        generator = torch.Generator().manual_seed(seed)
+        picked = torch.randperm(inner, generator=generator)[:max(1, round(mask_prob * inner))]
+        picked = picked + 1  # after <s>
+        src = tokens.clone()
+        src[picked] = self.task.mask_idx
+        target = torch.full_like(tokens, self.task.source_dictionary.pad())
+        target[picked] = tokens[picked]
+        torch.manual_seed(seed)
+        out = self.model(self._batch(src), target=self._batch(target))
+        probs = torch.sigmoid(out.main[0].float())[1:-1]
+        read = out.corrupted[0][1:-1]
+        return list(zip(self.pieces(tokens[1:-1]), self.pieces(read), probs.tolist()))

@@ -26,7 +26,7 @@ from fairseq.tasks.language_modeling import SAMPLE_BREAK_MODE_CHOICES, SHORTEN_M
 from omegaconf import II, MISSING
 
 from ..allocator import retain_freed_memory
-from ..data.masking import ElectraMaskingDataset
+from ..data.masking import ElectraMaskingDataset, word_starts
 from ..errors import ElectraUsageError
 
 logger = logging.getLogger(__name__)
@@ -60,6 +60,11 @@ class ElectraPretrainingConfig(FairseqDataclass):
         default=0.0, metadata={"help": "fraction of the picked tokens replaced by a random "
                                        "token (official: 0; BERT, for --objective mlm: 0.1 "
                                        "with --leave-unmasked-prob 0.1)"})
+    whole_word_mask: bool = field(
+        default=False, metadata={"help": "pick whole words, all their pieces, instead of single "
+                                         "pieces (same number of picked tokens); words are "
+                                         "read from dict.txt: WordPiece '##' pieces continue "
+                                         "a word, sentencepiece '\u2581' pieces begin one"})
     shorten_method: SHORTEN_METHOD_CHOICES = field(
         default="none", metadata={"help": "if not none, shorten sentences longer than "
                                           "tokens_per_sample ('truncate' or 'random_crop')"})
@@ -99,6 +104,7 @@ class ElectraPretrainingTask(FairseqTask):
         self.dictionary = dictionary
         # Same dictionary as fairseq's sentence_prediction builds from the same dict.txt.
         self.mask_idx = dictionary.add_symbol(MASK_SYMBOL)
+        self.word_starts = word_starts(dictionary) if cfg.whole_word_mask else None
 
     @classmethod
     def setup_task(cls, cfg: ElectraPretrainingConfig, **kwargs):
@@ -128,7 +134,7 @@ class ElectraPretrainingTask(FairseqTask):
         src, tgt = ElectraMaskingDataset.apply_mask(
             dataset, self.dictionary, self.mask_idx, seed=self.cfg.seed,
             mask_prob=self.cfg.mask_prob, leave_unmasked_prob=self.cfg.leave_unmasked_prob,
-            random_token_prob=self.cfg.random_token_prob)
+            random_token_prob=self.cfg.random_token_prob, word_starts=self.word_starts)
         pad = self.dictionary.pad()
         with data_utils.numpy_seed(self.cfg.seed + epoch):
             shuffle = np.random.permutation(len(src))

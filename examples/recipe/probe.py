@@ -24,7 +24,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
-from demo import (PLUGIN, dev_accuracy_cmd, finetune_cmd, prepare_corpus,  # noqa: E402
+from demo import (dev_accuracy_cmd, finetune_cmd, prepare_corpus,  # noqa: E402
                   prepare_sentiment, pretrain_cmd, run)
 
 SEARCH_DEV = 1000  # sentences of the sentiment training set held out for the search
@@ -97,8 +97,10 @@ def main():
     p.add_argument("--results", type=Path, default=REPO / "examples" / "recipe" / "probes.jsonl")
     args = p.parse_args()
     started = time.time()
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    data = prepare_corpus(str(args.workdir.parent / "demo"))
+    demo = args.workdir.parent / "demo"
+    for directory in (args.workdir, demo):
+        directory.mkdir(parents=True, exist_ok=True)
+    data = prepare_corpus(str(demo))
     search = search_split(args.workdir, data)
     probe = args.workdir / args.name
     record = dict(name=args.name, options=args.options, updates=args.updates,
@@ -107,8 +109,8 @@ def main():
     if not args.random_init:
         checkpoint = str(probe / "pretrain" / "checkpoint_last.pt")
         log_path = probe / "pretrain.log"
-        if not os.path.isfile(checkpoint):
-            run(pretrain_cmd(data, probe / "pretrain", args.updates, 1, log_path) + args.options)
+        # fairseq resumes an interrupted run and ends a finished one at once
+        run(pretrain_cmd(data, probe / "pretrain", args.updates, 1, log_path) + args.options)
         found = curves(log_path)
         keys = ("num_updates", "loss", "gen_loss", "disc_loss", "gen_acc", "sampled_acc",
                 "disc_acc", "disc_baseline", "disc_auc", "mlm_acc", "mlm_loss", "train_flops")
@@ -120,9 +122,8 @@ def main():
     accuracies = []
     for seed in args.seeds:
         save = probe / f"finetune-{seed}"
-        if not os.path.isfile(save / "checkpoint_last.pt"):
-            cmd = finetune_cmd(search, save, args.finetune_updates, seed, checkpoint)
-            run(cmd + args.finetune_options.split())
+        cmd = finetune_cmd(search, save, args.finetune_updates, seed, checkpoint)
+        run(cmd + args.finetune_options.split())
         out = run(dev_accuracy_cmd(search, save))
         accuracies.append(json.loads(out.strip().splitlines()[-1])["accuracy"])
     record.update(seeds=args.seeds, accuracy=accuracies,
