@@ -278,3 +278,28 @@ def test_gdes_checkpoint_gives_a_finetuning_model_the_folded_embeddings():
     with torch.no_grad():
         torch.testing.assert_close(finetuning(src, features_only=True)[0],
                                    model(src, features_only=True)[0], atol=1e-6, rtol=0)
+
+
+def test_mean_pooling_classification_head_reads_every_real_token():
+    """--classifier-pooling mean: the head sees the mean of the non-pad tokens' features,
+    so a change of any real token moves it and padding does not; first reads <s> only."""
+    model, task = tiny_model(dropout=0.0, attention_dropout=0.0, classifier_pooling="mean")
+    model.register_classification_head("sentiment", num_classes=2)
+    model.eval()
+    d = task.dictionary
+    src = torch.tensor([[d.bos(), 10, 11, 12, d.eos(), d.pad()]])
+    logits, _ = model(src, classification_head_name="sentiment")
+    features, _ = model(src, features_only=True)
+    pooled = features[0, :5].mean(0)
+    head = model.classification_heads["sentiment"]
+    assert torch.allclose(logits[0], head.out_proj(F.gelu(head.dense(pooled))), atol=1e-6)
+    longer = torch.cat([src, torch.full((1, 3), d.pad())], 1)
+    assert torch.allclose(model(longer, classification_head_name="sentiment")[0], logits,
+                          atol=1e-5)
+    first, _ = tiny_model(task, dropout=0.0, attention_dropout=0.0)
+    first.register_classification_head("sentiment", num_classes=2)
+    first.eval()
+    out, _ = first(src, classification_head_name="sentiment")
+    features, _ = first(src, features_only=True)
+    head = first.classification_heads["sentiment"]
+    assert torch.allclose(out[0], head.out_proj(F.gelu(head.dense(features[0, 0]))), atol=1e-6)

@@ -892,6 +892,11 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
         raise ElectraUsageError(f"{checkpoint} has classification heads "
                                 f"{', '.join(sentence_heads)}; pick one to export")
     head = head if head is not None else (sentence_heads[0] if sentence_heads else None)
+    if head is not None and cfg.get("classifier_pooling", "first") != "first":
+        raise ElectraUsageError(f"{checkpoint}'s classification head reads the mean of the "
+                                f"tokens (--classifier-pooling mean), HF's the first token; "
+                                f"export the discriminator alone (a checkpoint without the "
+                                f"head, scripts/extract_discriminator.py)")
 
     dictionary, dict_dir = _find_dictionary(state["cfg"], data)
     vocab_path, tokenizer_settings, meta = _find_vocab(dict_dir, vocab)

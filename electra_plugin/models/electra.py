@@ -50,6 +50,7 @@ GDES_DELTA = "discriminator.embeddings.word_embeddings.delta"
 OBJECTIVE_CHOICES = ChoiceEnum(list(OBJECTIVES))
 GENERATOR_CHOICES = ChoiceEnum(["masked_lm", "unigram"])
 GENERATOR_TRAINING_CHOICES = ChoiceEnum(["mle", "adversarial"])
+POOLING_CHOICES = ChoiceEnum(["first", "mean"])
 EMBEDDING_SHARING_CHOICES = ChoiceEnum(["shared", "gdes"])
 
 
@@ -123,6 +124,12 @@ class ElectraConfig(FairseqDataclass):
                                      "generator, with the generator frozen (needs "
                                      "--generator-size 1.0; implies --untie-embeddings); "
                                      "0: joint training"})
+    classifier_pooling: POOLING_CHOICES = field(
+        default="first", metadata={"help": "what sentence-level classification heads read: "
+                                           "first: the <s> token's features (HF, official); "
+                                           "mean: the mean over the non-pad tokens (the "
+                                           "small-compute fine-tuning recipe; not exportable "
+                                           "to HF's classifier)"})
     load_checkpoint_heads: bool = field(
         default=False, metadata={"help": "keep the classification heads a checkpoint has "
                                          "(for evaluation and the hub interface)"})
@@ -403,7 +410,9 @@ class ElectraModel(BaseFairseqModel):
                 raise ElectraUsageError(
                     f"no classification head named '{classification_head_name}'; this model "
                     f"has {sorted(self.classification_heads) or 'none'}")
-            x = self.classification_heads[classification_head_name](x)
+            head = self.classification_heads[classification_head_name]
+            x = head(x, src_tokens.eq(self.padding_idx)) \
+                if isinstance(head, ClassificationHead) else head(x)
         elif not features_only:
             if self.discriminator_head is None:
                 raise ElectraUsageError(
@@ -495,7 +504,8 @@ class ElectraModel(BaseFairseqModel):
                 logger.warning(f"re-registering head '{name}' with {num_classes} classes "
                                f"(was {old.out_proj.out_features})")
         head = ClassificationHead(self.cfg.hidden_size, inner_dim or self.cfg.hidden_size,
-                                  num_classes, self.cfg.dropout)
+                                  num_classes, self.cfg.dropout,
+                                  self.cfg.get("classifier_pooling", "first"))
         head.apply(init_bert_params)  # N(0, 0.02), zero biases: HF's and the official init
         self.classification_heads[name] = head
         self.tag_parameters()

@@ -41,19 +41,28 @@ class DiscriminatorHead(nn.Module):
 
 
 class ClassificationHead(nn.Module):
-    """Sentence-level head on the first token (``<s>``/[CLS]), as HF's ELECTRA classifier.
+    """Sentence-level head, as HF's ELECTRA classifier on the first token (``<s>``/[CLS]).
 
     dropout -> dense -> GELU -> dropout -> out_proj; keys map to HF's ``classifier.*``.
+    ``pooling="mean"`` reads the mean of the non-pad tokens' features instead: a
+    discriminator pre-trained briefly leaves ``<s>`` (always "original") input-independent,
+    while every other token had to be told apart.
     """
 
-    def __init__(self, hidden_size, inner_dim, num_classes, dropout):
+    def __init__(self, hidden_size, inner_dim, num_classes, dropout, pooling="first"):
         super().__init__()
         self.dense = nn.Linear(hidden_size, inner_dim)
         self.out_proj = nn.Linear(inner_dim, num_classes)
         self.dropout = nn.Dropout(dropout)
+        self.pooling = pooling
 
-    def forward(self, features):
-        """features: B x T x H -> B x C."""
-        x = self.dropout(features[:, 0])
+    def forward(self, features, padding_mask=None):
+        """features: B x T x H (padding_mask: B x T, True at padding) -> B x C."""
+        if self.pooling == "mean":
+            keep = (~padding_mask).unsqueeze(-1).to(features.dtype)
+            x = (features * keep).sum(1) / keep.sum(1).clamp(min=1)
+        else:
+            x = features[:, 0]
+        x = self.dropout(x)
         x = self.dropout(F.gelu(self.dense(x)))
         return self.out_proj(x)

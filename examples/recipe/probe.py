@@ -87,7 +87,6 @@ def feature_spread(checkpoint: str, data: str, sentences) -> float:
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("name")
-    p.add_argument("options", nargs="*", help="pre-training options (after --)")
     p.add_argument("--updates", type=int, default=1200)
     p.add_argument("--seeds", type=int, nargs="+", default=[1])
     p.add_argument("--finetune-updates", type=int, default=900)
@@ -95,7 +94,10 @@ def main():
     p.add_argument("--random-init", action="store_true", help="fine-tune without pre-training")
     p.add_argument("--workdir", type=Path, default=REPO / "work_dirs" / "recipe")
     p.add_argument("--results", type=Path, default=REPO / "examples" / "recipe" / "probes.jsonl")
-    args = p.parse_args()
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = p.parse_args(argv[:split])
+    args.options = argv[split + 1:]  # pre-training options, after --
     started = time.time()
     demo = args.workdir.parent / "demo"
     for directory in (args.workdir, demo):
@@ -103,6 +105,7 @@ def main():
     data = prepare_corpus(str(demo))
     search = search_split(args.workdir, data)
     probe = args.workdir / args.name
+    probe.mkdir(exist_ok=True)
     record = dict(name=args.name, options=args.options, updates=args.updates,
                   finetune_options=args.finetune_options, random_init=args.random_init)
     checkpoint = None
@@ -121,7 +124,8 @@ def main():
                                                   [line.split("\t")[0] for line in dev])
     accuracies = []
     for seed in args.seeds:
-        save = probe / f"finetune-{seed}"
+        tag = "".join(c for c in args.finetune_options if c.isalnum() or c in "-.")
+        save = probe / f"finetune{tag}-{seed}"
         cmd = finetune_cmd(search, save, args.finetune_updates, seed, checkpoint)
         run(cmd + args.finetune_options.split())
         out = run(dev_accuracy_cmd(search, save))
