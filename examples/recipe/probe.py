@@ -24,7 +24,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
-from demo import (dev_accuracy_cmd, finetune_cmd, prepare_corpus,  # noqa: E402
+from demo import (dev_accuracy_cmd, finetune_cmd, log_stats, prepare_corpus,  # noqa: E402
                   prepare_sentiment, pretrain_cmd, run)
 
 SEARCH_DEV = 1000  # sentences of the sentiment training set held out for the search
@@ -47,27 +47,12 @@ def search_split(workdir: Path, data: str) -> str:
 
 
 def curves(log_path: Path):
-    """{tag: [{metric: value}]} of the train_inner and valid lines of a --log-file."""
+    """{kind: [{metric: value}]} of the train_inner and valid lines of a --log-file."""
     found = {"train_inner": [], "valid": []}
     for line in log_path.read_text().splitlines():
-        tag = "valid" if "valid on 'valid' subset" in line else \
-            "train_inner" if " loss=" in line else None
-        if tag is None:
-            continue
-        stats = {}
-        for part in line.split(" | "):
-            for item in part.split(" "):
-                key, _, value = item.partition("=")
-                try:
-                    stats[key] = float(value)
-                except ValueError:
-                    pass
-            key, _, value = part.strip().partition(" ")
-            try:
-                stats[key] = float(value)
-            except ValueError:
-                pass
-        found[tag].append(stats)
+        kind, stats = log_stats(line)
+        if kind is not None:
+            found[kind].append(stats)
     return found
 
 
