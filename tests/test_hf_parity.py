@@ -161,7 +161,8 @@ def hf_models(model, task):
     built, names = {}, {}
     for architecture, fields_ in (("ElectraForPreTraining", fields),
                                   ("ElectraForMaskedLM",
-                                   _generator_fields(fields, cfg.generator_size))):
+                                   _generator_fields(fields, cfg.generator_size,
+                                                     cfg.generator_layers))):
         components = HF_ARCHITECTURES[architecture]
         params = _expand(components, {c: _symbols(fields_, vocab) for c in components})
         part = {k: v for c in components for k, v in by_component[c].items()}
