@@ -13,6 +13,7 @@ generator accuracy and discriminator AUC against training FLOPs) and ``summary.j
 
 import argparse
 import json
+import logging
 import os
 import re
 import shlex
@@ -101,13 +102,13 @@ def plot_curves(log_path, png):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    train, valid = [], []
+    found = {"train_inner": {}, "valid": {}}  # by update: a resumed run repeats lines
     for line in open(log_path):
         kind, stats = log_stats(line)
-        if kind == "train_inner" and "train_flops" in stats:
-            train.append(stats)
-        elif kind == "valid":
-            valid.append(stats)
+        if kind is not None and "num_updates" in stats:
+            found[kind][stats["num_updates"]] = stats
+    train = [r for r in found["train_inner"].values() if "train_flops" in r]
+    valid = list(found["valid"].values())
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     flops = [r["train_flops"] for r in train]
     for ax, keys, title in ((axes[0], ("gen_loss", "disc_loss"), "losses"),
@@ -119,8 +120,9 @@ def plot_curves(log_path, png):
                 ax.plot(flops, [r.get(key, float("nan")) for r in train], label=key)
         ax.set_title(title)
         ax.set_xlabel("training FLOPs")
-        ax.legend()
     axes[2].axhline(0.5, color="grey", linestyle=":", label="chance")
+    for ax in axes:
+        ax.legend()
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     return train, valid
@@ -131,7 +133,9 @@ def discriminator_at_work(checkpoint, data, sentence):
     replaced-token probability of every piece, as printable lines."""
     from electra_plugin.models.hub_interface import from_pretrained
 
+    logging.disable(logging.INFO)  # fairseq's loading messages
     hub = from_pretrained(os.path.dirname(checkpoint), os.path.basename(checkpoint), data)
+    logging.disable(logging.NOTSET)
     lines = []
     for original, read, prob in hub.generate_and_detect(sentence, seed=1):
         mark = f"{original} -> {read}" if read != original else original
