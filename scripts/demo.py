@@ -134,7 +134,8 @@ def discriminator_at_work(checkpoint, data, sentence):
     from electra_plugin.models.hub_interface import from_pretrained
 
     logging.disable(logging.INFO)  # fairseq's loading messages
-    hub = from_pretrained(os.path.dirname(checkpoint), os.path.basename(checkpoint), data)
+    hub = from_pretrained(os.path.dirname(checkpoint), os.path.basename(checkpoint),
+                          os.path.abspath(data))
     logging.disable(logging.NOTSET)
     lines = []
     for original, read, prob in hub.generate_and_detect(sentence, seed=1):
