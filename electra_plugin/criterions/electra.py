@@ -37,7 +37,7 @@ def pooled_feature_sums(hidden, padding_mask):
 def feature_spread(total, squares, sequences) -> float:
     """How much sequences' pooled features differ, relative to their common part: the root
     of the mean over dims of their (unbiased) variance across sequences, over the norm of
-    their mean, as examples/recipe/probe.py measures a checkpoint.
+    their mean (examples/recipe/probe.py measures checkpoints with it too).
 
     It falls towards 0 as the discriminator's features stop depending on the input
     (collapse). NaN below two sequences (or from a meter fairseq reset: a plain 0).

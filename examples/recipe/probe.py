@@ -57,7 +57,8 @@ def curves(log_path: Path):
 
 
 def feature_spread(checkpoint: str, data: str, sentences) -> float:
-    """std across sentences / norm of the mean of the mean-pooled discriminator features."""
+    """The criterion's ``disc_feature_spread`` of the mean-pooled discriminator features."""
+    from electra_plugin.criterions.electra import feature_spread
     from electra_plugin.models.hub_interface import from_pretrained
 
     hub = from_pretrained(os.path.dirname(checkpoint), os.path.basename(checkpoint), data)
@@ -66,7 +67,7 @@ def feature_spread(checkpoint: str, data: str, sentences) -> float:
         for sentence in sentences:
             pooled.append(hub.extract_features(hub.encode(sentence))[0].mean(0))
     pooled = torch.stack(pooled).double()
-    return (pooled.var(0).mean().sqrt() / pooled.mean(0).norm()).item()
+    return feature_spread(pooled.sum(0), pooled.square().sum(0), len(pooled))
 
 
 def main():
