@@ -4,4 +4,6 @@ fairseq imports ``tasks/`` and ``models/`` of a user dir by itself; everything e
 registers is imported here.
 """
 
-from . import criterions, models, optim, tasks  # noqa: F401
+from . import criterions, crash_safety, models, optim, tasks  # noqa: F401
+
+crash_safety.install()

@@ -20,6 +20,7 @@ one :class:`~electra_plugin.errors.ElectraUsageError` line.
 
 import logging
 import os
+import zipfile
 from dataclasses import is_dataclass
 from typing import Any, Dict, Mapping, Optional
 
@@ -38,7 +39,10 @@ from .models.electra import ElectraModel
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["build_fairseq_config", "write_checkpoint", "load_checkpoint", "is_electra_model_cfg"]
+__all__ = ["build_fairseq_config", "write_checkpoint", "load_checkpoint", "is_electra_model_cfg",
+           "checkpoint_damage", "damaged_checkpoint_error"]
+
+ZIP_MAGIC = b"PK\x03\x04"
 
 
 def _as_dict(cfg) -> Dict[str, Any]:
@@ -181,9 +185,15 @@ def load_checkpoint(path, arg_overrides: Optional[Dict[str, Any]] = None) -> Dic
         raise ElectraUsageError(f"checkpoint {path} does not exist")
     if os.path.isdir(path):
         raise ElectraUsageError(f"{path} is a directory, not a checkpoint file")
+    reason = checkpoint_damage(path)
+    if reason:
+        raise damaged_checkpoint_error(path, reason)
     try:
         state = torch.load(path, map_location="cpu")
     except Exception as e:  # pickle, zip and weights_only errors all mean "not readable"
+        reason = checkpoint_damage(path, thorough=True)
+        if reason:
+            raise damaged_checkpoint_error(path, reason) from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ElectraUsageError(
             f"{path} is not a PyTorch checkpoint this version can read ({first[:200]})")
@@ -208,3 +218,31 @@ def load_checkpoint(path, arg_overrides: Optional[Dict[str, Any]] = None) -> Dic
     if not any(k.startswith("discriminator.") for k in state["model"]):
         raise ElectraUsageError(f"{path} is not an ELECTRA checkpoint (no discriminator weights)")
     return state
+
+
+def checkpoint_damage(path, thorough: bool = False) -> Optional[str]:
+    """Why ``path`` cannot be a whole checkpoint file, or None when it may be one.
+
+    ``torch.save`` writes a zip archive whose directory is its last record, so a file cut
+    short (a kill during a copy, a full disk) has lost it, and opening the archive is a cheap
+    test. ``thorough`` also reads every member against its CRC (a full read). Files that are
+    not zip archives (fairseq's legacy pickle format, or not checkpoints at all) are left to
+    ``torch.load`` to judge.
+    """
+    if os.path.getsize(path) == 0:
+        return "the file is empty"
+    with open(path, "rb") as f:
+        if f.read(len(ZIP_MAGIC)) != ZIP_MAGIC:
+            return None
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip() if thorough else None
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
+        return f"cut short or overwritten: {e}"
+    return f"its part {bad} fails its checksum" if bad else None
+
+
+def damaged_checkpoint_error(path, reason: str) -> ElectraUsageError:
+    return ElectraUsageError(
+        f"checkpoint {path} is damaged ({reason}); use an intact copy (fairseq-train keeps "
+        f"checkpoint_last.pt, checkpoint_best.pt and numbered checkpoints in --save-dir)")

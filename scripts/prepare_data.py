@@ -31,7 +31,7 @@ import tempfile
 import time
 
 from electra_plugin.data import tokenizer as tokmod
-from electra_plugin.data.binarize import fairseq_preprocess
+from electra_plugin.data.binarize import STAGING_PREFIX, fairseq_preprocess
 from electra_plugin.errors import ElectraUsageError, command_line
 
 SPM_MODEL_FILE = "spm.model"
@@ -338,6 +338,11 @@ def check_destdir(destdir, force):
         raise ElectraUsageError(f"--destdir {destdir!r} exists and is not a directory")
     if not os.path.isdir(destdir):
         return
+    interrupted = glob.glob(os.path.join(destdir, STAGING_PREFIX + "*"))
+    if interrupted and not force:
+        raise ElectraUsageError(
+            f"--destdir {destdir!r} holds an interrupted run of this script "
+            f"({os.path.basename(interrupted[0])}); run again with --force to redo it")
     existing = [f for f in OUTPUT_FILES if os.path.exists(os.path.join(destdir, f))]
     existing += sorted(os.path.basename(f) for f in glob.glob(os.path.join(destdir, "*.bin"))
                        if os.path.basename(f) not in existing)
@@ -346,6 +351,21 @@ def check_destdir(destdir, force):
             f"--destdir {destdir!r} already holds {', '.join(existing[:4])}"
             f"{' ...' if len(existing) > 4 else ''}; choose another directory or pass --force "
             f"to overwrite this script's output files")
+    for leftover in interrupted:
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def publish(staged, destdir):
+    """Move the finished files into ``destdir``, dict.txt last (renames in one file system).
+
+    A run killed on the way leaves a directory without dict.txt, which no task loads, never
+    a mix of an earlier run's files and this one's that trains on part of the corpus.
+    """
+    old_dict = os.path.join(destdir, "dict.txt")
+    if os.path.exists(old_dict):
+        os.remove(old_dict)
+    for name in sorted(os.listdir(staged), key=lambda name: name == "dict.txt"):
+        os.replace(os.path.join(staged, name), os.path.join(destdir, name))
 
 
 def resolve_lowercase(args):
@@ -410,7 +430,7 @@ def main(argv=None):
         os.makedirs(destdir, exist_ok=True)
     except OSError as e:
         raise ElectraUsageError(f"cannot create --destdir {args.destdir!r}: {e.strerror or e}")
-    work = tempfile.mkdtemp(dir=destdir, prefix=".prepare_data-")
+    work = tempfile.mkdtemp(dir=destdir, prefix=STAGING_PREFIX)
     ok = False
     try:
         result = _prepare(args, destdir, work, lowercase)
@@ -427,6 +447,8 @@ def main(argv=None):
 
 def _prepare(args, destdir, work, lowercase):
     raw = {s: os.path.join(work, f"{s}.txt") for s in ("train", "valid")}
+    staged = os.path.join(work, "out")
+    os.makedirs(staged)
 
     # 1. split the text (documents kept whole)
     if args.valid:
@@ -491,27 +513,28 @@ def _prepare(args, destdir, work, lowercase):
             pool.join()
 
     # 4. binarize
-    fairseq_preprocess(destdir, os.path.join(work, "dict.txt"),
+    fairseq_preprocess(staged, os.path.join(work, "dict.txt"),
                        {"trainpref": os.path.join(work, "train.pieces"),
                         "validpref": os.path.join(work, "valid.pieces")}, args.workers, log)
-    # fairseq-preprocess re-saves dict.txt in destdir, dropping '#fairseq:overwrite' flags;
+    # fairseq-preprocess re-saves dict.txt, dropping '#fairseq:overwrite' flags;
     # put ours back so that a vocabulary with repeated entries still loads.
-    shutil.copyfile(os.path.join(work, "dict.txt"), os.path.join(destdir, "dict.txt"))
+    shutil.copyfile(os.path.join(work, "dict.txt"), os.path.join(staged, "dict.txt"))
 
     # 5. tokenizer files and metadata
     if spec[0] == "sentencepiece":
-        install_file(spec[1], os.path.join(destdir, SPM_MODEL_FILE))
-        final = tokmod.SentencePieceTokenizer(os.path.join(destdir, SPM_MODEL_FILE), lowercase=lowercase)
+        install_file(spec[1], os.path.join(staged, SPM_MODEL_FILE))
+        final = tokmod.SentencePieceTokenizer(os.path.join(staged, SPM_MODEL_FILE), lowercase=lowercase)
     else:
-        install_file(spec[1], os.path.join(destdir, WORDPIECE_VOCAB_FILE))
-        final = tokmod.WordPieceTextTokenizer(os.path.join(destdir, WORDPIECE_VOCAB_FILE), lowercase=lowercase)
-    final.save_metadata(destdir)
+        install_file(spec[1], os.path.join(staged, WORDPIECE_VOCAB_FILE))
+        final = tokmod.WordPieceTextTokenizer(os.path.join(staged, WORDPIECE_VOCAB_FILE), lowercase=lowercase)
+    final.save_metadata(staged)
     if args.keep_text:
         for split in ("train", "valid"):
-            shutil.move(os.path.join(work, f"{split}.pieces"), os.path.join(destdir, f"{split}.pieces.txt"))
+            shutil.move(os.path.join(work, f"{split}.pieces"), os.path.join(staged, f"{split}.pieces.txt"))
 
-    n_symbols = verify_output(destdir, dict_lines, stats)
-    sizes = {f: os.path.getsize(os.path.join(destdir, f)) for f in ("train.bin", "valid.bin")}
+    n_symbols = verify_output(staged, dict_lines, stats)
+    sizes = {f: os.path.getsize(os.path.join(staged, f)) for f in ("train.bin", "valid.bin")}
+    publish(staged, destdir)
     log(f"done: {destdir} ({n_symbols} symbols + <mask>; train.bin {sizes['train.bin'] / 1e6:.1f} MB, "
         f"valid.bin {sizes['valid.bin'] / 1e6:.2f} MB)")
     return 0

@@ -7,6 +7,10 @@ from typing import Dict, Optional
 
 from ..errors import ElectraUsageError
 
+# scripts/prepare_data.py builds its output in a hidden directory of --destdir with this
+# prefix and moves it in when done: one left behind marks an interrupted run.
+STAGING_PREFIX = ".prepare_data-"
+
 
 def fairseq_preprocess(destdir: str, srcdict: Optional[str], splits: Dict[str, str],
                        workers: int = 1, log=None) -> None:

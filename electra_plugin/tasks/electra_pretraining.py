@@ -1,5 +1,6 @@
 """The ``electra`` task: fairseq-binarized text -> masked blocks for replaced token detection."""
 
+import glob
 import logging
 import os
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from fairseq.tasks.language_modeling import SAMPLE_BREAK_MODE_CHOICES, SHORTEN_M
 from omegaconf import II, MISSING
 
 from ..allocator import retain_freed_memory
+from ..data.binarize import STAGING_PREFIX
 from ..data.masking import ElectraMaskingDataset, word_starts
 from ..errors import ElectraUsageError
 
@@ -188,6 +190,10 @@ def load_dictionary(data_path: str) -> Dictionary:
             f"data directory {data_path} does not exist; binarize text first with "
             f"scripts/prepare_data.py (or fairseq-preprocess --only-source)")
     dict_path = os.path.join(data_path, "dict.txt")
+    if not os.path.isfile(dict_path) and glob.glob(os.path.join(data_path, STAGING_PREFIX + "*")):
+        raise ElectraUsageError(
+            f"{data_path} is incomplete: a scripts/prepare_data.py run into it was interrupted; "
+            f"run it again with --force")
     if not os.path.isfile(dict_path):
         raise ElectraUsageError(
             f"{dict_path} is missing; a data directory needs the dict.txt that "

@@ -1,0 +1,125 @@
+"""Kill-proof checkpoints and one-line errors for damaged files, inside ``fairseq-train``.
+
+fairseq-train gives a user dir no hook around its file handling, so :func:`install` (run
+when ``--user-dir electra_plugin`` is imported) wraps five of fairseq's functions; each
+wrapper only adds a check or makes a write atomic, and calls fairseq's own code:
+
+- ``indexed_dataset.make_dataset``: a binarized split is checked (``.idx`` against ``.bin``)
+  when any task loads it, so damaged data fails at load with the file's name;
+- ``PathManager.copy``: local copies (fairseq's ``checkpoint_last.pt`` / ``_best`` are
+  copies of the update's checkpoint) go through a temporary file and a rename, so a kill
+  during the copy leaves the previous intact file instead of a truncated one;
+- ``checkpoint_utils.load_checkpoint_to_cpu``: a damaged checkpoint (``--restore-file``,
+  ``--finetune-from-model``, the hub) is named in one line instead of torch's zip error;
+- ``checkpoint_utils.load_checkpoint``: when ``checkpoint_last.pt`` is damaged, the run
+  resumes from the newest intact checkpoint in ``--save-dir``, with a warning;
+- ``checkpoint_utils.save_checkpoint``: a failed write (a full disk) ends in one line
+  saying the checkpoints already saved are intact.
+"""
+
+import functools
+import glob
+import logging
+import os
+import shutil
+
+from fairseq import checkpoint_utils
+from fairseq.data import indexed_dataset
+from fairseq.file_io import PathManager
+from omegaconf import open_dict
+
+from .checkpoint import checkpoint_damage, damaged_checkpoint_error
+from .data.integrity import check_binarized
+from .errors import ElectraUsageError
+
+logger = logging.getLogger(__name__)
+
+
+def install() -> None:
+    """Wrap fairseq's functions once per process (importing the plugin twice is harmless)."""
+    if getattr(indexed_dataset.make_dataset, "electra_checked", False):
+        return
+    _wrap(indexed_dataset, "make_dataset", _checked_make_dataset)
+    _wrap(checkpoint_utils, "load_checkpoint_to_cpu", _named_damage)
+    _wrap(checkpoint_utils, "load_checkpoint", _resume_from_intact)
+    _wrap(checkpoint_utils, "save_checkpoint", _one_line_write_errors)
+    PathManager.copy = staticmethod(functools.partial(_atomic_copy, PathManager.copy))
+
+
+def _wrap(module, name, wrapper):
+    original = getattr(module, name)
+    wrapped = functools.wraps(original)(functools.partial(wrapper, original))
+    wrapped.electra_checked = True
+    setattr(module, name, wrapped)
+
+
+def _checked_make_dataset(original, path, impl, *args, **kwargs):
+    check_binarized(path)  # whatever impl fairseq inferred: a lone .idx infers none
+    return original(path, impl, *args, **kwargs)
+
+
+def _atomic_copy(original, src_path, dst_path, overwrite=False):
+    if PathManager.path_requires_pathmanager(src_path) or \
+            PathManager.path_requires_pathmanager(dst_path):
+        return original(src_path, dst_path, overwrite=overwrite)
+    if os.path.exists(dst_path) and not overwrite:
+        return False  # what fairseq's copy answers for an existing file
+    partial = dst_path + ".tmp"
+    shutil.copyfile(src_path, partial)
+    os.replace(partial, dst_path)
+    return True
+
+
+def _named_damage(original, path, *args, **kwargs):
+    try:
+        return original(path, *args, **kwargs)
+    except Exception:
+        local = PathManager.get_local_path(path)
+        reason = os.path.isfile(local) and checkpoint_damage(local, thorough=True)
+        if reason:
+            raise damaged_checkpoint_error(path, reason) from None
+        raise
+
+
+def _resume_from_intact(original, cfg, trainer, **passthrough):
+    last = os.path.join(cfg.save_dir, f"checkpoint_last{trainer.checkpoint_suffix}.pt")
+    if cfg.restore_file != "checkpoint_last.pt" or not os.path.isfile(last):
+        return original(cfg, trainer, **passthrough)
+    reason = checkpoint_damage(last)
+    if not reason:
+        return original(cfg, trainer, **passthrough)
+    intact = newest_intact_checkpoint(cfg.save_dir, exclude=last)
+    if intact is None:
+        raise ElectraUsageError(
+            f"{last} is damaged ({reason}) and {cfg.save_dir} holds no intact checkpoint to "
+            f"resume from; move the damaged file away to start this run again from scratch")
+    logger.warning(f"{last} is damaged ({reason}); resuming from {intact}, the newest intact "
+                   f"checkpoint in {cfg.save_dir} (the next save replaces the damaged file)")
+    restore, finetune = cfg.restore_file, cfg.finetune_from_model
+    with open_dict(cfg):
+        cfg.restore_file, cfg.finetune_from_model = intact, None
+    try:
+        return original(cfg, trainer, **passthrough)
+    finally:
+        with open_dict(cfg):
+            cfg.restore_file, cfg.finetune_from_model = restore, finetune
+
+
+def newest_intact_checkpoint(save_dir, exclude=None):
+    """The most recently written checkpoint*.pt in ``save_dir`` that is not damaged."""
+    candidates = [p for p in glob.glob(os.path.join(save_dir, "checkpoint*.pt"))
+                  if p != exclude and os.path.isfile(p)]
+    for path in sorted(candidates, key=os.path.getmtime, reverse=True):
+        if not checkpoint_damage(path):
+            return path
+    return None
+
+
+def _one_line_write_errors(original, cfg, trainer, *args, **kwargs):
+    try:
+        return original(cfg, trainer, *args, **kwargs)
+    except OSError as e:
+        raise ElectraUsageError(
+            f"could not write a checkpoint into {cfg.save_dir} ({e.strerror or e}); the "
+            f"checkpoints already there are intact: free space (or choose another --save-dir) "
+            f"and run the same command to resume") from None

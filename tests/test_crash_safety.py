@@ -1,0 +1,247 @@
+"""Damaged data and checkpoints get one line; a run killed at any moment resumes exactly."""
+
+import hashlib
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from conftest import PLUGIN, REPO, assert_one_line_error, run, train_cmd, write_corpus
+from electra_plugin.checkpoint import checkpoint_damage
+from electra_plugin.errors import ElectraUsageError
+from test_glue import preprocess, write_rte
+from test_training import assert_same_params, checkpoint, failure, records
+
+PREPARE = REPO / "scripts" / "prepare_data.py"
+
+
+def digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def truncate(path, keep=0.5):
+    data = path.read_bytes()
+    path.write_bytes(data[:int(len(data) * keep)])
+
+
+# ---------------------------------------------------------------------- 1. binarized data
+
+
+def damage_truncated_bin(data):
+    truncate(data / "train.bin")
+    return "train.bin is truncated"
+
+
+def damage_truncated_idx(data):
+    (data / "train.idx").write_bytes((data / "train.idx").read_bytes()[:-100])
+    return "train.idx is damaged"
+
+
+def damage_bin_of_another_split(data):
+    shutil.copyfile(data / "train.bin", data / "valid.bin")
+    return "valid.bin does not match"
+
+
+def damage_missing_bin(data):
+    (data / "valid.bin").unlink()
+    return "valid.bin is missing"
+
+
+def damage_index_promises_more(data):
+    """Rewrite the index so that its last sentence is 50 tokens longer than the data holds."""
+    idx = bytearray((data / "train.idx").read_bytes())
+    count = int.from_bytes(idx[18:26], "little")
+    last = 26 + 4 * (count - 1)
+    size = int.from_bytes(idx[last:last + 4], "little")
+    idx[last:last + 4] = (size + 50).to_bytes(4, "little")
+    (data / "train.idx").write_bytes(bytes(idx))
+    return "train.bin is truncated"
+
+
+@pytest.mark.parametrize("damage", [damage_truncated_bin, damage_truncated_idx,
+                                    damage_bin_of_another_split, damage_missing_bin,
+                                    damage_index_promises_more])
+def test_damaged_pretraining_data(tmp_path, data_bin, damage):
+    data = tmp_path / "data"
+    shutil.copytree(data_bin, data)
+    phrase = damage(data)
+    proc = run(train_cmd(data, tmp_path / "ck", "--max-update", "1"))
+    line = assert_one_line_error(proc, phrase, "binarize the text again")
+    assert str(data) in line
+
+
+def test_damaged_finetuning_data(tmp_path, spm_data, pretrained):
+    data = tmp_path / "bin"
+    assert preprocess("RTE", write_rte(tmp_path / "RTE", 16, 8), spm_data, data).returncode == 0
+    truncate(data / "input0" / "train.bin", keep=0.9)
+    proc = run([sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
+                "--task", "sentence_prediction", "--arch", "electra_tiny", "--cpu",
+                "--criterion", "sentence_prediction", "--num-classes", "2", "--init-token", "0",
+                "--finetune-from-model", pretrained, "--optimizer", "electra_adam",
+                "--lr", "1e-5", "--batch-size", "8", "--max-update", "1",
+                "--save-dir", tmp_path / "ft", "--num-workers", "0", "--data-buffer-size", "0"])
+    assert_one_line_error(proc, f"{data / 'input0' / 'train.bin'} is truncated")
+
+
+# ---------------------------------------------------------------------- 2. checkpoints
+
+
+@pytest.fixture
+def damaged_checkpoint(tmp_path, pretrained):
+    path = tmp_path / "damaged.pt"
+    shutil.copyfile(pretrained, path)
+    truncate(path, keep=0.6)  # what a copy cut short leaves
+    return path
+
+
+def test_damaged_checkpoint_given_to_fairseq_train(tmp_path, data_bin, damaged_checkpoint):
+    before = digest(damaged_checkpoint)
+    proc = run(train_cmd(data_bin, tmp_path / "a", "--max-update", "1",
+                         "--restore-file", damaged_checkpoint))
+    assert_one_line_error(proc, f"checkpoint {damaged_checkpoint} is damaged")
+    proc = run(train_cmd(data_bin, tmp_path / "b", "--max-update", "1",
+                         "--finetune-from-model", damaged_checkpoint))
+    assert_one_line_error(proc, f"checkpoint {damaged_checkpoint} is damaged")
+    assert digest(damaged_checkpoint) == before
+
+
+def test_damaged_checkpoint_given_to_the_hub_and_the_converter(tmp_path, spm_data,
+                                                               damaged_checkpoint):
+    from electra_plugin.models.hub_interface import from_pretrained
+
+    with pytest.raises(ElectraUsageError, match="is damaged"):
+        from_pretrained(str(damaged_checkpoint.parent), damaged_checkpoint.name, str(spm_data))
+    proc = run([sys.executable, REPO / "scripts" / "convert_hf.py", "export",
+                damaged_checkpoint, "--out", tmp_path / "hf"])
+    assert_one_line_error(proc, f"checkpoint {damaged_checkpoint} is damaged")
+
+
+def test_checkpoint_damage_reads_checksums(tmp_path, pretrained):
+    path = tmp_path / "flipped.pt"
+    data = bytearray(pretrained.read_bytes())
+    assert checkpoint_damage(pretrained, thorough=True) is None
+    data[len(data) // 2] ^= 0xFF  # one byte inside a tensor: the archive still opens
+    path.write_bytes(bytes(data))
+    assert checkpoint_damage(path) is None
+    assert "checksum" in checkpoint_damage(path, thorough=True)
+
+
+# ---------------------------------------------------------------------- 3. resume
+
+
+SAVES = ("--save-interval-updates", "2", "--validate-interval-updates", "4",
+         "--no-epoch-checkpoints")
+
+
+def resume_cmd(data, save, updates):
+    return train_cmd(data, save, "--max-update", str(updates), *SAVES)
+
+
+def final_params(save):
+    state = checkpoint(save / "checkpoint_last.pt")
+    return state["optimizer_history"][-1]["num_updates"], state["model"]
+
+
+def test_damaged_last_checkpoint_resumes_from_the_newest_intact_one(tmp_path, data_bin):
+    once, twice = tmp_path / "once", tmp_path / "twice"
+    assert run(resume_cmd(data_bin, once, 10)).returncode == 0
+    assert run(resume_cmd(data_bin, twice, 6)).returncode == 0
+    truncate(twice / "checkpoint_last.pt")  # a kill during stock fairseq's copy leaves this
+    proc = run(resume_cmd(data_bin, twice, 10))
+    assert proc.returncode == 0, failure("resume", proc)
+    warning = [line for line in proc.stdout.splitlines() if "is damaged" in line]
+    assert warning and "resuming from" in warning[0], proc.stdout[-3000:]
+    # resumed at update 6, the newest intact state (checkpoint_1_6.pt or its copy _best)
+    assert [r["num_updates"] for r in records(proc.stdout)] == [7, 8, 9, 10]
+    (n_a, a), (n_b, b) = final_params(once), final_params(twice)
+    assert n_a == n_b == 10
+    assert_same_params(a, b, atol=0, what="resumed past a damaged checkpoint_last.pt")
+
+
+def test_no_intact_checkpoint_left_is_one_line(tmp_path, data_bin):
+    save = tmp_path / "ck"
+    assert run(resume_cmd(data_bin, save, 2)).returncode == 0
+    for path in save.glob("*.pt"):
+        truncate(path)
+    before = {p.name: digest(p) for p in save.glob("*.pt")}
+    proc = run(resume_cmd(data_bin, save, 4))
+    assert_one_line_error(proc, "checkpoint_last.pt is damaged", "no intact checkpoint")
+    assert {p.name: digest(p) for p in save.glob("*.pt")} == before
+
+
+def killed_at(cmd, trigger, delay, log):
+    """Start ``cmd``; SIGKILL it ``delay`` s after the first stdout line holding ``trigger``.
+
+    Returns True if it was killed, False if it finished first.
+    """
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+    for line in proc.stdout:
+        log.append(line)
+        if trigger in line:
+            time.sleep(delay)
+            proc.kill()
+            proc.wait()
+            proc.stdout.close()
+            return True
+    assert proc.wait() == 0, "".join(log[-40:])
+    return False
+
+
+def test_killed_at_random_moments_ends_like_an_uninterrupted_run(tmp_path, data_bin):
+    """SIGKILL during updates, validation and saves (several times), then the same command."""
+    once, killed = tmp_path / "once", tmp_path / "killed"
+    updates = 16
+    assert run(resume_cmd(data_bin, once, updates)).returncode == 0
+    rng = random.Random(0)
+    triggers = ['"num_updates": "3"', "begin validation", "Preparing to save checkpoint",
+                "Preparing to save checkpoint", '"num_updates": "11"', "Preparing to save"]
+    log, kills = [], 0
+    for trigger in triggers:
+        kills += killed_at(resume_cmd(data_bin, killed, updates), trigger,
+                           rng.uniform(0, 0.05), log)
+        # whatever the moment, no checkpoint file is left damaged
+        for path in killed.glob("*.pt"):
+            assert checkpoint_damage(path, thorough=True) is None, f"{path.name} damaged"
+    assert kills >= 4, "".join(log[-40:])
+    assert killed_at(resume_cmd(data_bin, killed, updates), "never printed", 0, log) is False
+    (n_a, a), (n_b, b) = final_params(once), final_params(killed)
+    assert n_a == n_b == updates
+    assert_same_params(a, b, atol=0, what=f"killed {kills} times vs uninterrupted")
+
+
+# ---------------------------------------------------------------------- 4. prepare_data
+
+
+def test_interrupted_prepare_data_is_refused_then_redone(tmp_path, data_bin):
+    write_corpus(tmp_path / "corpus.txt", 1500, seed=2)
+    dest = tmp_path / "bin"
+    cmd = [sys.executable, PREPARE, "--train", tmp_path / "corpus.txt", "--destdir", dest,
+           "--sentencepiece-vocab-size", "80", "--workers", "1"]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([str(c) for c in cmd], stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    for line in proc.stderr:
+        if "encoded valid" in line:  # binarizing next
+            os.killpg(proc.pid, signal.SIGKILL)
+            break
+    proc.wait()
+    proc.stderr.close()
+    assert not (dest / "dict.txt").exists()
+    proc = run(train_cmd(dest, tmp_path / "ck", "--max-update", "1"))
+    assert_one_line_error(proc, "interrupted", "--force")
+    proc = run(cmd)
+    assert_one_line_error(proc, "interrupted run", "--force")
+    proc = run(cmd + ["--force"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not [p for p in dest.iterdir() if p.name.startswith(".prepare_data-")]
+    proc = run(train_cmd(dest, tmp_path / "ck", "--max-update", "1", "--disable-validation"))
+    assert proc.returncode == 0, failure("fairseq-train", proc)
+
