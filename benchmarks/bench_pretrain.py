@@ -48,7 +48,7 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 
-from electra_plugin.allocator import retain_freed_memory
+from electra_plugin.speed import retain_freed_memory
 from electra_plugin.flops import executed_train_flops, model_sizes, paper_train_flops
 
 REPO = Path(__file__).resolve().parents[1]

@@ -27,7 +27,7 @@ from electra_plugin.flops import (
     paper_train_flops,
 )
 from electra_plugin.models.electra import ElectraModel
-from electra_plugin.models.encoder import Dropout, random_int16
+from electra_plugin.speed.dropout import Dropout, random_int16
 from test_criterion import sample_for
 from test_model import tiny_model
 from test_training import records
@@ -207,7 +207,7 @@ def test_multi_tensor_adam_is_fairseqs_adam(fused, dtype, amsgrad, eps):
     """foreach: bit for bit; fused: to rounding; amsgrad and bf16 take fairseq's loop."""
     from fairseq.optim.adam import Adam
 
-    from electra_plugin.optim.multi_tensor_adam import MultiTensorAdam
+    from electra_plugin.speed import MultiTensorAdam
 
     fast, fast_state = adam_runs(MultiTensorAdam, dtype, eps, amsgrad=amsgrad, fused=fused)
     loop, loop_state = adam_runs(Adam, dtype, eps, amsgrad=amsgrad)
@@ -228,7 +228,7 @@ def test_electra_adam_updates_all_tensors_at_once(device):
     from fairseq import optim
     from fairseq.optim.fused_adam import get_fused_adam_class as fairseq_fused_adam
 
-    from electra_plugin.optim.multi_tensor_adam import MultiTensorAdam
+    from electra_plugin.speed import MultiTensorAdam
     from test_layer_decay import optimizer_cfg
 
     if device == "cuda" and fairseq_fused_adam() is not None:
@@ -240,7 +240,7 @@ def test_electra_adam_updates_all_tensors_at_once(device):
 
 FRESH_BLOCK_FAULTS = """
 import resource, torch
-from electra_plugin.allocator import retain_freed_memory
+from electra_plugin.speed import retain_freed_memory
 
 def faults_of_a_64mb_block():  # a block of the size just freed, written to
     torch.empty(16 << 20).fill_(1)
@@ -380,3 +380,59 @@ def test_train_flops_survive_an_end_of_epoch_resume(data_bin, tmp_path):
     assert resumed[-1]["train_flops"] == pytest.approx(flops[-1], rel=1e-5)
     saved = torch.load(tmp_path / "twice" / "checkpoint_last.pt", weights_only=False)
     assert saved["model"][FlopsCounter.KEY].item() == pytest.approx(flops[-1], rel=1e-5)
+
+
+# ------------------------------------------------------------------ the switch
+
+
+def test_speed_switch_off_gives_the_plain_ops(monkeypatch):
+    """ELECTRA_SPEED=0: dropout is F.dropout (same draws), attention and the q/k/v
+    projection are three Linears + SDPA, the optimizer is fairseq's Adam, glibc untouched."""
+    from fairseq import optim
+    from fairseq.optim.adam import Adam
+
+    from electra_plugin.speed import attention, project_qkv, retain_freed_memory
+    from test_layer_decay import optimizer_cfg
+
+    monkeypatch.setenv("ELECTRA_SPEED", "0")
+    x = torch.randn(4, 7, 64, requires_grad=True)
+    torch.manual_seed(5)
+    ours = Dropout(0.1)(x)
+    torch.manual_seed(5)
+    assert torch.equal(ours, F.dropout(x, 0.1, training=True))
+    layer = tiny_model()[0].discriminator.encoder.layer[0].attention.self
+    q, k, v = project_qkv(layer, x)
+    heads = layer.num_heads
+
+    def split(t):
+        return t.view(4, 7, heads, -1).transpose(1, 2)
+
+    torch.manual_seed(6)
+    out = attention(q, k, v, None, dropout_p=0.2)
+    torch.manual_seed(6)
+    plain = F.scaled_dot_product_attention(split(layer.query(x)), split(layer.key(x)),
+                                           split(layer.value(x)), dropout_p=0.2)
+    torch.testing.assert_close(out, plain, rtol=1e-5, atol=1e-6)
+    optimizer = optim.build_optimizer(optimizer_cfg(layer_decay=0.8),
+                                      list(torch.nn.Linear(2, 2).parameters()))
+    assert type(optimizer.optimizer) is Adam
+    assert retain_freed_memory() is False
+    monkeypatch.setenv("ELECTRA_SPEED", "1")  # and on: the fast parts (same projection)
+    torch.testing.assert_close(project_qkv(layer, x)[0], q, rtol=1e-5, atol=1e-6)
+    torch.manual_seed(5)
+    assert not torch.equal(Dropout(0.1)(x), ours)  # its own mask
+
+
+def test_a_run_without_the_speed_work_learns_the_same(data_bin, tmp_path, monkeypatch):
+    """fairseq-train with ELECTRA_SPEED=0 and without dropout logs the same losses."""
+    no_dropout = ("--max-update", "5", "--dropout", "0", "--attention-dropout", "0")
+    fast = run(train_cmd(data_bin, tmp_path / "fast", *no_dropout))
+    monkeypatch.setenv("ELECTRA_SPEED", "0")
+    plain = run(train_cmd(data_bin, tmp_path / "plain", *no_dropout))
+    assert fast.returncode == 0 and plain.returncode == 0, plain.stderr[-2000:]
+    assert "freed memory stays" in fast.stdout and "freed memory stays" not in plain.stdout
+    a, b = records(fast.stdout), records(plain.stdout)
+    assert len(a) == len(b) == 5
+    for ra, rb in zip(a, b):
+        for key in ("loss", "gen_loss", "disc_loss"):
+            assert abs(ra[key] - rb[key]) <= 0.002 + 1e-4 * abs(ra[key]), (key, ra, rb)

@@ -2,101 +2,20 @@
 
 Module names follow HF transformers' ``ElectraModel`` one-to-one (``embeddings.word_embeddings``,
 ``encoder.layer.N.attention.self.query`` ...) so that checkpoint conversion is a key table,
-not a translation layer. Attention runs through ``F.scaled_dot_product_attention`` on GPUs
-and where it is fastest on CPU (see :func:`attention`).
+not a translation layer. Dropout, the q/k/v projection and attention come from
+:mod:`electra_plugin.speed`, which computes what ``nn.Dropout``, three ``nn.Linear`` and
+``F.scaled_dot_product_attention`` compute, faster on CPU (``ELECTRA_SPEED=0``: those ops).
 """
 
-import functools
 from typing import List, Optional
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..speed import Dropout, attention, project_qkv
+
 LAYER_NORM_EPS = 1e-12
-
-
-class Dropout(nn.Dropout):
-    """``nn.Dropout`` with a cheaper mask on CPU (same module name, no parameters).
-
-    ``F.dropout`` on CPU draws a float Bernoulli sample per element (~6 ns each, the largest
-    cost of the step after the matmuls) and keeps that float mask for the backward pass.
-    Here each element gets 15 random bits (16-bit lanes of :func:`random_int16`), is kept
-    with probability ``round((1 - p) * 2**15) / 2**15`` and the kept values are scaled by
-    the inverse of that probability, so the output's expectation is the input exactly. The
-    mask is built with integer arithmetic, kept in one byte per element and turned into
-    the scaled mask by a bit-and with the scale's bit pattern: comparisons, bool masks and
-    int-to-float conversions take slow paths on CPU. CUDA keeps ``F.dropout``'s fused kernel.
-    """
-
-    def forward(self, x):
-        return dropout(x, self.p, self.training)
-
-
-def dropout(x, p: float, training: bool):
-    """Functional form of :class:`Dropout`."""
-    if not training or p == 0.0:
-        return x
-    keep_below = round((1.0 - p) * 2**15)
-    if x.is_cuda or not 0 < keep_below < 2**15:  # 15 bits cannot express this p
-        return F.dropout(x, p, training=True)
-    return _BitMaskDropout.apply(x, keep_below)
-
-
-class _BitMaskDropout(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, keep_below):
-        # A lane's low 15 bits minus keep_below is negative exactly for kept elements, so
-        # the arithmetic shift by 15 leaves -1 (all bits set) where kept and 0 where dropped.
-        lanes = random_int16(x.numel()).view(x.shape)
-        keep = lanes.bitwise_and_(0x7FFF).sub_(keep_below).bitwise_right_shift_(15)
-        ctx.save_for_backward(keep.to(torch.int8))
-        ctx.scale = 2**15 / keep_below
-        return x * _scaled_mask(keep, x.dtype, ctx.scale)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (keep,) = ctx.saved_tensors
-        return grad * _scaled_mask(keep, grad.dtype, ctx.scale), None
-
-
-_SAME_SIZE_INT = {2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def _scaled_mask(keep, dtype, scale):
-    """-1/0 integer mask -> ``scale``/0 in ``dtype``: -1 & bits(scale) is bits(scale)."""
-    as_int = _SAME_SIZE_INT[dtype.itemsize]
-    return keep.to(as_int).bitwise_and_(_bits_of(scale, dtype, as_int)).view(dtype)
-
-
-@functools.lru_cache(maxsize=None)
-def _bits_of(value: float, dtype, as_int) -> int:
-    return torch.tensor(value, dtype=dtype).view(as_int).item()
-
-
-# SplitMix64 (Steele, Lea and Flood 2014; Vigna's constants), as two's-complement int64
-_GOLDEN = 0x9E3779B97F4A7C15 - 2**64
-_MULTIPLIERS = ((30, 0xBF58476D1CE4E5B9 - 2**64), (27, 0x94D049BB133111EB - 2**64))
-
-
-def random_int16(n: int) -> torch.Tensor:
-    """n uniformly random int16 values from SplitMix64 over a counter.
-
-    The counter's seed is drawn from torch's generator, so ``torch.manual_seed`` (and
-    fairseq's ``--seed``) make the bits reproducible. torch's CPU ``random_()`` runs the
-    Mersenne Twister on one thread at ~2.5 ns per 64-bit value; these dozen whole-tensor
-    integer ops run vectorised on every thread, at about half the time or less.
-    """
-    seed = torch.empty((), dtype=torch.int64).random_().item()
-    z = torch.arange((n + 3) // 4, dtype=torch.int64).mul_(_GOLDEN).add_(seed)
-    for shift, multiplier in _MULTIPLIERS:
-        _xor_shifted_right_(z, shift).mul_(multiplier)
-    return _xor_shifted_right_(z, 31).view(torch.int16)[:n]
-
-
-def _xor_shifted_right_(z, shift):
-    """z ^= z >> shift, the shift logical: the arithmetic one, sign-extended bits cleared."""
-    return z.bitwise_xor_(z.bitwise_right_shift(shift).bitwise_and_(2 ** (64 - shift) - 1))
 
 
 class ElectraEmbeddings(nn.Module):
@@ -167,37 +86,9 @@ class ElectraSelfAttention(nn.Module):
     def forward(self, x, attn_mask):
         """x: B x T x H, attn_mask: bool B x 1 x 1 x T (True = attend) or None -> B x T x H."""
         B, T, H = x.shape
-        # One B x T x 3H projection instead of three: a larger matmul forward and a single
-        # one for the input gradient. The weights stay three Linears (checkpoint keys).
-        # The softmax scale 1/sqrt(head_dim) is folded into the query's weights, so no pass
-        # over q or over the scores forward or backward (exact for power-of-two head sizes).
-        scale = (H // self.num_heads) ** -0.5
-        weight = torch.cat([self.query.weight * scale, self.key.weight, self.value.weight])
-        bias = torch.cat([self.query.bias * scale, self.key.bias, self.value.bias])
-        qkv = F.linear(x, weight, bias).view(B, T, 3, self.num_heads, -1)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each B x heads x T x head_dim
+        q, k, v = project_qkv(self, x)  # each B x heads x T x head_dim
         out = attention(q, k, v, attn_mask, self.dropout if self.training else 0.0)
         return out.transpose(1, 2).reshape(B, T, H)
-
-
-def attention(q, k, v, attn_mask, dropout_p: float):
-    """Softmax attention, q already scaled; q, k, v: B x heads x T x d, attn_mask as above
-    -> B x heads x T x d.
-
-    ``F.scaled_dot_product_attention`` runs fused kernels on CUDA and, on CPU, a flash kernel
-    that is the fastest choice in fp32 without dropout. With dropout, CPU SDPA falls back to
-    the same math as below plus extra passes (a fully-masked-row check among them), and in
-    bf16 its flash kernel is ~3x slower than two bf16 matmuls, so those cases take the plain
-    ops.
-    """
-    if q.is_cuda or (dropout_p == 0.0 and q.dtype == torch.float32):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
-                                              dropout_p=dropout_p, scale=1.0)
-    scores = torch.matmul(q, k.transpose(-1, -2))
-    if attn_mask is not None:
-        scores = scores.masked_fill(~attn_mask, float("-inf"))
-    probs = dropout(scores.softmax(-1), dropout_p, training=dropout_p > 0)
-    return torch.matmul(probs, v)
 
 
 class ElectraResidualOutput(nn.Module):

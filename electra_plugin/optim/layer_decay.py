@@ -14,7 +14,7 @@ from fairseq.optim import register_optimizer
 from fairseq.optim.adam import Adam, FairseqAdam, FairseqAdamConfig
 
 from ..errors import ElectraUsageError
-from .multi_tensor_adam import MultiTensorAdam
+from ..speed import MultiTensorAdam, enabled
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class ElectraAdam(FairseqAdam):
 
     def __init__(self, cfg: ElectraAdamConfig, params):
         super().__init__(cfg, self.groups(list(params), cfg))
-        if type(self._optimizer) is Adam:
+        if type(self._optimizer) is Adam and enabled():
             self._optimizer = MultiTensorAdam(self._optimizer.param_groups,
                                               **self.optimizer_config)
 

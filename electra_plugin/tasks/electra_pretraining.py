@@ -26,10 +26,10 @@ from fairseq.tasks import FairseqTask, register_task
 from fairseq.tasks.language_modeling import SAMPLE_BREAK_MODE_CHOICES, SHORTEN_METHOD_CHOICES
 from omegaconf import II, MISSING
 
-from ..allocator import retain_freed_memory
 from ..data.binarize import STAGING_PREFIX
 from ..data.masking import ElectraMaskingDataset, word_starts
 from ..errors import ElectraUsageError
+from ..speed import retain_freed_memory
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""Keep freed memory in the process during CPU training (glibc only).
+"""Keep freed memory in the process during CPU training (glibc only); part of
+:mod:`electra_plugin.speed`.
 
 glibc hands every block above its mmap threshold (at most 32 MB) straight back to the OS when
 it is freed, and trims the heap top, so each update's large tensors (the generator's M x V
@@ -12,6 +13,8 @@ is that the process keeps its peak memory until it exits, which a training run d
 import ctypes
 import functools
 import platform
+
+from .switch import enabled
 
 # mallopt parameters (malloc.h)
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_MAX = -1, -2, -4
@@ -29,7 +32,8 @@ def _glibc():
 
 
 def retain_freed_memory() -> bool:
-    """Keep freed memory in the process for reuse; True where glibc now does."""
-    libc = _glibc()
+    """Keep freed memory in the process for reuse; True where glibc now does (never with
+    ``ELECTRA_SPEED=0``)."""
+    libc = _glibc() if enabled() else None
     return libc is not None and all(libc.mallopt(param, value) == 1
                                     for param, value in RETAINED)

@@ -1,0 +1,32 @@
+"""Where the speed work lives, all behind one switch: ``ELECTRA_SPEED=0`` turns it off.
+
+Each part computes what a plain PyTorch or fairseq op computes (tested against it in
+tests/test_fast_path.py); it only does so faster, mostly on CPU (docs/benchmarks.md has the
+measurements). The model, task and optimizer code uses these names and reads as its plain
+meaning. To check that a result does not depend on them, run with ``ELECTRA_SPEED=0`` in
+the environment (e.g. ``ELECTRA_SPEED=0 fairseq-train ...``): every part then takes the
+plain path.
+
+========================  ==========================================  =====================
+part                      fast path                                   plain path
+========================  ==========================================  =====================
+``Dropout``, ``dropout``  15-bit SplitMix64 mask, integer arithmetic  ``F.dropout``
+                          (CPU)
+``project_qkv``           one fused q/k/v matmul, softmax scale       three ``nn.Linear``,
+                          folded into the query weights               q scaled after
+``attention``             two matmuls + softmax on CPU with dropout   ``F.scaled_dot_
+                          or in bf16                                  product_attention``
+``MultiTensorAdam``       fairseq's Adam as foreach ops (GPU) or      fairseq's per-tensor
+                          torch's fused kernel (CPU)                  Adam loop
+``retain_freed_memory``   glibc keeps freed memory (mallopt, CPU)     glibc's default
+========================  ==========================================  =====================
+"""
+
+from .adam import MultiTensorAdam
+from .allocator import retain_freed_memory
+from .attention import attention, project_qkv
+from .dropout import Dropout, dropout
+from .switch import enabled
+
+__all__ = ["Dropout", "dropout", "project_qkv", "attention", "MultiTensorAdam",
+           "retain_freed_memory", "enabled"]
