@@ -65,7 +65,12 @@ def _atomic_copy(original, src_path, dst_path, overwrite=False):
     if os.path.exists(dst_path) and not overwrite:
         return False  # what fairseq's copy answers for an existing file
     partial = dst_path + ".tmp"
-    shutil.copyfile(src_path, partial)
+    try:
+        shutil.copyfile(src_path, partial)
+    except OSError:
+        if os.path.exists(partial):  # a full disk: leave no half copy behind
+            os.remove(partial)
+        raise
     os.replace(partial, dst_path)
     return True
 
