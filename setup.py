@@ -20,6 +20,8 @@ setup(
         "sentencepiece>=0.2.2",  # (0.2.2: encode(out_type="offset_mapping"), SQuAD offsets)
         "sacremoses",
         "numpy",
+        "scikit-learn",  # GLUE's F1 and Matthews correlation
+        "scipy",  # GLUE's Pearson and Spearman correlations
     ],
     entry_points={"console_scripts": ["electra-train = electra_plugin.train_cli:cli_main"]},
     extras_require={
