@@ -18,6 +18,7 @@ setup(
         "hydra-core>=1.3,<1.4",
         "omegaconf>=2.3,<2.4",
         "sentencepiece>=0.2.2",  # (0.2.2: encode(out_type="offset_mapping"), SQuAD offsets)
+        "tokenizers>=0.15",  # BERT WordPiece (BertNormalizer, BertPreTokenizer, offsets)
         "sacremoses",
         "numpy",
         "scikit-learn",  # GLUE's F1 and Matthews correlation
