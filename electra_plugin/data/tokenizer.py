@@ -86,15 +86,7 @@ class TextTokenizer:
         """``pieces(text)`` with the character span of ``text`` each piece came from.
 
         Span extraction (SQuAD) needs this to map predicted pieces back to the original text.
-        The pieces are checked to be exactly ``pieces(text)``.
         """
-        spans = self._pieces_with_offsets(text)
-        if [p for p, _, _ in spans] != self.pieces(text):
-            raise RuntimeError(f"{type(self).__name__}: offsets disagree with pieces() "
-                               f"for {text[:80]!r}")  # a bug, not a user error
-        return spans
-
-    def _pieces_with_offsets(self, text: str) -> List[PieceSpan]:
         raise NotImplementedError
 
     def metadata(self) -> Dict[str, Any]:
@@ -168,9 +160,10 @@ class SentencePieceTokenizer(TextTokenizer):
     def dict_lines(self) -> List[str]:
         return sentencepiece_dict_lines(self.sp, self.model_path)
 
-    def _pieces_with_offsets(self, text: str) -> List[PieceSpan]:
+    def pieces_with_offsets(self, text: str) -> List[PieceSpan]:
         # Encode exactly the string pieces() encodes, remembering where each of its
-        # characters was in ``text``: whitespace runs collapse, lower-casing may lengthen.
+        # characters was in ``text``: whitespace runs collapse, lower-casing may lengthen;
+        # the pieces are checked to be exactly pieces(text).
         chars, where = [], []
         for word in re.finditer(r"\S+", text):
             if chars:
@@ -200,6 +193,8 @@ class SentencePieceTokenizer(TextTokenizer):
             else:  # whitespace only: an empty span where the next character starts
                 at = where[begin] if begin < len(where) else len(text)
                 spans.append((piece, at, at))
+        if [p for p, _, _ in spans] != self.pieces(text):
+            raise RuntimeError(f"offsets disagree with pieces() for {text[:80]!r}")  # a bug
         return spans
 
     def metadata(self) -> Dict[str, Any]:
@@ -231,9 +226,9 @@ class WordPieceTextTokenizer(TextTokenizer):
                                  self.tokenize_chinese_chars)
 
     def pieces(self, text: str) -> List[str]:
-        return [p for p, _, _ in self._pieces_with_offsets(text)]
+        return [p for p, _, _ in self.pieces_with_offsets(text)]
 
-    def _pieces_with_offsets(self, text: str) -> List[PieceSpan]:
+    def pieces_with_offsets(self, text: str) -> List[PieceSpan]:
         encoding = self.wp.encode(text, add_special_tokens=False)
         pieces = _safe_pieces([UNK_PIECE if p in BERT_TO_FAIRSEQ_SPECIAL else p
                                for p in encoding.tokens])
