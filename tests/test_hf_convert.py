@@ -588,6 +588,20 @@ def test_checkpoint_writer_and_reader(make_case, tmp_path):
     one_line_error(e, "not an ELECTRA checkpoint", "transformer_lm")
 
 
+def test_import_takes_a_cased_tokenizer_json(tiny, tmp_path):
+    """A directory with the vocabulary only in tokenizer.json keeps its normaliser's settings."""
+    disc = Path(shutil.copytree(tiny[0], tmp_path / "d"))
+    (disc / "vocab.txt").rename(tmp_path / "vocab.txt")
+    BertTokenizer(str(tmp_path / "vocab.txt"), do_lower_case=False,
+                  tokenize_chinese_chars=False).save_pretrained(disc)
+    (disc / "tokenizer_config.json").unlink()  # the settings come from tokenizer.json alone
+    from_hf(disc, out_dir=tmp_path / "out")
+    meta = json.loads((tmp_path / "out" / "electra_tokenizer.json").read_text())
+    assert meta["lowercase"] is False and meta["tokenize_chinese_chars"] is False
+    assert (tmp_path / "out" / "vocab.txt").read_text().split("\n")[:-1] == VOCAB
+    assert load_tokenizer(str(tmp_path / "out")).pieces("The dog") == ["<unk>", "dog"]
+
+
 # ------------------------------------------------------------------ bad input, one line each
 def edit_config(path, **changes):
     config = json.loads((path / "config.json").read_text())
@@ -607,6 +621,9 @@ BAD_DISCRIMINATORS = {
     "eps": (lambda d: edit_config(d, layer_norm_eps=1e-5), ["layer_norm_eps"]),
     "no config": (lambda d: (d / "config.json").unlink(), ["no config.json"]),
     "no vocab": (lambda d: (d / "vocab.txt").unlink(), ["no vocab.txt"]),
+    "bad tokenizer.json": (lambda d: ((d / "vocab.txt").unlink(),
+                                      (d / "tokenizer.json").write_text('{"model": 3}')),
+                           ["cannot read", "tokenizer.json"]),
     "vocab size": (lambda d: edit_config(d, vocab_size=len(VOCAB) + 1), ["vocab_size"]),
     "missing tensor": (
         lambda d: edit_weights(d, lambda w: w.pop("electra.encoder.layer.1.output.dense.bias")),

@@ -40,6 +40,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from omegaconf import OmegaConf
+from tokenizers import Tokenizer
+from tokenizers.models import WordPiece
+from tokenizers.normalizers import BertNormalizer
 
 from ..checkpoint import load_checkpoint, write_checkpoint
 from ..data.tokenizer import METADATA_FILE, WordPieceTextTokenizer
@@ -278,15 +281,27 @@ def _read_vocab(model_dir: str) -> Tuple[List[str], torch.Tensor]:
     return tokens, torch.tensor(index)
 
 
+def _fast_tokenizer(model_dir: str) -> Optional[Tokenizer]:
+    """The ``tokenizers`` tokenizer saved as tokenizer.json in an HF directory, or None."""
+    path = os.path.join(model_dir, "tokenizer.json")
+    if not os.path.isfile(path):
+        return None
+    try:
+        return Tokenizer.from_file(path)
+    except Exception as e:  # tokenizers raises a plain Exception for a malformed file
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ElectraUsageError(f"cannot read {path}: {first[:200]}")
+
+
 def _tokenizer_json_vocab(model_dir: str) -> List[str]:
     path = os.path.join(model_dir, "tokenizer.json")
-    model = _read_json(path).get("model") if os.path.isfile(path) else None
-    if not isinstance(model, dict) or model.get("type") != "WordPiece":
+    tokenizer = _fast_tokenizer(model_dir)
+    if tokenizer is None or not isinstance(tokenizer.model, WordPiece):
         raise ElectraUsageError(
             f"{model_dir} has no vocab.txt (nor a WordPiece tokenizer.json); the conversion "
             f"needs the WordPiece vocabulary to order the embedding rows (models with other "
             f"tokenizers are not supported)")
-    vocab = model.get("vocab") or {}
+    vocab = tokenizer.get_vocab(with_added_tokens=False)
     tokens = sorted(vocab, key=vocab.get)
     if [vocab[t] for t in tokens] != list(range(len(tokens))):
         raise ElectraUsageError(f"{path}: WordPiece ids are not 0..{len(tokens) - 1}")
@@ -508,14 +523,12 @@ def _import_generator(generator_dir, disc: _HFModel, fields: dict, tokens, index
 def _tokenizer_settings(model_dir: str) -> dict:
     """do_lower_case etc. from an HF tokenizer_config.json (BERT's defaults otherwise)."""
     settings = {"do_lower_case": True, "strip_accents": None, "tokenize_chinese_chars": True}
-    path = os.path.join(model_dir, "tokenizer.json")
-    if os.path.isfile(path):  # the BertNormalizer of a fast tokenizer
-        normalizer = _read_json(path).get("normalizer") or {}
-        if normalizer.get("type") == "BertNormalizer":
-            for ours, theirs in (("do_lower_case", "lowercase"), ("strip_accents", "strip_accents"),
-                                 ("tokenize_chinese_chars", "handle_chinese_chars")):
-                if theirs in normalizer:
-                    settings[ours] = normalizer[theirs]
+    tokenizer = _fast_tokenizer(model_dir)
+    if tokenizer is not None and isinstance(tokenizer.normalizer, BertNormalizer):
+        normalizer = tokenizer.normalizer
+        settings.update(do_lower_case=normalizer.lowercase,
+                        strip_accents=normalizer.strip_accents,
+                        tokenize_chinese_chars=normalizer.handle_chinese_chars)
     path = os.path.join(model_dir, "tokenizer_config.json")
     if os.path.isfile(path):
         config = _read_json(path)
