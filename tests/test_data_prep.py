@@ -88,7 +88,9 @@ def test_wordpiece_matches_transformers_bert_tokenizer(tmp_path):
     n_tokens = n_unk = n_cont = 0
     for lowercase in (True, False):
         path = tmp_path / f"vocab_{lowercase}.txt"
-        path.write_text("\n".join(vocab_for(texts, lowercase, rng)) + "\n", encoding="utf-8")
+        vocab = vocab_for(texts, lowercase, rng)
+        vocab += [vocab[10], vocab[12] + " \u3000"]  # repeated entries: the last row's id
+        path.write_text("\n".join(vocab) + "\n", encoding="utf-8")
         hf = transformers.BertTokenizer(str(path), do_lower_case=lowercase)
         ours = tokmod.WordPieceTextTokenizer(str(path), lowercase=lowercase)
         for text in texts:
