@@ -48,7 +48,7 @@ from ..checkpoint import load_checkpoint, write_checkpoint
 from ..data.tokenizer import METADATA_FILE, WordPieceTextTokenizer
 from ..data.wordpiece import BERT_SPECIAL_TOKENS, load_vocab, vocab_to_fairseq_indices
 from ..data.wordpiece import write_fairseq_dict
-from ..errors import ElectraUsageError
+from ..errors import ElectraUsageError, first_line
 from ..flops import FlopsCounter
 from ..models.electra import (complete_config, fold_embedding_delta, generator_depth,
                                generator_sizes)
@@ -202,8 +202,7 @@ def _load_weight_file(path: str) -> Dict[str, torch.Tensor]:
             return load_file(path)
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # corrupt file, not a weights file, pickled objects
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ElectraUsageError(f"cannot read weights {path}: {first[:200]}")
+        raise ElectraUsageError(f"cannot read weights {path}: {first_line(e)}")
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ElectraUsageError(f"{path} is not a state dict of tensors")
     return state
@@ -289,8 +288,7 @@ def _fast_tokenizer(model_dir: str) -> Optional[Tokenizer]:
     try:
         return Tokenizer.from_file(path)
     except Exception as e:  # tokenizers raises a plain Exception for a malformed file
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ElectraUsageError(f"cannot read {path}: {first[:200]}")
+        raise ElectraUsageError(f"cannot read {path}: {first_line(e)}")
 
 
 def _tokenizer_json_vocab(model_dir: str) -> List[str]:
