@@ -294,6 +294,15 @@ def test_sequence_classification_roundtrip(bert, tmp_path):
     for ours_h, their_h in zip(extra["inner_states"], theirs.hidden_states):
         assert_close(ours_h[mask], their_h[mask])
 
+    # a config.json that gives num_labels instead of the label names
+    bare = Path(shutil.copytree(hf_dir, tmp_path / "bare"))
+    config = json.loads((bare / "config.json").read_text())
+    del config["id2label"], config["label2id"]
+    (bare / "config.json").write_text(json.dumps(dict(config, num_labels=3)))
+    bare_result = from_hf(bare, out_dir=tmp_path / "bare_imported", head_name="sst")
+    bare_state = load_checkpoint(bare_result.checkpoint)["model"]
+    assert bare_state["classification_heads.sst.out_proj.weight"].shape[0] == 3
+
     out = tmp_path / "exported"
     assert to_hf(result.checkpoint, out).architecture == "ElectraForSequenceClassification"
     theirs, ours = load_file(hf_dir / "model.safetensors"), load_file(out / "model.safetensors")

@@ -94,7 +94,10 @@ def read_hf_config(model_dir: str) -> dict:
     if config.get("model_type") != "electra":
         raise ElectraUsageError(f"{path} describes a '{config.get('model_type')}' model, not "
                                 f"ELECTRA (model_type must be 'electra')")
-    config = {**_transformers().ElectraConfig().to_dict(), **config}  # transformers' defaults
+    try:  # transformers fills in its defaults (and id2label from num_labels)
+        config = _transformers().ElectraConfig.from_dict(config).to_dict()
+    except (TypeError, ValueError) as e:
+        raise ElectraUsageError(f"{path}: {first_line(e)}")
     if config["hidden_act"] != HIDDEN_ACT:
         raise ElectraUsageError(f"{path}: hidden_act '{config['hidden_act']}' is not supported; "
                                 f"the plugin's ELECTRA uses '{HIDDEN_ACT}' (exact GELU)")
