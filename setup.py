@@ -26,7 +26,8 @@ setup(
     ],
     entry_points={"console_scripts": ["electra-train = electra_plugin.train_cli:cli_main"]},
     extras_require={
-        "hf": ["transformers>=4.40", "safetensors"],
+        # (5: the export's ElectraConfig(dtype=...) and tokenizers-backed BertTokenizer)
+        "hf": ["transformers>=5", "safetensors"],
         # fairseq's --tensorboard-logdir writes nothing without a writer package
         "tensorboard": ["tensorboardX>=2.6"],
         "plots": ["matplotlib"],  # the demo's and the equal-compute study's curves
