@@ -18,12 +18,16 @@ setup(
         "hydra-core>=1.3,<1.4",
         "omegaconf>=2.3,<2.4",
         "sentencepiece>=0.2.2",  # (0.2.2: encode(out_type="offset_mapping"), SQuAD offsets)
+        "tokenizers>=0.15",  # BERT WordPiece (BertNormalizer, BertPreTokenizer, offsets)
         "sacremoses",
         "numpy",
+        "scikit-learn",  # GLUE's F1 and Matthews correlation
+        "scipy",  # GLUE's Pearson and Spearman correlations
     ],
     entry_points={"console_scripts": ["electra-train = electra_plugin.train_cli:cli_main"]},
     extras_require={
-        "hf": ["transformers>=4.40", "safetensors"],
+        # (5: the export's ElectraConfig(dtype=...) and tokenizers-backed BertTokenizer)
+        "hf": ["transformers>=5", "safetensors"],
         # fairseq's --tensorboard-logdir writes nothing without a writer package
         "tensorboard": ["tensorboardX>=2.6"],
         "plots": ["matplotlib"],  # the demo's and the equal-compute study's curves

@@ -10,6 +10,13 @@ def _one_line(message) -> str:
     return " ".join(str(message).split())  # whatever was quoted into it
 
 
+def first_line(error: BaseException, limit: int = 200) -> str:
+    """The first line of a library's exception message (its type when empty), for quoting
+    in a one-line error."""
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:limit]
+
+
 class ElectraUsageError(ValueError):
     """A problem with the user's data, options or files, as one line naming the fix.
 

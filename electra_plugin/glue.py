@@ -5,12 +5,13 @@ configs (``scripts/glue_configs.py``), so a task is described once.
 """
 
 import csv
-import math
 import sys
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+from scipy.stats import pearsonr, spearmanr
+from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from .errors import ElectraUsageError
 
@@ -91,52 +92,36 @@ def read_split(task: GlueTask, path: str, labelled: bool = True):
     return sentences, (labels if labelled else None)
 
 
-# --- the official metrics, written out so that they are checked, not imported --------------
+# --- the official metrics: scikit-learn and scipy, as GLUE's own evaluation uses --------
 
 def accuracy(pred: Sequence, gold: Sequence) -> float:
-    return float(np.mean(np.asarray(pred) == np.asarray(gold)))
+    return float(accuracy_score(gold, pred))
 
 
-def f1(pred: Sequence[int], gold: Sequence[int], positive: int = 1) -> float:
-    pred, gold = np.asarray(pred) == positive, np.asarray(gold) == positive
-    tp = np.sum(pred & gold)
-    if tp == 0:
-        return 0.0
-    precision, recall = tp / pred.sum(), tp / gold.sum()
-    return float(2 * precision * recall / (precision + recall))
+def f1(pred: Sequence[int], gold: Sequence[int]) -> float:
+    """F1 of class 1; 0 when nothing is predicted or gold as class 1."""
+    return float(f1_score(gold, pred, pos_label=1, zero_division=0.0))
 
 
 def mcc(pred: Sequence[int], gold: Sequence[int]) -> float:
-    """Matthews correlation of binary labels (0 when a marginal is empty, as sklearn)."""
-    pred, gold = np.asarray(pred) == 1, np.asarray(gold) == 1
-    tp, tn = float(np.sum(pred & gold)), float(np.sum(~pred & ~gold))
-    fp, fn = float(np.sum(pred & ~gold)), float(np.sum(~pred & gold))
-    denom = math.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
-    return 0.0 if denom == 0 else (tp * tn - fp * fn) / denom
+    """Matthews correlation (0 when a marginal is empty)."""
+    return float(matthews_corrcoef(gold, pred))
+
+
+def _correlation(statistic, x: Sequence[float], y: Sequence[float]) -> float:
+    # scipy gives nan (and a warning) for a constant input, where the correlation is 0 here
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        return 0.0
+    return float(statistic(x, y)[0])
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float:
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    x, y = x - x.mean(), y - y.mean()
-    denom = math.sqrt(float(np.sum(x * x) * np.sum(y * y)))
-    return 0.0 if denom == 0 else float(np.sum(x * y) / denom)
-
-
-def _ranks(x: np.ndarray) -> np.ndarray:
-    """Average ranks (ties share the mean of their positions)."""
-    order = np.argsort(x, kind="mergesort")
-    ranks = np.empty(len(x))
-    sorted_x = x[order]
-    start = 0
-    for end in range(1, len(x) + 1):
-        if end == len(x) or sorted_x[end] != sorted_x[start]:
-            ranks[order[start:end]] = (start + end - 1) / 2.0
-            start = end
-    return ranks
+    return _correlation(pearsonr, x, y)
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    return pearson(_ranks(np.asarray(x, dtype=np.float64)), _ranks(np.asarray(y, dtype=np.float64)))
+    return _correlation(spearmanr, x, y)
 
 
 METRICS = {"accuracy": accuracy, "f1": f1, "mcc": mcc, "pearson": pearson, "spearman": spearman}

@@ -11,12 +11,13 @@ import: HF directories (config.json, model.safetensors or pytorch_model.bin, voc
 
 export: a checkpoint -> OUT (discriminator: ElectraForPreTraining, ElectraModel or
         ElectraForSequenceClassification) and OUT/generator (ElectraForMaskedLM), each with
-        config.json, model.safetensors and vocab.txt
+        config.json, model.safetensors, vocab.txt and the transformers tokenizer files
   python scripts/convert_hf.py export checkpoints/checkpoint_best.pt --out hf/ \\
       [--data data-bin/news] [--vocab vocab.txt] [--head NAME] [--overwrite]
 
-Errors (bad directories, configs that do not fit, mismatched weights, a non-empty target)
-are reported in one line and exit with status 1.
+Both directions need transformers (pip install -e '.[hf]'). Errors (bad directories,
+configs that do not fit, mismatched weights, a non-empty target) are reported in one line
+and exit with status 1.
 """
 
 import argparse

@@ -10,14 +10,11 @@ from pathlib import Path
 
 import pytest
 from fairseq.data import Dictionary, data_utils
+from tokenizers.normalizers import BertNormalizer
+from tokenizers.pre_tokenizers import BertPreTokenizer
 
 from electra_plugin.data import tokenizer as tokmod
-from electra_plugin.data.wordpiece import (
-    WordPieceTokenizer,
-    load_vocab,
-    vocab_to_fairseq_indices,
-    write_fairseq_dict,
-)
+from electra_plugin.data.wordpiece import load_vocab, vocab_to_fairseq_indices, write_fairseq_dict
 from electra_plugin.errors import ElectraUsageError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,11 +43,16 @@ VARIED = [
 ]
 
 
+def words_of(text, lowercase):
+    """BERT's words and punctuation before WordPiece (special-token strings not kept)."""
+    normalized = BertNormalizer(lowercase=lowercase).normalize_str(text)
+    return [word for word, _ in BertPreTokenizer().pre_tokenize_str(normalized)]
+
+
 def vocab_for(texts, lowercase, rng):
     """A BERT-style vocab.txt for `texts`: every character, most of them also as '##' pieces,
     some whole words and prefixes; a few characters are left out so [UNK] happens."""
-    plain = WordPieceTokenizer(SPECIALS + ["x"], do_lower_case=lowercase, keep_special_tokens=False)
-    words = sorted({w for t in texts for w in plain.basic_tokenize(t)})
+    words = sorted({w for t in texts for w in words_of(t, lowercase)})
     chars = sorted({c for w in words for c in w})
     missing = set(rng.sample(chars, 4))
     vocab = list(SPECIALS) + [f"[unused{i}]" for i in range(3)]
@@ -64,44 +66,66 @@ def vocab_for(texts, lowercase, rng):
     return list(dict.fromkeys(vocab))
 
 
+def python_docs_paragraphs(n):
+    """Real English text with code, quotes and odd punctuation: Python's own help topics."""
+    from pydoc_data.topics import topics
+
+    paragraphs = [p for key in sorted(topics) for p in topics[key].split("\n\n") if p.strip()]
+    return paragraphs[:: max(1, len(paragraphs) // n)][:n]
+
+
+def fairseq_view(pieces):
+    return ["<unk>" if p in SPECIALS else p for p in pieces]
+
+
 def test_wordpiece_matches_transformers_bert_tokenizer(tmp_path):
     transformers = pytest.importorskip(
         "transformers", reason="transformers is needed to compare with BertTokenizer")
     rng = random.Random(0)
     # random mixtures of the lines too, so that words meet punctuation and specials
     texts = VARIED + [" ".join(rng.sample(VARIED[:12], 3)) for _ in range(40)]
+    texts += python_docs_paragraphs(300)
     n_tokens = n_unk = n_cont = 0
     for lowercase in (True, False):
         path = tmp_path / f"vocab_{lowercase}.txt"
-        path.write_text("\n".join(vocab_for(texts, lowercase, rng)) + "\n", encoding="utf-8")
+        vocab = vocab_for(texts, lowercase, rng)
+        vocab += [vocab[10], vocab[12] + " \u3000"]  # repeated entries: the last row's id
+        path.write_text("\n".join(vocab) + "\n", encoding="utf-8")
         hf = transformers.BertTokenizer(str(path), do_lower_case=lowercase)
-        ours = WordPieceTokenizer(str(path), do_lower_case=lowercase)
+        ours = tokmod.WordPieceTextTokenizer(str(path), lowercase=lowercase)
         for text in texts:
-            expected = hf.tokenize(text)
-            assert ours.tokenize(text) == expected, (lowercase, text)
-            assert ours.convert_tokens_to_ids(expected) == hf.convert_tokens_to_ids(expected)
-            n_tokens += len(expected)
-            n_unk += expected.count("[UNK]")
-            n_cont += sum(t.startswith("##") for t in expected)
+            expected = hf(text, add_special_tokens=False, return_offsets_mapping=True)
+            pieces = hf.convert_ids_to_tokens(expected["input_ids"])
+            spans = ours.pieces_with_offsets(text)
+            assert [p for p, _, _ in spans] == fairseq_view(pieces), (lowercase, text)
+            assert [(s, e) for _, s, e in spans] == expected["offset_mapping"], (lowercase, text)
+            assert ours.wp.encode(text, add_special_tokens=False).ids == expected["input_ids"]
+            n_tokens += len(pieces)
+            n_unk += pieces.count("[UNK]")
+            n_cont += sum(t.startswith("##") for t in pieces)
     # the comparison exercised known, unknown and continuation pieces
-    assert n_tokens > 1000 and n_unk > 10 and n_cont > 100
+    assert n_tokens > 20000 and n_unk > 10 and n_cont > 1000
 
 
-def test_wordpiece_rules():
+def test_wordpiece_rules(tmp_path):
     vocab = SPECIALS + ["hello", "world", ",", "!", "un", "##aff", "##able", "cafe", "北", "京",
                         "x", "##x", "Hello"]
-    lower = WordPieceTokenizer(vocab, do_lower_case=True)
-    assert lower.tokenize("Héllo,  WORLD!") == ["hello", ",", "world", "!"]
-    assert lower.tokenize("unaffable CAFÉ") == ["un", "##aff", "##able", "cafe"]
-    assert lower.tokenize("unaffablex") == ["un", "##aff", "##able", "##x"]
-    assert lower.tokenize("unaffabley") == ["[UNK]"]  # no '##y': the whole word is unknown
-    assert lower.tokenize("北京") == ["北", "京"]
-    assert lower.tokenize("x" * 100) == ["x"] + ["##x"] * 99
-    assert lower.tokenize("x" * 101) == ["[UNK]"]
-    assert lower.tokenize("a [SEP] b") == ["[UNK]", "[SEP]", "[UNK]"]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    lower = tokmod.WordPieceTextTokenizer(str(tmp_path / "vocab.txt"), lowercase=True)
+    assert lower.pieces("Héllo,  WORLD!") == ["hello", ",", "world", "!"]
+    assert lower.pieces("unaffable CAFÉ") == ["un", "##aff", "##able", "cafe"]
+    assert lower.pieces("unaffablex") == ["un", "##aff", "##able", "##x"]
+    assert lower.pieces("unaffabley") == ["<unk>"]  # no '##y': the whole word is unknown
+    assert lower.pieces("北京") == ["北", "京"]
+    assert lower.pieces("x" * 100) == ["x"] + ["##x"] * 99
+    assert lower.pieces("x" * 101) == ["<unk>"]
+    # a literal [SEP] stays one piece, and becomes <unk>: text cannot inject a separator
+    assert lower.pieces_with_offsets("a [SEP] b") == [("<unk>", 0, 1), ("<unk>", 2, 7),
+                                                      ("<unk>", 8, 9)]
     assert lower.encode_line("hello [SEP] zzz") == "hello <unk> <unk>"
-    cased = WordPieceTokenizer(vocab, do_lower_case=False)
-    assert cased.tokenize("Hello hello Héllo") == ["Hello", "hello", "[UNK]"]
+    assert lower.detokenize(lower.pieces("unaffable hello")) == "unaffable hello"
+    cased = tokmod.WordPieceTextTokenizer(str(tmp_path / "vocab.txt"), lowercase=False)
+    assert cased.pieces("Hello hello Héllo") == ["Hello", "hello", "<unk>"]
 
 
 def test_vocab_to_fairseq_dict(tmp_path):
@@ -278,11 +302,10 @@ def test_prepare_data_wordpiece_with_valid_file(tmp_path):
 
     d = Dictionary.load(str(dest / "dict.txt"))
     assert len(d) == 4 + len(vocab) - 5
-    wp = WordPieceTokenizer(str(tmp_path / "vocab.txt"), do_lower_case=True)
+    wp = tokmod.WordPieceTextTokenizer(str(tmp_path / "vocab.txt"), lowercase=True)
     for split, docs in (("train", train_docs), ("valid", valid_docs)):
         got = documents_of(data_utils.load_indexed_dataset(str(dest / split), d), d)
-        want = [[["<unk>" if t == "[UNK]" else t for t in wp.tokenize(line)] for line in doc]
-                for doc in docs]
+        want = [[wp.pieces(line) for line in doc] for doc in docs]
         assert got == want, split
     n_unk = sum(p == "<unk>" for doc in want for line in doc for p in line)
     assert n_unk > 0  # the words with a 'q' (e.g. "quickly") are unknown

@@ -1,14 +1,13 @@
 """GLUE: official file layout -> binarized data -> fine-tuning -> official metrics."""
 
 import json
+import math
 import random
 import sys
 
 import numpy as np
 import pytest
 import torch
-from scipy.stats import pearsonr, spearmanr
-from sklearn.metrics import f1_score, matthews_corrcoef
 
 from conftest import assert_one_line_error, PLUGIN, REPO, SUBJECTS, OBJECTS, VERBS, run
 from electra_plugin import glue
@@ -64,18 +63,28 @@ def preprocess(task, glue_dir, spm_data, dest, *extra):
                 glue_dir, "--pretrain-data", spm_data, "--destdir", dest, *extra])
 
 
-def test_official_metrics_match_sklearn_and_scipy():
-    rng = np.random.default_rng(0)
-    pred, gold = rng.integers(0, 2, 200), rng.integers(0, 2, 200)
-    assert glue.f1(pred, gold) == pytest.approx(f1_score(gold, pred))
-    assert glue.mcc(pred, gold) == pytest.approx(matthews_corrcoef(gold, pred))
-    x = rng.normal(size=100)
-    y = x + rng.normal(size=100)
-    y[:10] = y[10]  # ties
-    assert glue.pearson(x, y) == pytest.approx(pearsonr(x, y)[0])
-    assert glue.spearman(x, y) == pytest.approx(spearmanr(x, y)[0])
-    assert glue.score(glue.get_task("mrpc"), [1, 0, 1, 1], [1, 0, 0, 1]) == {
+def test_official_metrics_on_hand_checked_cases():
+    # pred 1 0 1 1 / gold 1 0 0 1: tp 2, tn 1, fp 1, fn 0
+    pred, gold = [1, 0, 1, 1], [1, 0, 0, 1]
+    assert glue.accuracy(pred, gold) == 0.75
+    assert glue.f1(pred, gold) == pytest.approx(2 * (2 / 3) * 1 / (2 / 3 + 1))
+    assert glue.mcc(pred, gold) == pytest.approx((2 * 1 - 1 * 0) / math.sqrt(3 * 2 * 2 * 1))
+    assert glue.f1([0, 0], [0, 0]) == 0.0  # no positive class at all
+    assert glue.mcc([1, 1, 1], [1, 0, 1]) == 0.0  # an empty marginal
+    x = [1.0, 2.0, 3.0, 4.0]
+    assert glue.pearson(x, [2.0, 4.0, 6.0, 8.0]) == pytest.approx(1.0)
+    assert glue.pearson(x, [8.0, 6.0, 4.0, 2.0]) == pytest.approx(-1.0)
+    # monotone but not linear: rank correlation 1, linear correlation below 1
+    assert glue.spearman(x, [1.0, 10.0, 100.0, 1000.0]) == pytest.approx(1.0)
+    assert glue.pearson(x, [1.0, 10.0, 100.0, 1000.0]) < 0.9
+    # ties share their mean rank: ranks (1, 2.5, 2.5, 4) against (1, 2, 3, 4)
+    assert glue.spearman([1.0, 2.0, 2.0, 3.0], x) == pytest.approx(
+        float(np.corrcoef([1, 2.5, 2.5, 4], [1, 2, 3, 4])[0, 1]))
+    assert glue.pearson(x, [5.0] * 4) == 0.0 == glue.spearman([5.0] * 4, x)  # constant: 0
+    assert glue.score(glue.get_task("mrpc"), pred, gold) == {
         "f1": pytest.approx(80.0), "accuracy": 75.0}
+    assert glue.score(glue.get_task("sts-b"), x, [2.0, 4.0, 6.0, 8.0]) == {
+        "pearson": pytest.approx(100.0), "spearman": pytest.approx(100.0)}
 
 
 def test_generated_configs_are_up_to_date_and_follow_the_recipe():

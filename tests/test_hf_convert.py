@@ -39,7 +39,15 @@ from electra_plugin.checkpoint import (  # noqa: E402
     load_checkpoint,
     write_checkpoint,
 )
-from electra_plugin.convert.hf import KEY_TABLE, from_hf, model_cli_args, to_hf  # noqa: E402
+from electra_plugin.convert.hf import from_hf, model_cli_args, to_hf  # noqa: E402
+from electra_plugin.convert.keys import (  # noqa: E402
+    KEY_TABLE,
+    component_of,
+    expand,
+    permute_rows,
+    rename,
+    symbols,
+)
 from electra_plugin.data.tokenizer import load_tokenizer  # noqa: E402
 from electra_plugin.data.wordpiece import vocab_to_fairseq_indices  # noqa: E402
 from electra_plugin.errors import ElectraUsageError  # noqa: E402
@@ -242,7 +250,6 @@ def test_export_reproduces_transformers_files_bit_for_bit(case, bert, tmp_path):
         for key in theirs:
             assert theirs[key].dtype == ours[key].dtype and torch.equal(theirs[key], ours[key]), key
         their_cfg = json.loads((original / "config.json").read_text())
-        their_cfg.pop("transformers_version")
         assert json.loads((exported / "config.json").read_text()) == their_cfg
         assert (exported / "vocab.txt").read_text().split("\n")[:-1] == VOCAB
         _, info = cls.from_pretrained(exported, output_loading_info=True)
@@ -287,12 +294,20 @@ def test_sequence_classification_roundtrip(bert, tmp_path):
     for ours_h, their_h in zip(extra["inner_states"], theirs.hidden_states):
         assert_close(ours_h[mask], their_h[mask])
 
+    # a config.json that gives num_labels instead of the label names
+    bare = Path(shutil.copytree(hf_dir, tmp_path / "bare"))
+    config = json.loads((bare / "config.json").read_text())
+    del config["id2label"], config["label2id"]
+    (bare / "config.json").write_text(json.dumps(dict(config, num_labels=3)))
+    bare_result = from_hf(bare, out_dir=tmp_path / "bare_imported", head_name="sst")
+    bare_state = load_checkpoint(bare_result.checkpoint)["model"]
+    assert bare_state["classification_heads.sst.out_proj.weight"].shape[0] == 3
+
     out = tmp_path / "exported"
     assert to_hf(result.checkpoint, out).architecture == "ElectraForSequenceClassification"
     theirs, ours = load_file(hf_dir / "model.safetensors"), load_file(out / "model.safetensors")
     assert sorted(theirs) == sorted(ours) and all(torch.equal(theirs[k], ours[k]) for k in theirs)
     their_cfg = json.loads((hf_dir / "config.json").read_text())
-    their_cfg.pop("transformers_version")
     assert json.loads((out / "config.json").read_text()) == their_cfg
     _, info = ElectraForSequenceClassification.from_pretrained(out, output_loading_info=True)
     assert not any(info.values()), info
@@ -582,6 +597,20 @@ def test_checkpoint_writer_and_reader(make_case, tmp_path):
     one_line_error(e, "not an ELECTRA checkpoint", "transformer_lm")
 
 
+def test_import_takes_a_cased_tokenizer_json(tiny, tmp_path):
+    """A directory with the vocabulary only in tokenizer.json keeps its normaliser's settings."""
+    disc = Path(shutil.copytree(tiny[0], tmp_path / "d"))
+    (disc / "vocab.txt").rename(tmp_path / "vocab.txt")
+    BertTokenizer(str(tmp_path / "vocab.txt"), do_lower_case=False,
+                  tokenize_chinese_chars=False).save_pretrained(disc)
+    (disc / "tokenizer_config.json").unlink()  # the settings come from tokenizer.json alone
+    from_hf(disc, out_dir=tmp_path / "out")
+    meta = json.loads((tmp_path / "out" / "electra_tokenizer.json").read_text())
+    assert meta["lowercase"] is False and meta["tokenize_chinese_chars"] is False
+    assert (tmp_path / "out" / "vocab.txt").read_text().split("\n")[:-1] == VOCAB
+    assert load_tokenizer(str(tmp_path / "out")).pieces("The dog") == ["<unk>", "dog"]
+
+
 # ------------------------------------------------------------------ bad input, one line each
 def edit_config(path, **changes):
     config = json.loads((path / "config.json").read_text())
@@ -601,6 +630,9 @@ BAD_DISCRIMINATORS = {
     "eps": (lambda d: edit_config(d, layer_norm_eps=1e-5), ["layer_norm_eps"]),
     "no config": (lambda d: (d / "config.json").unlink(), ["no config.json"]),
     "no vocab": (lambda d: (d / "vocab.txt").unlink(), ["no vocab.txt"]),
+    "bad tokenizer.json": (lambda d: ((d / "vocab.txt").unlink(),
+                                      (d / "tokenizer.json").write_text('{"model": 3}')),
+                           ["cannot read", "tokenizer.json"]),
     "vocab size": (lambda d: edit_config(d, vocab_size=len(VOCAB) + 1), ["vocab_size"]),
     "missing tensor": (
         lambda d: edit_weights(d, lambda w: w.pop("electra.encoder.layer.1.output.dense.bias")),
@@ -702,7 +734,7 @@ def test_several_heads_need_a_choice(tiny, tmp_path):
     to_hf(path, tmp_path / "hf", head="sst")
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert config["architectures"] == ["ElectraForSequenceClassification"]
-    assert len(config["id2label"]) == 2
+    assert ElectraConfig.from_pretrained(tmp_path / "hf").num_labels == 2
 
 
 def test_key_table_is_one_to_one():
@@ -710,6 +742,35 @@ def test_key_table_is_one_to_one():
         names = [(row.component in ("generator", "generator_head"), getattr(row, side))
                  for row in KEY_TABLE]
         assert len(names) == len(set(names)), side
+
+
+def test_key_table_renames_both_ways_strictly():
+    fields = dict(num_layers=2, hidden_size=8, num_heads=2, ffn_size=16, embedding_size=4,
+                  max_positions=6, type_vocab_size=2)
+    components = ("discriminator", "discriminator_head")
+    params = expand(components, {c: symbols(fields, 7) for c in components})
+    ours = {p.fairseq: torch.randn(p.shape) for p in params}
+    theirs = rename(ours, params, to_hf=True, where="x")
+    assert theirs["electra.embeddings_project.weight"] is ours[
+        "discriminator.embeddings_project.weight"]  # E != H: the projection is there
+    order = torch.tensor([3, 0, 6, 1, 5, 2, 4])  # vocab row i -> fairseq row order[i]
+    permute_rows(theirs, params, to_hf=True, fairseq_index=order)
+    assert torch.equal(theirs["electra.embeddings.word_embeddings.weight"],
+                       ours["discriminator.embeddings.word_embeddings.weight"][order])
+    back = rename(theirs, params, to_hf=False, where="x")
+    permute_rows(back, params, to_hf=False, fairseq_index=order)
+    assert back.keys() == ours.keys() and all(torch.equal(back[k], ours[k]) for k in ours)
+    key = "discriminator.encoder.layer.1.output.dense.bias"
+    cases = [({k: v for k, v in ours.items() if k != key}, f"1 missing: {key}"),
+             ({**ours, "discriminator.extra": torch.zeros(1)}, "1 unexpected: discriminator.extra"),
+             ({**ours, key: torch.zeros(9)}, f"1 wrongly shaped: {key} [9] (expected [8])")]
+    for state, phrase in cases:
+        with pytest.raises(ElectraUsageError) as e:
+            rename(state, params, to_hf=True, where="ck.pt")
+        one_line_error(e, "ck.pt: weights do not match the config", phrase)
+    with pytest.raises(ElectraUsageError) as e:
+        component_of("decoder.layers.0.weight")
+    one_line_error(e, "decoder.layers.0.weight belongs to no ELECTRA component")
 
 
 # ------------------------------------------------------------------ command line

@@ -37,17 +37,19 @@ from omegaconf import OmegaConf  # noqa: E402
 
 from conftest import REPO, run  # noqa: E402
 from electra_plugin.convert.hf import (  # noqa: E402
-    CONFIG_TABLE,
-    HF_ARCHITECTURES,
     HIDDEN_ACT,
     LAYER_NORM_EPS,
-    _component_of,
-    _expand,
     _generator_fields,
     _hf_config,
-    _permute_rows,
-    _rename,
-    _symbols,
+)
+from electra_plugin.convert.keys import (  # noqa: E402
+    CONFIG_TABLE,
+    HF_ARCHITECTURES,
+    component_of,
+    expand,
+    permute_rows,
+    rename,
+    symbols,
 )
 from electra_plugin.criterions.electra import ElectraCriterion  # noqa: E402
 from electra_plugin.flops import FlopsCounter  # noqa: E402
@@ -148,7 +150,7 @@ def hf_models(model, task):
 
     The name map takes each plugin parameter name to the HF parameter it became.
     """
-    from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
+    from transformers import ElectraForMaskedLM, ElectraForPreTraining
 
     cfg = model.cfg
     dictionary = task.source_dictionary
@@ -156,7 +158,7 @@ def hf_models(model, task):
     state = {k: v for k, v in model.state_dict().items() if k != FlopsCounter.KEY}
     by_component = {}
     for key, value in state.items():
-        by_component.setdefault(_component_of(key), {})[key] = value
+        by_component.setdefault(component_of(key), {})[key] = value
     fields = {ours: cfg[ours] for ours, _ in CONFIG_TABLE}
     built, names = {}, {}
     for architecture, fields_ in (("ElectraForPreTraining", fields),
@@ -164,12 +166,12 @@ def hf_models(model, task):
                                    _generator_fields(fields, cfg.generator_size,
                                                      cfg.generator_layers))):
         components = HF_ARCHITECTURES[architecture]
-        params = _expand(components, {c: _symbols(fields_, vocab) for c in components})
+        params = expand(components, {c: symbols(fields_, vocab) for c in components})
         part = {k: v for c in components for k, v in by_component[c].items()}
-        hf_state = _rename(part, params, to_hf=True, where=architecture)
+        hf_state = rename(part, params, to_hf=True, where=architecture)
         # a sentencepiece dictionary: the converter keeps fairseq's row order (no vocab.txt)
-        _permute_rows(hf_state, params, to_hf=True, fairseq_index=None)
-        config = ElectraConfig(**_hf_config(fields_, architecture, vocab, pad, "float32"))
+        permute_rows(hf_state, params, to_hf=True, fairseq_index=None)
+        config = _hf_config(fields_, architecture, vocab, pad, torch.float32)
         config._attn_implementation = "eager"
         hf = getattr(transformers, architecture)(config).float()
         missing, unexpected = hf.load_state_dict(hf_state, strict=False)

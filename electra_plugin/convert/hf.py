@@ -1,29 +1,14 @@
-"""ELECTRA checkpoints between this plugin and Hugging Face ``transformers``.
+"""ELECTRA checkpoints between this plugin and Hugging Face ``transformers``: the HF files.
 
-Everything is driven by three tables, each used in both directions:
-
-* :data:`KEY_TABLE`: every parameter as (component, fairseq name, HF name, shape), with
-  ``{n}`` for a layer index and ``{head}`` for a classification head's name. Expanded for a
-  concrete model size it gives the exact set of names and shapes each side must have: a
-  missing, unexpected or wrongly-shaped tensor is an error that names it.
-* :data:`CONFIG_TABLE`: our model config field <-> HF ``ElectraConfig`` field; settings the
-  plugin cannot express (another activation or LayerNorm epsilon, relative positions,
-  decoder mode) are errors.
-* the vocabulary permutation: HF rows follow the WordPiece ``vocab.txt``; fairseq rows
-  follow its dictionary (``<s> <pad> </s> <unk>``, the vocab entries without the five BERT
-  specials, then ``<mask>``), see :mod:`electra_plugin.data.wordpiece`. The rows of every
-  tensor whose first dimension is the vocabulary (word embeddings, generator output bias)
-  are permuted.
-
-Which HF class holds which components::
-
-    ElectraForPreTraining             discriminator + discriminator_head
-    ElectraForSequenceClassification  discriminator + classification_head
-    ElectraModel                      discriminator (saved without the "electra." prefix)
-    ElectraForMaskedLM                generator + generator_head
+Tensor names, shapes and the vocabulary permutation come from :mod:`.keys`; this module
+reads and writes the HF directories (``config.json`` and the tokenizer files through
+``transformers`` itself, the weights as ``model.safetensors``) and the plugin's checkpoint,
+dictionary and tokenizer description.
 
 Decisions:
 
+* Both directions need ``transformers`` (the ``hf`` extra): it fills in the defaults of a
+  ``config.json`` on import and writes ``config.json`` and the tokenizer files on export.
 * Import reads ``model.safetensors`` or ``pytorch_model.bin`` (sharded or not) and stores
   fp32. The generator's output layer must be tied to its word embeddings (as in ELECTRA and
   in HF's ``ElectraForMaskedLM``). Generator and discriminator share the embedding block
@@ -51,208 +36,33 @@ import math
 import os
 import shutil
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from omegaconf import OmegaConf
+from tokenizers import Tokenizer
+from tokenizers.models import WordPiece
+from tokenizers.normalizers import BertNormalizer
 
 from ..checkpoint import load_checkpoint, write_checkpoint
 from ..data.tokenizer import METADATA_FILE, WordPieceTextTokenizer
 from ..data.wordpiece import BERT_SPECIAL_TOKENS, load_vocab, vocab_to_fairseq_indices
 from ..data.wordpiece import write_fairseq_dict
-from ..errors import ElectraUsageError
+from ..errors import ElectraUsageError, first_line
 from ..flops import FlopsCounter
 from ..models.electra import (complete_config, fold_embedding_delta, generator_depth,
                                generator_sizes)
+from .keys import (CONFIG_TABLE, HF_ARCHITECTURES, component_of, expand, permute_rows, rename,
+                   symbols)
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["KEY_TABLE", "CONFIG_TABLE", "from_hf", "to_hf", "model_cli_args"]
+__all__ = ["from_hf", "to_hf", "model_cli_args"]
 
 DEFAULT_HEAD = "sentence_classification_head"  # fairseq's --classification-head-name default
-
-
-# ------------------------------------------------------------------------------ key table
-class Row(NamedTuple):
-    component: str
-    fairseq: str
-    hf: str
-    # Symbols: V vocabulary, E embedding size, H hidden size of that encoder, F its FFN size,
-    # P positions, T token types, C classes. A leading V marks rows the vocabulary permutes.
-    shape: Tuple[str, ...]
-    when: Optional[str] = None  # "projected": only if E != H; "token_types": only if T > 0
-
-
-def _encoder_rows(component: str, prefix: str) -> List[Row]:
-    """One encoder (embeddings, projection, layers) under ``prefix`` on the fairseq side."""
-    rows = [
-        ("embeddings.word_embeddings.weight", ("V", "E"), None),
-        ("embeddings.position_embeddings.weight", ("P", "E"), None),
-        ("embeddings.token_type_embeddings.weight", ("T", "E"), "token_types"),
-        ("embeddings.LayerNorm.weight", ("E",), None),
-        ("embeddings.LayerNorm.bias", ("E",), None),
-        ("embeddings_project.weight", ("H", "E"), "projected"),
-        ("embeddings_project.bias", ("H",), "projected"),
-        ("encoder.layer.{n}.attention.self.query.weight", ("H", "H"), None),
-        ("encoder.layer.{n}.attention.self.query.bias", ("H",), None),
-        ("encoder.layer.{n}.attention.self.key.weight", ("H", "H"), None),
-        ("encoder.layer.{n}.attention.self.key.bias", ("H",), None),
-        ("encoder.layer.{n}.attention.self.value.weight", ("H", "H"), None),
-        ("encoder.layer.{n}.attention.self.value.bias", ("H",), None),
-        ("encoder.layer.{n}.attention.output.dense.weight", ("H", "H"), None),
-        ("encoder.layer.{n}.attention.output.dense.bias", ("H",), None),
-        ("encoder.layer.{n}.attention.output.LayerNorm.weight", ("H",), None),
-        ("encoder.layer.{n}.attention.output.LayerNorm.bias", ("H",), None),
-        ("encoder.layer.{n}.intermediate.dense.weight", ("F", "H"), None),
-        ("encoder.layer.{n}.intermediate.dense.bias", ("F",), None),
-        ("encoder.layer.{n}.output.dense.weight", ("H", "F"), None),
-        ("encoder.layer.{n}.output.dense.bias", ("H",), None),
-        ("encoder.layer.{n}.output.LayerNorm.weight", ("H",), None),
-        ("encoder.layer.{n}.output.LayerNorm.bias", ("H",), None),
-    ]
-    # Our encoder modules carry HF's names, so only the prefix differs.
-    return [Row(component, prefix + name, "electra." + name, shape, when)
-            for name, shape, when in rows]
-
-
-KEY_TABLE: Tuple[Row, ...] = (
-    *_encoder_rows("discriminator", "discriminator."),
-    Row("discriminator_head", "discriminator_head.dense.weight",
-        "discriminator_predictions.dense.weight", ("H", "H")),
-    Row("discriminator_head", "discriminator_head.dense.bias",
-        "discriminator_predictions.dense.bias", ("H",)),
-    Row("discriminator_head", "discriminator_head.dense_prediction.weight",
-        "discriminator_predictions.dense_prediction.weight", ("1", "H")),
-    Row("discriminator_head", "discriminator_head.dense_prediction.bias",
-        "discriminator_predictions.dense_prediction.bias", ("1",)),
-    *_encoder_rows("generator", "generator."),
-    Row("generator_head", "generator_head.dense.weight",
-        "generator_predictions.dense.weight", ("E", "H")),
-    Row("generator_head", "generator_head.dense.bias", "generator_predictions.dense.bias", ("E",)),
-    Row("generator_head", "generator_head.LayerNorm.weight",
-        "generator_predictions.LayerNorm.weight", ("E",)),
-    Row("generator_head", "generator_head.LayerNorm.bias",
-        "generator_predictions.LayerNorm.bias", ("E",)),
-    # The output weight is the word embedding matrix on both sides (tied), only the bias is own.
-    Row("generator_head", "generator_head.bias", "generator_lm_head.bias", ("V",)),
-    Row("classification_head", "classification_heads.{head}.dense.weight",
-        "classifier.dense.weight", ("H", "H")),
-    Row("classification_head", "classification_heads.{head}.dense.bias",
-        "classifier.dense.bias", ("H",)),
-    Row("classification_head", "classification_heads.{head}.out_proj.weight",
-        "classifier.out_proj.weight", ("C", "H")),
-    Row("classification_head", "classification_heads.{head}.out_proj.bias",
-        "classifier.out_proj.bias", ("C",)),
-)
-
-# HF model classes and the components they hold.
-HF_ARCHITECTURES = {
-    "ElectraForPreTraining": ("discriminator", "discriminator_head"),
-    "ElectraForSequenceClassification": ("discriminator", "classification_head"),
-    "ElectraModel": ("discriminator",),
-    "ElectraForMaskedLM": ("generator", "generator_head"),
-}
-# fairseq state-dict prefixes of the components (classification heads: "...heads.NAME.").
-COMPONENT_PREFIXES = {
-    "discriminator": "discriminator.",
-    "discriminator_head": "discriminator_head.",
-    "generator": "generator.",
-    "generator_head": "generator_head.",
-    "classification_head": "classification_heads.",
-}
 # Non-persistent buffers that transformers 4.x wrote into some checkpoints: not parameters.
 _HF_BUFFERS = ("electra.embeddings.position_ids", "electra.embeddings.token_type_ids")
 _TIED_LM_WEIGHT = ("generator_lm_head.weight", "electra.embeddings.word_embeddings.weight")
-
-
-class _Param(NamedTuple):
-    fairseq: str
-    hf: str
-    shape: Tuple[int, ...]
-    vocab_rows: bool
-
-
-def _expand(components: Iterable[str], sizes: Dict[str, Dict[str, int]],
-            head: Optional[str] = None) -> List[_Param]:
-    """The concrete parameters of ``components``; ``sizes[component]`` gives its symbols."""
-    params = []
-    for row in KEY_TABLE:
-        if row.component not in components:
-            continue
-        s = dict(sizes[row.component], **{"1": 1})
-        if row.when == "projected" and s["E"] == s["H"]:
-            continue
-        if row.when == "token_types" and s["T"] == 0:
-            continue
-        shape = tuple(s[d] for d in row.shape)
-        for n in range(s["L"]) if "{n}" in row.fairseq else [None]:
-            params.append(_Param(row.fairseq.format(n=n, head=head), row.hf.format(n=n, head=head),
-                                 shape, row.shape[0] == "V"))
-    return params
-
-
-def _rename(state: Dict[str, torch.Tensor], params: List[_Param], to_hf: bool,
-            where: str) -> Dict[str, torch.Tensor]:
-    """Rename a state dict to the other side; every key and shape must match the table."""
-    src = {(p.fairseq if to_hf else p.hf): p for p in params}
-    unexpected = sorted(k for k in state if k not in src)
-    missing = sorted(k for k in src if k not in state)
-    wrong = [f"{k} {list(state[k].shape)} (expected {list(src[k].shape)})"
-             for k in sorted(state) if k in src and tuple(state[k].shape) != src[k].shape]
-    if unexpected or missing or wrong:
-        problems = []
-        for what, keys in (("missing", missing), ("unexpected", unexpected),
-                           ("wrongly shaped", wrong)):
-            if keys:
-                more = f" and {len(keys) - 4} more" if len(keys) > 4 else ""
-                problems.append(f"{len(keys)} {what}: {', '.join(keys[:4])}{more}")
-        raise ElectraUsageError(f"{where}: weights do not match the config: "
-                                f"{'; '.join(problems)}")
-    return {(src[k].hf if to_hf else src[k].fairseq): v for k, v in state.items()}
-
-
-def _permute_rows(state: Dict[str, torch.Tensor], params: List[_Param], to_hf: bool,
-                  fairseq_index: Optional[torch.Tensor]) -> None:
-    """In place: vocabulary rows from HF (vocab.txt) order to fairseq order or back.
-
-    ``fairseq_index[i]`` is the fairseq row of vocab.txt row i; None keeps the order.
-    """
-    if fairseq_index is None:
-        return
-    for p in params:
-        if not p.vocab_rows:
-            continue
-        key = p.hf if to_hf else p.fairseq
-        value = state[key]
-        if to_hf:
-            state[key] = value[fairseq_index].contiguous()
-        else:
-            out = torch.empty_like(value)
-            out[fairseq_index] = value
-            state[key] = out
-
-
-# --------------------------------------------------------------------------- config table
-# Our model config field <-> HF ElectraConfig field (per encoder).
-CONFIG_TABLE = (
-    ("num_layers", "num_hidden_layers"),
-    ("hidden_size", "hidden_size"),
-    ("num_heads", "num_attention_heads"),
-    ("ffn_size", "intermediate_size"),
-    ("embedding_size", "embedding_size"),
-    ("max_positions", "max_position_embeddings"),
-    ("type_vocab_size", "type_vocab_size"),
-    ("dropout", "hidden_dropout_prob"),
-    ("attention_dropout", "attention_probs_dropout_prob"),
-)
-# transformers' ElectraConfig defaults, for fields a config.json leaves out.
-HF_DEFAULTS = {
-    "vocab_size": 30522, "embedding_size": 128, "hidden_size": 256, "num_hidden_layers": 12,
-    "num_attention_heads": 4, "intermediate_size": 1024, "hidden_act": "gelu",
-    "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
-    "max_position_embeddings": 512, "type_vocab_size": 2, "initializer_range": 0.02,
-    "layer_norm_eps": 1e-12, "pad_token_id": 0,
-}
 # What the plugin's encoder computes; anything else in a config.json is an error.
 LAYER_NORM_EPS = 1e-12
 HIDDEN_ACT = "gelu"
@@ -284,7 +94,10 @@ def read_hf_config(model_dir: str) -> dict:
     if config.get("model_type") != "electra":
         raise ElectraUsageError(f"{path} describes a '{config.get('model_type')}' model, not "
                                 f"ELECTRA (model_type must be 'electra')")
-    config = {**HF_DEFAULTS, **config}
+    try:  # transformers fills in its defaults (and id2label from num_labels)
+        config = _transformers().ElectraConfig.from_dict(config).to_dict()
+    except (TypeError, ValueError) as e:
+        raise ElectraUsageError(f"{path}: {first_line(e)}")
     if config["hidden_act"] != HIDDEN_ACT:
         raise ElectraUsageError(f"{path}: hidden_act '{config['hidden_act']}' is not supported; "
                                 f"the plugin's ELECTRA uses '{HIDDEN_ACT}' (exact GELU)")
@@ -308,42 +121,27 @@ def _fields_from_hf(config: dict) -> Dict[str, float]:
     return {ours: config[theirs] for ours, theirs in CONFIG_TABLE}
 
 
+def _transformers():
+    """transformers, which fills in, writes and reads the HF config and tokenizer files."""
+    try:
+        import transformers
+    except ImportError:
+        raise ElectraUsageError("converting to or from Hugging Face needs transformers "
+                                "(pip install -e '.[hf]')") from None
+    return transformers
+
+
 def _hf_config(fields: dict, architecture: str, vocab_size: int, pad_token_id: int,
-               dtype: str, labels: Optional[Sequence[str]] = None) -> dict:
-    """An HF ElectraConfig dict (the fields transformers writes) for one encoder."""
-    config = {
-        "add_cross_attention": False,
-        "architectures": [architecture],
-        "bos_token_id": None,
-        "classifier_dropout": None,
-        "dtype": dtype,
-        "eos_token_id": None,
-        "hidden_act": HIDDEN_ACT,
-        "initializer_range": 0.02,
-        "is_decoder": False,
-        "layer_norm_eps": LAYER_NORM_EPS,
-        "model_type": "electra",
-        "pad_token_id": pad_token_id,
-        "summary_activation": "gelu",
-        "summary_last_dropout": 0.1,
-        "summary_type": "first",
-        "summary_use_proj": True,
-        "tie_word_embeddings": True,
-        "use_cache": True,
-        "vocab_size": vocab_size,
-    }
-    for ours, theirs in CONFIG_TABLE:
-        config[theirs] = fields[ours]
+               dtype: torch.dtype, labels: Optional[Sequence[str]] = None):
+    """The transformers ``ElectraConfig`` of one encoder."""
+    extra = {}
     if labels is not None:
-        config["id2label"] = {str(i): label for i, label in enumerate(labels)}
-        config["label2id"] = {label: i for i, label in enumerate(labels)}
-    return dict(sorted(config.items()))
-
-
-def _symbols(fields: dict, vocab_size: int, num_classes: int = 0) -> Dict[str, int]:
-    return {"V": vocab_size, "E": fields["embedding_size"], "H": fields["hidden_size"],
-            "F": fields["ffn_size"], "P": fields["max_positions"],
-            "T": fields["type_vocab_size"], "L": fields["num_layers"], "C": num_classes}
+        extra = {"id2label": dict(enumerate(labels)),
+                 "label2id": {label: i for i, label in enumerate(labels)}}
+    return _transformers().ElectraConfig(
+        architectures=[architecture], vocab_size=vocab_size, pad_token_id=pad_token_id,
+        dtype=dtype, hidden_act=HIDDEN_ACT, layer_norm_eps=LAYER_NORM_EPS,
+        **{theirs: fields[ours] for ours, theirs in CONFIG_TABLE}, **extra)
 
 
 def _generator_fields(fields: dict, generator_size: float,
@@ -407,8 +205,7 @@ def _load_weight_file(path: str) -> Dict[str, torch.Tensor]:
             return load_file(path)
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # corrupt file, not a weights file, pickled objects
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ElectraUsageError(f"cannot read weights {path}: {first[:200]}")
+        raise ElectraUsageError(f"cannot read weights {path}: {first_line(e)}")
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ElectraUsageError(f"{path} is not a state dict of tensors")
     return state
@@ -486,15 +283,26 @@ def _read_vocab(model_dir: str) -> Tuple[List[str], torch.Tensor]:
     return tokens, torch.tensor(index)
 
 
+def _fast_tokenizer(model_dir: str) -> Optional[Tokenizer]:
+    """The ``tokenizers`` tokenizer saved as tokenizer.json in an HF directory, or None."""
+    path = os.path.join(model_dir, "tokenizer.json")
+    if not os.path.isfile(path):
+        return None
+    try:
+        return Tokenizer.from_file(path)
+    except Exception as e:  # tokenizers raises a plain Exception for a malformed file
+        raise ElectraUsageError(f"cannot read {path}: {first_line(e)}")
+
+
 def _tokenizer_json_vocab(model_dir: str) -> List[str]:
     path = os.path.join(model_dir, "tokenizer.json")
-    model = _read_json(path).get("model") if os.path.isfile(path) else None
-    if not isinstance(model, dict) or model.get("type") != "WordPiece":
+    tokenizer = _fast_tokenizer(model_dir)
+    if tokenizer is None or not isinstance(tokenizer.model, WordPiece):
         raise ElectraUsageError(
             f"{model_dir} has no vocab.txt (nor a WordPiece tokenizer.json); the conversion "
             f"needs the WordPiece vocabulary to order the embedding rows (models with other "
             f"tokenizers are not supported)")
-    vocab = model.get("vocab") or {}
+    vocab = tokenizer.get_vocab(with_added_tokens=False)
     tokens = sorted(vocab, key=vocab.get)
     if [vocab[t] for t in tokens] != list(range(len(tokens))):
         raise ElectraUsageError(f"{path}: WordPiece ids are not 0..{len(tokens) - 1}")
@@ -605,10 +413,10 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
     if "classification_head" in components:
         id2label = disc.config.get("id2label")
         num_classes = len(id2label) if id2label else int(disc.config.get("num_labels", 2))
-    sizes = {c: _symbols(fields, vocab_size, num_classes) for c in components}
-    params = _expand(components, sizes, head_name)
-    state = _rename(disc.weights, params, to_hf=False, where=discriminator_dir)
-    _permute_rows(state, params, to_hf=False, fairseq_index=index)
+    sizes = {c: symbols(fields, vocab_size, num_classes) for c in components}
+    params = expand(components, sizes, head_name)
+    state = rename(disc.weights, params, to_hf=False, where=discriminator_dir)
+    permute_rows(state, params, to_hf=False, fairseq_index=index)
 
     model_cfg = dict(_name="electra", **fields,
                      generator_size=_default_generator_size(fields["num_heads"]),
@@ -704,10 +512,10 @@ def _import_generator(generator_dir, disc: _HFModel, fields: dict, tokens, index
                and torch.equal(weights[k], disc.weights[k]) for k in shared)
     gen_fields = _generator_fields(fields, generator_size, generator_layers)
     components = HF_ARCHITECTURES[gen.architecture]
-    sizes = {c: _symbols(gen_fields, len(tokens)) for c in components}
-    params = _expand(components, sizes)
-    state = _rename(weights, params, to_hf=False, where=generator_dir)
-    _permute_rows(state, params, to_hf=False, fairseq_index=index)
+    sizes = {c: symbols(gen_fields, len(tokens)) for c in components}
+    params = expand(components, sizes)
+    state = rename(weights, params, to_hf=False, where=generator_dir)
+    permute_rows(state, params, to_hf=False, fairseq_index=index)
     logger.info(f"generator size {generator_size:g}, {gen_fields['num_layers']} layers, "
                 f"embeddings {'shared with' if tied else 'separate from'} the discriminator's")
     return state, generator_size, generator_layers, not tied
@@ -716,14 +524,12 @@ def _import_generator(generator_dir, disc: _HFModel, fields: dict, tokens, index
 def _tokenizer_settings(model_dir: str) -> dict:
     """do_lower_case etc. from an HF tokenizer_config.json (BERT's defaults otherwise)."""
     settings = {"do_lower_case": True, "strip_accents": None, "tokenize_chinese_chars": True}
-    path = os.path.join(model_dir, "tokenizer.json")
-    if os.path.isfile(path):  # the BertNormalizer of a fast tokenizer
-        normalizer = _read_json(path).get("normalizer") or {}
-        if normalizer.get("type") == "BertNormalizer":
-            for ours, theirs in (("do_lower_case", "lowercase"), ("strip_accents", "strip_accents"),
-                                 ("tokenize_chinese_chars", "handle_chinese_chars")):
-                if theirs in normalizer:
-                    settings[ours] = normalizer[theirs]
+    tokenizer = _fast_tokenizer(model_dir)
+    if tokenizer is not None and isinstance(tokenizer.normalizer, BertNormalizer):
+        normalizer = tokenizer.normalizer
+        settings.update(do_lower_case=normalizer.lowercase,
+                        strip_accents=normalizer.strip_accents,
+                        tokenize_chinese_chars=normalizer.handle_chinese_chars)
     path = os.path.join(model_dir, "tokenizer_config.json")
     if os.path.isfile(path):
         config = _read_json(path)
@@ -738,16 +544,6 @@ class ExportResult:
     architecture: str
     generator_dir: Optional[str]
     wordpiece_vocab: bool  # False: rows in fairseq dictionary order, no vocab.txt
-
-
-_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-
-
-def _component_of(key: str) -> str:
-    for component, prefix in COMPONENT_PREFIXES.items():
-        if key.startswith(prefix):
-            return component
-    raise ElectraUsageError(f"checkpoint key {key} belongs to no ELECTRA component")
 
 
 def _find_dictionary(cfg, data: Optional[str]):
@@ -801,27 +597,22 @@ def _find_vocab(dict_dir: str, vocab: Optional[str]):
     return None, settings, meta
 
 
-def _write_safetensors(state: Dict[str, torch.Tensor], path: str) -> None:
-    from safetensors.torch import save_file
-
-    save_file({k: v.detach().contiguous() for k, v in state.items()}, path,
-              metadata={"format": "pt"})
-
-
 def _write_model_dir(model_dir, hf_state, config, vocab_path, tokenizer_settings,
                      dict_dir, meta):
+    from safetensors.torch import save_file
+
     os.makedirs(model_dir, exist_ok=True)
-    _write_safetensors(hf_state, os.path.join(model_dir, "model.safetensors"))
-    with open(os.path.join(model_dir, "config.json"), "w", encoding="utf-8") as f:
-        json.dump(config, f, indent=2)
-        f.write("\n")
+    # safetensors directly: save_pretrained of a model would first build it, to write the same
+    save_file({k: v.detach().contiguous() for k, v in hf_state.items()},
+              os.path.join(model_dir, "model.safetensors"), metadata={"format": "pt"})
+    config.save_pretrained(model_dir)
     if vocab_path is not None:
+        _transformers().BertTokenizerFast(
+            os.fspath(vocab_path), model_max_length=config.max_position_embeddings,
+            **tokenizer_settings,
+        ).save_pretrained(model_dir)
+        # vocab.txt as well: every row, repeated entries included (tokenizer.json holds a map)
         shutil.copyfile(vocab_path, os.path.join(model_dir, "vocab.txt"))
-        tokenizer_config = dict(tokenizer_settings, tokenizer_class="ElectraTokenizer",
-                                model_max_length=config["max_position_embeddings"])
-        with open(os.path.join(model_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-            json.dump(tokenizer_config, f, indent=2)
-            f.write("\n")
         return
     shutil.copyfile(os.path.join(dict_dir, "dict.txt"), os.path.join(model_dir, "dict.txt"))
     spm = os.path.join(dict_dir, meta.get("model", "spm.model"))
@@ -875,7 +666,7 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
             del weights[key]
     by_component: Dict[str, Dict[str, torch.Tensor]] = {}
     for key, value in weights.items():
-        by_component.setdefault(_component_of(key), {})[key] = value
+        by_component.setdefault(component_of(key), {})[key] = value
     head_keys = by_component.get("classification_head", {})
     heads = sorted({k.split(".")[1] for k in head_keys})
     # Sentence classification heads (dense + out_proj) have an HF class; span (SQuAD) heads
@@ -923,8 +714,7 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
             if f"{prefix}.embeddings.word_embeddings.weight" in weights:
                 by_component[prefix][f"{prefix}.embeddings.token_type_embeddings.weight"] = \
                     torch.zeros(1, fields["embedding_size"])
-    dtype = _DTYPES.get(weights["discriminator.embeddings.word_embeddings.weight"].dtype,
-                        "float32")
+    dtype = weights["discriminator.embeddings.word_embeddings.weight"].dtype
 
     if head is not None:
         architecture = "ElectraForSequenceClassification"
@@ -948,10 +738,10 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
             num_classes = part[f"classification_heads.{head}.out_proj.weight"].size(0)
             labels = _label_names(dict_dir, num_classes)
         disc_state.update(part)
-    sizes = {c: _symbols(fields, len(dictionary), num_classes) for c in components}
-    params = _expand(components, sizes, head)
-    hf_state = _rename(disc_state, params, to_hf=True, where=checkpoint)
-    _permute_rows(hf_state, params, to_hf=True, fairseq_index=index)
+    sizes = {c: symbols(fields, len(dictionary), num_classes) for c in components}
+    params = expand(components, sizes, head)
+    hf_state = rename(disc_state, params, to_hf=True, where=checkpoint)
+    permute_rows(hf_state, params, to_hf=True, fairseq_index=index)
     if architecture == "ElectraModel":
         hf_state = {k[len("electra."):]: v for k, v in hf_state.items()}
 
@@ -970,11 +760,11 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
     if gen_dir is not None:
         gen_fields = _generator_fields(fields, cfg.generator_size, cfg.generator_layers)
         components = HF_ARCHITECTURES["ElectraForMaskedLM"]
-        sizes = {c: _symbols(gen_fields, len(dictionary)) for c in components}
-        params = _expand(components, sizes)
+        sizes = {c: symbols(gen_fields, len(dictionary)) for c in components}
+        params = expand(components, sizes)
         gen_state = {**by_component["generator"], **by_component.get("generator_head", {})}
-        gen_hf = _rename(gen_state, params, to_hf=True, where=checkpoint)
-        _permute_rows(gen_hf, params, to_hf=True, fairseq_index=index)
+        gen_hf = rename(gen_state, params, to_hf=True, where=checkpoint)
+        permute_rows(gen_hf, params, to_hf=True, fairseq_index=index)
         _write_model_dir(gen_dir, gen_hf,
                          _hf_config(gen_fields, "ElectraForMaskedLM", len(dictionary),
                                     pad_token_id, dtype),

@@ -25,6 +25,10 @@ import re
 import shutil
 from typing import Any, Dict, List, Optional, Tuple
 
+from tokenizers.decoders import WordPiece as WordPieceDecoder
+
+from electra_plugin.data.wordpiece import (BERT_TO_FAIRSEQ_SPECIAL, bert_wordpiece,
+                                           fairseq_dict_lines, load_vocab)
 from electra_plugin.errors import ElectraUsageError
 
 __all__ = [
@@ -82,15 +86,7 @@ class TextTokenizer:
         """``pieces(text)`` with the character span of ``text`` each piece came from.
 
         Span extraction (SQuAD) needs this to map predicted pieces back to the original text.
-        The pieces are checked to be exactly ``pieces(text)``.
         """
-        spans = self._pieces_with_offsets(text)
-        if [p for p, _, _ in spans] != self.pieces(text):
-            raise RuntimeError(f"{type(self).__name__}: offsets disagree with pieces() "
-                               f"for {text[:80]!r}")  # a bug, not a user error
-        return spans
-
-    def _pieces_with_offsets(self, text: str) -> List[PieceSpan]:
         raise NotImplementedError
 
     def metadata(self) -> Dict[str, Any]:
@@ -164,9 +160,10 @@ class SentencePieceTokenizer(TextTokenizer):
     def dict_lines(self) -> List[str]:
         return sentencepiece_dict_lines(self.sp, self.model_path)
 
-    def _pieces_with_offsets(self, text: str) -> List[PieceSpan]:
+    def pieces_with_offsets(self, text: str) -> List[PieceSpan]:
         # Encode exactly the string pieces() encodes, remembering where each of its
-        # characters was in ``text``: whitespace runs collapse, lower-casing may lengthen.
+        # characters was in ``text``: whitespace runs collapse, lower-casing may lengthen;
+        # the pieces are checked to be exactly pieces(text).
         chars, where = [], []
         for word in re.finditer(r"\S+", text):
             if chars:
@@ -196,6 +193,8 @@ class SentencePieceTokenizer(TextTokenizer):
             else:  # whitespace only: an empty span where the next character starts
                 at = where[begin] if begin < len(where) else len(text)
                 spans.append((piece, at, at))
+        if [p for p, _, _ in spans] != self.pieces(text):
+            raise RuntimeError(f"offsets disagree with pieces() for {text[:80]!r}")  # a bug
         return spans
 
     def metadata(self) -> Dict[str, Any]:
@@ -203,7 +202,9 @@ class SentencePieceTokenizer(TextTokenizer):
 
 
 class WordPieceTextTokenizer(TextTokenizer):
-    """BERT WordPiece (see ``electra_plugin.data.wordpiece``)."""
+    """BERT WordPiece (``tokenizers``, see ``electra_plugin.data.wordpiece``); every BERT
+    special in the output, ``[UNK]`` or a literal ``[SEP]`` of the text, becomes ``<unk>``,
+    so raw text can never inject a real separator or mask."""
 
     kind = "wordpiece"
 
@@ -216,106 +217,31 @@ class WordPieceTextTokenizer(TextTokenizer):
         vocab_file: Optional[str] = None,
     ):
         super().__init__(lowercase)
-        from electra_plugin.data.wordpiece import WordPieceTokenizer
-
         self.vocab_path = vocab_path
         self.vocab_file = vocab_file or os.path.basename(vocab_path)
         self.strip_accents = strip_accents
         self.tokenize_chinese_chars = bool(tokenize_chinese_chars)
-        self.wp = WordPieceTokenizer(
-            vocab_path,
-            do_lower_case=lowercase,
-            strip_accents=strip_accents,
-            tokenize_chinese_chars=tokenize_chinese_chars,
-        )
+        self.vocab_tokens = load_vocab(vocab_path)
+        self.wp = bert_wordpiece(self.vocab_tokens, lowercase, strip_accents,
+                                 self.tokenize_chinese_chars)
 
     def pieces(self, text: str) -> List[str]:
-        return _safe_pieces(self.wp.fairseq_pieces(text))
+        return [p for p, _, _ in self.pieces_with_offsets(text)]
 
-    def _pieces_with_offsets(self, text: str) -> List[PieceSpan]:
-        # The basic tokenizer of wordpiece.py, character by character, keeping the index in
-        # ``text`` of every normalised character; then WordPiece splits each word.
-        from electra_plugin.data import wordpiece as wpm
-
-        wp = self.wp
-        fold = wp.strip_accents or wp.do_lower_case
-        words: List[Tuple[str, List[int]]] = []  # (normalised word, index of each char)
-        cur: List[str] = []
-        cur_at: List[int] = []
-
-        def flush():
-            if cur:
-                words.append(("".join(cur), list(cur_at)))
-                cur.clear()
-                cur_at.clear()
-
-        def fold_char(ch):
-            return wpm._fold_char(ch, wp.strip_accents, wp.do_lower_case) if fold else ch
-
-        specials, special_words = {}, set()
-        if wp.keep_special_tokens:
-            pattern = "|".join(re.escape(t) for t in sorted(wpm.BERT_SPECIAL_TOKENS, key=len,
-                                                              reverse=True))
-            specials = {m.start(): m.end() for m in re.finditer(pattern, text)}
-        i = 0
-        while i < len(text):
-            if i in specials:
-                flush()
-                words.append((text[i:specials[i]], list(range(i, specials[i]))))
-                special_words.add(len(words) - 1)
-                i = specials[i]
-                continue
-            ch = text[i]
-            cls = wpm._char_class(ch)
-            if cls == wpm._KEEP:
-                for c in fold_char(ch):
-                    if c != ch and wpm._char_class(c) == wpm._PUNCT:
-                        flush()
-                        words.append((c, [i]))
-                    else:
-                        cur.append(c)
-                        cur_at.append(i)
-            elif cls in (wpm._PUNCT, wpm._CJK):
-                flush()
-                word = fold_char(ch)
-                words.append((word, [i] * len(word)))
-            elif cls == wpm._SPACE:
-                flush()
-            i += 1
-        flush()
-
-        spans: List[PieceSpan] = []
-        for w, (word, at) in enumerate(words):
-            pieces = [word] if w in special_words else wp.wordpiece(word)
-            if len(pieces) == 1:  # the whole word (also [UNK] and literal specials)
-                spans.append((pieces[0], at[0], at[-1] + 1))
-                continue
-            pos = 0
-            for k, piece in enumerate(pieces):
-                n = len(piece) - (2 if k else 0)  # continuation pieces carry "##"
-                spans.append((piece, at[pos], at[pos + n - 1] + 1))
-                pos += n
-        # As WordPieceTokenizer.fairseq_pieces: every BERT special becomes <unk>.
-        fairseq = _safe_pieces([UNK_PIECE if p in wpm.BERT_TO_FAIRSEQ_SPECIAL else p
-                                for p, _, _ in spans])
-        return [(p, s, e) for p, (_, s, e) in zip(fairseq, spans)]
+    def pieces_with_offsets(self, text: str) -> List[PieceSpan]:
+        encoding = self.wp.encode(text, add_special_tokens=False)
+        pieces = _safe_pieces([UNK_PIECE if p in BERT_TO_FAIRSEQ_SPECIAL else p
+                               for p in encoding.tokens])
+        return [(p, s, e) for p, (s, e) in zip(pieces, encoding.offsets)]
 
     def detokenize(self, pieces: List[str]) -> str:
-        words = []
-        for piece in pieces:
-            if piece.startswith("##") and words:
-                words[-1] += piece[2:]
-            else:
-                words.append(piece)
-        return " ".join(words)
+        return WordPieceDecoder(prefix="##", cleanup=False).decode(list(pieces))
 
     def files(self) -> List[str]:
         return [self.vocab_path]
 
     def dict_lines(self) -> List[str]:
-        from electra_plugin.data.wordpiece import fairseq_dict_lines
-
-        return fairseq_dict_lines(self.wp.vocab_tokens, self.vocab_path)
+        return fairseq_dict_lines(self.vocab_tokens, self.vocab_path)
 
     def metadata(self) -> Dict[str, Any]:
         return {
