@@ -34,7 +34,7 @@ from fairseq.tasks import TASK_DATACLASS_REGISTRY
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from .errors import ElectraUsageError
+from .errors import ElectraUsageError, first_line
 from .models.electra import ElectraModel
 
 logger = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def _group(kind: str, cfg, registry: Mapping[str, Any], resolve_name=lambda n: n
     try:
         group = OmegaConf.merge(OmegaConf.structured(dataclass), values)
     except OmegaConfBaseException as e:
-        raise ElectraUsageError(f"bad {kind} config for '{name}': {str(e).splitlines()[0]}")
+        raise ElectraUsageError(f"bad {kind} config for '{name}': {first_line(e)}")
     with open_dict(group):
         group._name = name
     return group
@@ -137,7 +137,7 @@ def write_checkpoint(path, model_cfg, task_cfg, state_dict: Mapping[str, torch.T
     try:
         container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     except OmegaConfBaseException as e:
-        raise ElectraUsageError(f"cannot resolve the checkpoint config: {str(e).splitlines()[0]}")
+        raise ElectraUsageError(f"cannot resolve the checkpoint config: {first_line(e)}")
     state = {
         "args": None,  # legacy argparse slot; fairseq reads "cfg" when this is None
         "cfg": container,
@@ -194,9 +194,8 @@ def load_checkpoint(path, arg_overrides: Optional[Dict[str, Any]] = None) -> Dic
         reason = checkpoint_damage(path, thorough=True)
         if reason:
             raise damaged_checkpoint_error(path, reason) from None
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ElectraUsageError(
-            f"{path} is not a PyTorch checkpoint this version can read ({first[:200]})")
+            f"{path} is not a PyTorch checkpoint this version can read ({first_line(e)})")
     if not isinstance(state, dict) or not isinstance(state.get("model"), Mapping):
         raise ElectraUsageError(f"{path} is not a fairseq checkpoint (no model state dict)")
     if state.get("cfg") is None:

@@ -563,7 +563,7 @@ def _find_dictionary(cfg, data: Optional[str]):
                 dictionary = Dictionary.load(path)
             except (ValueError, RuntimeError) as e:
                 raise ElectraUsageError(f"{path} is not a fairseq dictionary "
-                                        f"({str(e).splitlines()[0][:200]})")
+                                        f"({first_line(e)})")
             dictionary.add_symbol("<mask>")
             return dictionary, candidate
     raise ElectraUsageError(f"{data}/dict.txt does not exist; pass the directory with the "

@@ -29,7 +29,7 @@ from tokenizers.decoders import WordPiece as WordPieceDecoder
 
 from electra_plugin.data.wordpiece import (BERT_TO_FAIRSEQ_SPECIAL, bert_wordpiece,
                                            fairseq_dict_lines, load_vocab)
-from electra_plugin.errors import ElectraUsageError
+from electra_plugin.errors import ElectraUsageError, first_line
 
 __all__ = [
     "METADATA_FILE",
@@ -134,7 +134,7 @@ class SentencePieceTokenizer(TextTokenizer):
             self.sp = spm.SentencePieceProcessor(model_file=model_path)
         except (OSError, RuntimeError) as e:
             raise ElectraUsageError(
-                f"cannot load sentencepiece model {model_path!r}: {str(e).splitlines()[0] if str(e) else e}"
+                f"cannot load sentencepiece model {model_path!r}: {first_line(e)}"
             )
         n = self.sp.get_piece_size()
         # id -> the string fairseq sees for it.
