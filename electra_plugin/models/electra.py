@@ -445,7 +445,7 @@ class ElectraModel(BaseFairseqModel):
         logs = {"masked": len(positions)}
         corrupted, gen_log_probs, baseline = src_tokens, None, None
         if self.generator_variant is not None:  # BERT's mlm has none: <mask> stays
-            # 2. generator: M x V log-probabilities at the masked positions only
+            # 2. generator: M x V log-probabilities, a small masked LM's at the masked positions
             gen_log_probs, baseline = self.generator_variant.propose(self, src_tokens, attn_mask,
                                                                      positions)
             # 3. sample, without gradient: the discriminator's loss never reaches the generator
@@ -457,7 +457,7 @@ class ElectraModel(BaseFairseqModel):
         replaced = corrupted.ne(original)
         main = copy = hidden = None
         if not self.generator_alone:  # two-stage training's first stage: no discriminator
-            # 5. discriminator: one replaced/original logit per token
+            # 5. discriminator: one replaced/original logit per token (discriminator_head)
             hidden, _ = self.discriminator.encode(corrupted, attn_mask)
             main, copy = self.objective.predict(self, hidden, positions)
         out = PretrainingOutput(
