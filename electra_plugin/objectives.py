@@ -9,9 +9,9 @@ positions) and the same generator; it decides three things:
   logit per token; ``mlm_head``: vocabulary logits tied to the token embeddings);
 - ``predict`` / ``main_loss``: what those heads compute and the loss on them.
 
-The generator's own loss (maximum likelihood, or REINFORCE for the adversarial generator)
-is shared by all objectives: :meth:`Objective.generator_loss`. The ``electra`` criterion
-adds the two, weighting binary (replaced/original) losses by ``--disc-weight``.
+:meth:`~electra_plugin.models.electra.ElectraModel.electra_step` calls them at its step 5
+(discriminator) and 6 (loss); the generator's own loss comes from :mod:`.generators`. The
+step adds the two, weighting binary (replaced/original) losses by ``--disc-weight``.
 """
 
 from typing import Dict, NamedTuple, Optional
@@ -42,9 +42,9 @@ def masked_mean(values: torch.Tensor) -> torch.Tensor:
 class PretrainingOutput(NamedTuple):
     """What one pre-training step produced (a tuple, so DDP can walk it).
 
-    The generator fields are None without a network generator (``--generator unigram``,
-    ``--objective mlm``); ``main``/``copy`` are None while two-stage training trains the
-    generator alone.
+    ``generator_log_probs`` is the distribution the replacements were drawn from (a network
+    generator's, or the unigram table's), None for ``--objective mlm``; ``main``/``copy``
+    are None while two-stage training trains the generator alone.
     """
 
     generator_log_probs: Optional[torch.Tensor]  # M x V fp32 at the M picked positions
@@ -58,6 +58,8 @@ class PretrainingOutput(NamedTuple):
     main: Optional[torch.Tensor]  # the objective's prediction (see its predict)
     copy: Optional[torch.Tensor]  # B x T copy logits (all_tokens_mlm)
     disc_hidden: Optional[torch.Tensor] = None  # B x T x H discriminator's last layer
+    loss: Optional[torch.Tensor] = None  # L_gen + lambda * L_disc of the batch
+    logs: Optional[dict] = None  # the losses and counts the batch logs
 
 
 class Objective:
@@ -74,29 +76,6 @@ class Objective:
     def main_loss(self, out: PretrainingOutput):
         """-> (loss, per-token loss B x T or None, counts for the log)."""
         raise NotImplementedError
-
-    def generator_loss(self, model, out: PretrainingOutput, per_token):
-        """Maximum likelihood, or REINFORCE against the discriminator (``adversarial``).
-
-        Zero when nothing generates with a gradient: unigram generator, ``mlm``, or the
-        frozen generator of two-stage training's second stage.
-        """
-        log_probs = out.generator_log_probs
-        if log_probs is None or model.generator_frozen:
-            return out.replaced.new_zeros((), dtype=torch.float32)
-        if model.cfg.generator_training == "mle":
-            return masked_mean(-log_probs.gather(1, out.masked_targets[:, None]))
-        # Appendix F: the generator maximises the discriminator's loss on its samples,
-        # r_t = BCE of D at t, with a learned baseline b_t = -log sigmoid(w . h_G(t)) fitted
-        # to r_t by cross-entropy against exp(-r_t) (D's probability of the right label).
-        reward = per_token.detach().flatten()[out.positions]
-        sampled = out.corrupted.flatten()[out.positions]
-        sample_log_prob = log_probs.gather(1, sampled[:, None]).squeeze(1)
-        baseline = -F.logsigmoid(out.baseline_logits.float())
-        policy = masked_mean(-(reward - baseline.detach()) * sample_log_prob)
-        fit = masked_mean(F.binary_cross_entropy_with_logits(
-            out.baseline_logits.float(), torch.exp(-reward), reduction="none"))
-        return policy + fit
 
 
 @register_objective("electra")

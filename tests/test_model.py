@@ -115,7 +115,7 @@ def masked_batch(task, rows=3, length=20, seed=0):
 def test_rtd_step_shapes_and_labels():
     model, task = tiny_model()
     src, target, original, picked = masked_batch(task)
-    out = model(src, target=target)
+    out = model(src, target=target, disc_weight=50.0)
     assert out.generator_log_probs.shape == (int(picked.sum()), len(task.dictionary))
     assert torch.equal(out.masked_targets, original[picked])
     assert out.main.shape == src.shape
@@ -131,7 +131,7 @@ def test_sample_equal_to_original_is_labelled_original():
     favourite = int(original[0, 1])
     with torch.no_grad():
         model.generator_head.bias[favourite] = 1e4
-    out = model(src, target=target)
+    out = model(src, target=target, disc_weight=50.0)
     assert torch.equal(out.replaced, picked & original.ne(favourite))
     assert out.replaced.any() and (picked & original.eq(favourite)).any()
 
@@ -149,7 +149,7 @@ def test_gumbel_sampling_follows_the_generator_distribution():
 def test_discriminator_loss_does_not_reach_the_generator():
     model, task = tiny_model(dropout=0.0, attention_dropout=0.0)
     src, target, _, _ = masked_batch(task)
-    out = model(src, target=target)
+    out = model(src, target=target, disc_weight=50.0)
     F.binary_cross_entropy_with_logits(out.main, out.replaced.float()).backward()
     assert all(p.grad is None for p in model.generator.encoder.parameters())
     assert all(p.grad is None for p in model.generator_head.parameters())
@@ -214,7 +214,7 @@ def test_generator_layers_give_a_shallower_generator_counted_at_its_depth():
     model, task = tiny_model(generator_layers=0.5)
     assert len(model.generator.encoder.layer) == 1 and len(model.discriminator.encoder.layer) == 2
     src, target, _, picked = masked_batch(task)
-    out = model(src, target=target)
+    out = model(src, target=target, disc_weight=50.0)
     assert out.generator_log_probs.shape == (int(picked.sum()), len(task.dictionary))
     disc, gen = model_sizes(model.cfg)
     assert (disc.layers, gen.layers) == (2, 1)
@@ -247,7 +247,7 @@ def test_gdes_keeps_the_discriminator_loss_off_the_shared_embeddings(sharing):
     shared = model.generator.embeddings.word_embeddings.weight
     assert model.generator_head.embed_tokens[0].weight is shared  # the MLM head stays tied
     src, target, _, _ = masked_batch(task)
-    out = model(src, target=target)
+    out = model(src, target=target, disc_weight=50.0)
     F.binary_cross_entropy_with_logits(out.main, out.replaced.float()).backward()
     if sharing == "shared":
         assert shared.grad.abs().sum() > 0

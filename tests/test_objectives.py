@@ -27,7 +27,7 @@ def step(objective, disc_weight=50.0, seed=5, **overrides):
     torch.manual_seed(seed)
     loss, _, log = ElectraCriterion(task, disc_weight)(model, sample)
     torch.manual_seed(seed)
-    out = model(**sample["net_input"], target=sample["target"])
+    out = model(**sample["net_input"], target=sample["target"], disc_weight=disc_weight)
     return model, loss, log, out
 
 
@@ -143,7 +143,10 @@ def test_unigram_generator_samples_the_dictionary_counts():
     assert seen[:d.nspecial].sum() == 0 and seen[task.mask_idx] == 0
     assert torch.allclose(seen, expected, atol=4 * math.sqrt(expected.max() / 40000))
     _, loss, log, out = step("electra", generator="unigram")
-    assert out.generator_log_probs is None and "gen_loss" not in log
+    # the replacements are drawn from the unigram table at every masked position
+    assert torch.equal(out.generator_log_probs,
+                       model.unigram_log_probs.expand(out.masked_targets.numel(), -1))
+    assert "gen_loss" not in log and "gen_correct" not in log
     assert math.isclose(loss.item(), 50 * log["disc_loss"].item(), rel_tol=1e-6)
 
 
@@ -304,7 +307,7 @@ def generator_log_probs(path, data_bin):
     model.eval()
     src, target = batch["net_input"]["src_tokens"], batch["target"]
     with torch.no_grad():
-        return model(src, target=target).generator_log_probs
+        return model(src, target=target, disc_weight=50.0).generator_log_probs
 
 
 def test_objective_from_hydra(data_bin, tmp_path):

@@ -1,4 +1,4 @@
-"""The pre-training loss: generator loss + the objective's loss (lambda-weighted when binary)."""
+"""The pre-training criterion: runs the model's step, logs its losses, counts and FLOPs."""
 
 import weakref
 from dataclasses import dataclass, field
@@ -58,7 +58,8 @@ class ElectraCriterionConfig(FairseqDataclass):
 
 @register_criterion("electra", dataclass=ElectraCriterionConfig)
 class ElectraCriterion(FairseqCriterion):
-    """``L = L_gen + w * L_main`` for one batch, for any ``--objective`` of the model.
+    """``L = L_gen + w * L_main`` for one batch, for any ``--objective`` of the model, as
+    :meth:`~electra_plugin.models.electra.ElectraModel.electra_step` computes it.
 
     ``L_gen`` is the generator's loss (cross-entropy averaged over the masked positions, or
     REINFORCE), ``L_main`` the objective's loss (:mod:`electra_plugin.objectives`), with
@@ -88,30 +89,12 @@ class ElectraCriterion(FairseqCriterion):
         self.disc_weight = disc_weight
 
     def forward(self, model, sample, reduce=True):
-        out = model(**sample["net_input"], target=sample["target"])
-        objective = model.objective
+        """The step and its loss are :meth:`ElectraModel.electra_step`, run through ``model``
+        (the DDP wrapper in distributed training); this adds what fairseq logs around it."""
+        out = model(**sample["net_input"], target=sample["target"],
+                    disc_weight=self.disc_weight)
         logging_output = {"ntokens": sample["ntokens"], "nsentences": sample["nsentences"],
-                          "sample_size": 1, "masked": out.masked_targets.numel()}
-        loss = 0.0
-        per_token = None
-        if out.main is not None:
-            main_loss, per_token, counts = objective.main_loss(out)
-            weight = self.disc_weight if objective.binary else 1.0
-            loss = loss + weight * main_loss
-            logging_output[objective.loss_name] = main_loss.detach()
-            logging_output.update(counts)
-        gen_loss = objective.generator_loss(model, out, per_token)
-        loss = loss + gen_loss
-        logging_output["loss"] = loss.detach()
-        if objective.corrupts:  # the official sampled_masked_lm_accuracy
-            logging_output["sampled_correct"] = (
-                out.corrupted.flatten()[out.positions] == out.masked_targets).sum()
-        if out.generator_log_probs is not None:
-            if not model.generator_frozen:
-                logging_output["gen_loss"] = gen_loss.detach()
-            with torch.no_grad():
-                logging_output["gen_correct"] = (
-                    out.generator_log_probs.argmax(-1) == out.masked_targets).sum()
+                          "sample_size": 1, **out.logs}
         if not model.training and out.disc_hidden is not None:
             logging_output.update(pooled_feature_sums(out.disc_hidden, out.padding_mask))
         counter = getattr(model, "flops_counter", None) if model.training else None
@@ -120,7 +103,7 @@ class ElectraCriterion(FairseqCriterion):
             tokens = sample["net_input"]["src_tokens"]
             logging_output["flops"] = model.train_flops(tokens.size(1), tokens.size(0),
                                                         out.masked_targets.numel())
-        return loss, 1, logging_output
+        return out.loss, 1, logging_output
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:

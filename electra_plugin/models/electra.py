@@ -1,26 +1,26 @@
 """ELECTRA: a generator (small masked LM) and a discriminator sharing one embedding block.
 
-``ElectraModel.forward`` runs the whole pre-training step so that DDP sees a single forward:
-generator on the masked input -> sample at the masked positions -> corrupted input ->
-discriminator -> the heads of the ``--objective`` (:mod:`electra_plugin.objectives`).
+``ElectraModel.electra_step`` is the whole pre-training step on one screen, masked batch to
+loss: generator at the masked positions -> sample -> corrupted input -> discriminator ->
+loss. ``forward`` runs it, so that DDP sees a single forward. The ablations plug in from
+:mod:`electra_plugin.generators` and :mod:`electra_plugin.objectives`.
 """
 
 import logging
 import math
 from dataclasses import dataclass, field
-from contextlib import nullcontext
 from functools import cached_property
 from typing import Optional
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import BaseFairseqModel, register_model, register_model_architecture
 from omegaconf import OmegaConf, open_dict
 
 from ..errors import ElectraUsageError
 from ..flops import FlopsCounter, model_sizes, paper_train_flops
+from ..generators import build_generator
 from ..objectives import OBJECTIVES, PretrainingOutput
 from ..optim.layer_decay import tag_parameters
 from .encoder import DisentangledEmbedding, ElectraEmbeddings, ElectraEncoder, attention_mask
@@ -299,8 +299,10 @@ class ElectraModel(BaseFairseqModel):
         self.objective = OBJECTIVES[cfg.get("objective", "electra")]
         self.generator = self.generator_head = self.generator_baseline = None
         self.discriminator_head = self.mlm_head = self.flops_counter = None
+        self.generator_variant = None  # where the step's replacements come from (generators.py)
         if pretraining:
             self.flops_counter = FlopsCounter()  # training FLOPs seen; see flops.py
+            self.generator_variant = build_generator(cfg)
             if "discriminator_head" in self.objective.heads:
                 self.discriminator_head = DiscriminatorHead(cfg.hidden_size)
             if "mlm_head" in self.objective.heads:
@@ -386,12 +388,12 @@ class ElectraModel(BaseFairseqModel):
                         f"which is frozen from now on")
 
     def forward(self, src_tokens, target=None, features_only=False, return_all_hiddens=False,
-                classification_head_name=None, token_types=None, **kwargs):
+                classification_head_name=None, token_types=None, disc_weight=None, **kwargs):
         """Replaced token detection when ``target`` is given, else the discriminator.
 
         src_tokens: B x T. With ``target`` (B x T: the original token at masked positions,
-        padding elsewhere; the ``electra`` task's batch) returns a
-        :class:`~electra_plugin.objectives.PretrainingOutput`.
+        padding elsewhere; the ``electra`` task's batch) runs :meth:`electra_step` (the
+        ``electra`` criterion passes ``disc_weight``) inside this one forward, as DDP needs.
         Otherwise returns ``(x, {"inner_states": [...]})`` like fairseq's RoBERTa: x is
         B x T x H features (``features_only``), B x C logits of a classification head, or
         B x T replaced-token logits (pre-training model only).
@@ -399,7 +401,7 @@ class ElectraModel(BaseFairseqModel):
         BERT's segments (1 after the first ``</s>``, see :func:`segment_ids`).
         """
         if target is not None:
-            return self.pretraining_step(src_tokens, target)
+            return self.electra_step(src_tokens, target, disc_weight)
         if token_types is None and self.cfg.get("segment_token_types", False) and \
                 self.cfg.type_vocab_size > 1:
             token_types = segment_ids(src_tokens, self.separator_idx, self.padding_idx)
@@ -422,46 +424,60 @@ class ElectraModel(BaseFairseqModel):
             x = self.discriminator_head(x)
         return x, {"inner_states": states}
 
-    def pretraining_step(self, src_tokens, target) -> PretrainingOutput:
+    def electra_step(self, src_tokens, target, disc_weight: float) -> PretrainingOutput:
+        """One pre-training step, top to bottom as the paper's section 2 tells it.
+
+        src_tokens, target: B x T, the ``electra`` task's batch: its dataset has already
+        masked the input (:mod:`electra_plugin.data.masking`), target holds the original token
+        at the M picked positions and padding elsewhere. ``disc_weight``: lambda.
+        The comments say what the default (``--objective electra``, a masked-LM generator
+        trained by maximum likelihood) does; the ablations plug in at two named points:
+        ``self.generator_variant`` (:mod:`electra_plugin.generators`) and ``self.objective``
+        (:mod:`electra_plugin.objectives`).
+        """
         padding_mask = src_tokens.eq(self.padding_idx)
         attn_mask = attention_mask(padding_mask)  # one host sync, shared by both encoders
+        # 1. mask: the positions the dataset picked (15%, BERT's 80/10/10 already applied)
         masked = target.ne(self.padding_idx)
-        # flat indices of the M masked positions (a second sync: M sets the heads' shapes)
-        positions = masked.flatten().nonzero().squeeze(1)
+        positions = masked.flatten().nonzero().squeeze(1)  # M flat indices; a sync (M is a shape)
         masked_targets = target.flatten()[positions]
         original = torch.where(masked, target, src_tokens)
-        gen_log_probs = baseline = None
-        corrupted = src_tokens
-        if self.objective.corrupts:
-            # 1. the generator proposes tokens for the masked positions; 2. one is sampled (no
-            # gradient flows from the discriminator into the generator); 3. it corrupts the input
-            gen_log_probs, baseline, sampled = self.generate(src_tokens, attn_mask, positions)
+        logs = {"masked": len(positions)}
+        corrupted, gen_log_probs, baseline = src_tokens, None, None
+        if self.generator_variant is not None:  # BERT's mlm has none: <mask> stays
+            # 2. generator: M x V log-probabilities, a small masked LM's at the masked positions
+            gen_log_probs, baseline = self.generator_variant.propose(self, src_tokens, attn_mask,
+                                                                     positions)
+            # 3. sample, without gradient: the discriminator's loss never reaches the generator
+            sampled = self.sample(gen_log_probs.detach())
+            logs["sampled_correct"] = (sampled == masked_targets).sum()  # sampled_masked_lm_acc
+            # 4. corrupt: the samples replace the masked tokens
             corrupted = src_tokens.flatten().index_put((positions,), sampled).view_as(src_tokens)
+        # labels: replaced where the input differs (a sample equal to the original is original)
+        replaced = corrupted.ne(original)
         main = copy = hidden = None
-        if not self.generator_alone:
-            # 4. the discriminator reads the corrupted input; a sample equal to the original
-            #    token counts as original
+        if not self.generator_alone:  # two-stage training's first stage: no discriminator
+            # 5. discriminator: one replaced/original logit per token (discriminator_head)
             hidden, _ = self.discriminator.encode(corrupted, attn_mask)
             main, copy = self.objective.predict(self, hidden, positions)
-        return PretrainingOutput(
+        out = PretrainingOutput(
             generator_log_probs=gen_log_probs, baseline_logits=baseline,
             masked_targets=masked_targets, positions=positions, corrupted=corrupted,
-            original=original, replaced=corrupted.ne(original), padding_mask=padding_mask,
+            original=original, replaced=replaced, padding_mask=padding_mask,
             main=main, copy=copy, disc_hidden=hidden)
-
-    def generate(self, src_tokens, attn_mask, positions):
-        """-> (M x V fp32 log-probabilities or None, M baseline logits or None, M samples)."""
-        if self.generator is None:  # unigram: the same distribution at every position
-            log_probs = self.unigram_log_probs.expand(len(positions), -1)
-            return None, None, self.sample(log_probs)
-        with torch.no_grad() if self.generator_frozen else nullcontext():
-            hidden, _ = self.generator.encode(src_tokens, attn_mask)
-            hidden = hidden.flatten(0, 1)[positions]
-            log_probs = F.log_softmax(self.generator_head(hidden), dim=-1, dtype=torch.float32)
-        baseline = None
-        if self.generator_baseline is not None:  # trained on its own loss only
-            baseline = self.generator_baseline(hidden.detach()).squeeze(-1)
-        return log_probs, baseline, self.sample(log_probs.detach())
+        # 6. loss = lambda * BCE averaged over the non-pad tokens + the generator's
+        #    cross-entropy averaged over the masked positions
+        loss, per_token = 0.0, None
+        if main is not None:
+            disc_loss, per_token, counts = self.objective.main_loss(out)
+            loss = (disc_weight if self.objective.binary else 1.0) * disc_loss
+            logs.update({self.objective.loss_name: disc_loss.detach(), **counts})
+        if self.generator_variant is not None:
+            gen_loss, gen_logs = self.generator_variant.loss(self, out, per_token)
+            loss = loss + gen_loss
+            logs.update(gen_logs)
+        logs["loss"] = loss.detach()
+        return out._replace(loss=loss, logs=logs)
 
     def train_flops(self, length: int, sequences: int, predicted: int) -> float:
         """Training FLOPs of one batch as the paper counts them, for this model's setting."""
