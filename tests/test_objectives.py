@@ -327,6 +327,8 @@ def test_objective_from_hydra(data_bin, tmp_path):
     (dict(tie_generator=True), "--generator-size 1.0"),
     (dict(two_stage_updates=5), "--generator-size 1.0"),
     (dict(objective="replace_mlm", generator_training="adversarial"), "--objective electra"),
+    (dict(generator_size=1.0, generator_training="adversarial", two_stage_updates=5),
+     "--generator-training adversarial rewards the generator"),
     (dict(generator="unigram", generator_layers=0.5), "--generator unigram"),
     (dict(generator_size=1.0, generator_layers=0.5, tie_generator=True),
      "--tie-generator needs the generator at the discriminator's depth"),

@@ -220,6 +220,10 @@ def check_generator_options(cfg):
         fail(f"--two-stage-updates initialises the discriminator from the generator, which "
              f"needs the same size (--generator-size is {cfg.generator_size:g})",
              "set --generator-size 1.0")
+    if cfg.generator_training == "adversarial" and cfg.two_stage_updates:
+        fail("--generator-training adversarial rewards the generator with the "
+             "discriminator's loss, which the first of --two-stage-updates' stages does not "
+             "compute", "drop one of the two options")
     if (cfg.generator_training == "adversarial" or cfg.two_stage_updates) and \
             not OBJECTIVES[cfg.objective].binary:
         fail(f"adversarial and two-stage generators are defined for replaced token detection, "
@@ -437,7 +441,7 @@ class ElectraModel(BaseFairseqModel):
         """
         padding_mask = src_tokens.eq(self.padding_idx)
         attn_mask = attention_mask(padding_mask)  # one host sync, shared by both encoders
-        # 1. mask: the positions the dataset picked (15%, BERT's 80/10/10 already applied)
+        # 1. mask: the positions the dataset picked (--mask-prob, <mask> or kept as it says)
         masked = target.ne(self.padding_idx)
         positions = masked.flatten().nonzero().squeeze(1)  # M flat indices; a sync (M is a shape)
         masked_targets = target.flatten()[positions]
