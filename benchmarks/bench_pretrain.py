@@ -21,8 +21,8 @@ FLOP/s and MFU (against the matrix-multiply peak this run measures) for
   kept in the process), so that the step's speed and the allocator's show separately;
 
 and the ratios plugin/peer and plugin/peer-retained per row, whether the CPU has bf16
-matrix units, and an advice line when the plugin's bf16 rows are slower than its fp32 row. FLOPs per update are given the
-way the paper counts them (``electra_plugin.flops.paper_train_flops``, comparable with the
+matrix units, and an advice line when the plugin's bf16 rows are slower than its fp32 row.
+FLOPs per update are given the way the paper counts them (``electra_plugin.flops.paper_train_flops``, comparable with the
 paper's train-FLOPs column) and as executed (matmuls only, ``executed_train_flops``, the
 basis of MFU).
 
@@ -825,8 +825,9 @@ def main(argv=None):
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                    choices=["cpu", "cuda"])
     p.add_argument("--fairseq-train", action="store_true",
-                   help="also run fairseq-train on random binarized blocks and compare its "
-                        "logged wps with this harness's plugin figure")
+                   help="also run fairseq-train on random binarized blocks with each "
+                        "precision's first command line (fp32, --autocast-bf16, --amp) and "
+                        "compare its logged wps with this harness's figure for it")
     p.add_argument("--fairseq-train-updates", type=int, default=14)
     p.add_argument("--breakdown", action="store_true",
                    help="also time the parts of the plugin's step (generator, sampling, "
