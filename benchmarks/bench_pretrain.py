@@ -7,18 +7,22 @@ the other rows). For each model size,
 sequence length and precision it prints tokens/s, ms per update, peak memory, achieved
 FLOP/s and MFU (against the matrix-multiply peak this run measures) for
 
-- ``plugin``: fairseq's own ``Trainer.train_step`` (what ``fairseq-train`` runs per update)
-  on the plugin's ``ElectraModel``, ``electra`` criterion and ``electra_adam`` optimizer,
-  with the official hyperparameters (clip-norm 1, weight decay 0.01, polynomial lr);
+- ``plugin <flags>``: fairseq's own ``Trainer.train_step`` (what ``fairseq-train`` runs per
+  update) on the plugin's ``ElectraModel``, ``electra`` criterion and ``electra_adam``
+  optimizer, with the official hyperparameters (clip-norm 1, weight decay 0.01, polynomial
+  lr), set up from the command line a user types for the precision: ``fp32`` (no flag),
+  ``--autocast-bf16`` and ``--bf16`` (electra-train), ``--amp`` and ``--fp16``;
 - ``peer``: transformers' ``ElectraForMaskedLM`` (generator) and ``ElectraForPreTraining``
   (discriminator) of the same sizes sharing one embedding module, full-vocabulary generator
   logits, Gumbel sampling, ``loss = gen + 50 * disc``, ``torch.optim.AdamW`` and
-  ``clip_grad_norm_(1.0)`` (``pip install -e '.[hf]'``), with glibc's own malloc behaviour;
+  ``clip_grad_norm_(1.0)`` (``pip install -e '.[hf]'``), with glibc's own malloc behaviour,
+  under torch.autocast in bf16 / fp16 (with a GradScaler) for those precisions;
 - ``peer-retained`` (CPU): the same peer given the plugin's allocator setting (freed memory
   kept in the process), so that the step's speed and the allocator's show separately;
 
-and the ratios plugin/peer and plugin/peer-retained per row. FLOPs per update are given the
-way the paper counts them (``electra_plugin.flops.paper_train_flops``, comparable with the
+and the ratios plugin/peer and plugin/peer-retained per row, whether the CPU has bf16
+matrix units, and an advice line when the plugin's bf16 rows are slower than its fp32 row.
+FLOPs per update are given the way the paper counts them (``electra_plugin.flops.paper_train_flops``, comparable with the
 paper's train-FLOPs column) and as executed (matmuls only, ``executed_train_flops``, the
 basis of MFU).
 
@@ -127,19 +131,40 @@ def autocast(device, precision):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-class PluginStep:
-    """fairseq's Trainer.train_step on the plugin's model, criterion and optimizer.
+# The plugin's rows per precision: (name, flags) as a user types them on electra-train's
+# (= fairseq-train's) command line; the first of each is the one the README recommends.
+# --amp is fairseq's fp16 autocast with a loss scaler (CUDA autocast: on CPU it computes
+# in fp32); fairseq's flat fp32 master copy needs CUDA, hence --fp16-no-flatten-grads on CPU.
+PLUGIN_MODES = {
+    "fp32": [("fp32", [])],
+    "bf16": [("--autocast-bf16", ["--autocast-bf16"]), ("--bf16 (electra-train)", ["--bf16"])],
+    "fp16": [("--amp", ["--amp"]), ("--fp16", ["--fp16"])],
+}
 
-    ``package``: the plugin package whose model and criterion to use (default: this
-    checkout's; :func:`plugin_at_revision` gives an older one for before/after timings).
+
+def plugin_modes(precision, device):
+    return [(name, flags + (["--fp16-no-flatten-grads"] if "--fp16" in flags
+                            and device.type == "cpu" else []))
+            for name, flags in PLUGIN_MODES[precision]]
+
+
+class PluginStep:
+    """fairseq's Trainer.train_step on the plugin's model, criterion and optimizer, set up
+    from the command line electra-train (fairseq-train with --bf16 usable) would parse.
+
+    ``flags``: the precision flags of the row (:data:`PLUGIN_MODES`); ``package``: the
+    plugin package whose model and criterion to use (default: this checkout's;
+    :func:`plugin_at_revision` gives an older one for before/after timings).
     """
 
-    def __init__(self, data_dir, arch, length, batch_size, device, precision, extra=(),
+    def __init__(self, data_dir, arch, length, batch_size, device, flags=(), extra=(),
                  package=None, name="plugin"):
-        from fairseq import options, tasks, utils
+        from fairseq import tasks, utils
         from fairseq.dataclass.utils import convert_namespace_to_omegaconf
         from fairseq.logging import metrics
         from fairseq.trainer import Trainer
+
+        from electra_plugin.train_cli import parse_args
 
         argv = [str(data_dir), "--user-dir", str(PLUGIN), "--task", "electra",
                 "--criterion", "electra", "--arch", arch, "--tokens-per-sample", str(length),
@@ -148,15 +173,8 @@ class PluginStep:
                 "--weight-decay", str(WEIGHT_DECAY), "--clip-norm", str(CLIP_NORM),
                 "--lr", str(LR), "--lr-scheduler", "polynomial_decay",
                 "--warmup-updates", "10000", "--total-num-update", "1000000", "--seed", "1",
-                *extra]
-        if device.type == "cpu":
-            argv.append("--cpu")
-        elif precision == "fp16":
-            argv.append("--amp")  # fairseq's autocast + grad scaler
-        args = options.parse_args_and_arch(options.get_training_parser(), argv)
-        if args.bf16 and "--tpu" not in argv:
-            args.tpu = False  # as electra-train does (fairseq issue 4696)
-        cfg = convert_namespace_to_omegaconf(args)
+                *flags, *extra] + (["--cpu"] if device.type == "cpu" else [])
+        cfg = convert_namespace_to_omegaconf(parse_args(argv))
         utils.import_user_module(cfg.common)
         metrics.reset()
         self.task = tasks.setup_task(cfg.task)
@@ -171,24 +189,31 @@ class PluginStep:
             criterion = package.criterions.electra.ElectraCriterion(
                 self.task, cfg.criterion.disc_weight)
         self.trainer = Trainer(cfg, self.task, model, criterion)
-        self.model, self.name = model, name
+        self.model, self.name, self.device = self.trainer.model, name, device
         # the electra task keeps freed CPU memory unless told not to (allocator.py)
         self.retains_memory = "--release-cpu-memory" not in extra
-        # fp16 goes through --amp; bf16 through autocast around the step (fairseq has no
-        # bf16 autocast flag; its --bf16 keeps the weights themselves in bf16)
-        self.autocast = (lambda: contextlib.nullcontext()) if precision in ("fp32", "fp16") \
-            else (lambda: autocast(device, precision))
 
     def step(self, src, target):
         sample = {"id": torch.arange(len(src)),
                   "net_input": {"src_tokens": src, "src_lengths": torch.full(
                       (len(src),), src.size(1))},
                   "target": target, "ntokens": src.numel(), "nsentences": len(src)}
-        with self.autocast():
-            self.trainer.train_step([sample])
+        self.trainer.train_step([sample])
+
+    def forward_context(self):
+        """The autocast the trainer's step runs the forward under (for --breakdown's parts):
+        the task's bf16 with --autocast-bf16, fairseq's CUDA fp16 with --amp."""
+        from fairseq.optim.amp_optimizer import AMPOptimizer
+
+        if isinstance(self.trainer.optimizer, AMPOptimizer) and self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.float16)
+        return self.task.autocast(self.model)
 
     def parameters(self):
-        return list(self.model.parameters())
+        """The model's parameters and the optimizer's (the fp32 master copies of --bf16 and
+        --fp16)."""
+        groups = self.trainer.optimizer.optimizer.param_groups
+        return [*self.model.parameters(), *(p for g in groups for p in g["params"])]
 
     def optimizer_state(self):
         return self.trainer.optimizer.optimizer.state
@@ -325,16 +350,24 @@ def matmul_peak(device, precision, repeats=5):
     shapes = [(2048, 256, 1024), (2048, 1024, 256), (2048, 768, 3072), (4096, 1024, 1024)]
     if device.type == "cuda":
         shapes = [(8192, 8192, 8192), (16384, 3072, 768), (16384, 768, 3072)]
-    best = 0.0
+    best, deadline = 0.0, time.perf_counter() + 10
     for m, k, n in shapes:
+        if best and time.perf_counter() > deadline:
+            break  # a dtype without hardware support: the shapes timed so far must do
         a = torch.randn(m, k, device=device).to(dtype)
         b = torch.randn(k, n, device=device).to(dtype)
         flops = 2 * m * k * n
-        inner = max(1, int(2e10 // flops)) if device.type == "cpu" else 20
-        for _ in range(2):
-            a @ b
+        a @ b
+        synchronize(device)
+        t = time.perf_counter()
+        a @ b
+        synchronize(device)
+        # ~0.2 s per repeat, fewer repeats when one product takes longer: bf16 runs at
+        # about 1 GFLOP/s on a CPU without bf16 units
+        single = time.perf_counter() - t
+        inner = max(1, int(0.2 / max(single, 1e-6)))
         times = []
-        for _ in range(repeats):
+        for _ in range(repeats if single < 0.2 else 2):
             synchronize(device)
             t = time.perf_counter()
             for _ in range(inner):
@@ -394,14 +427,29 @@ def time_steps(runner, batches, device):
     return (time.perf_counter() - start) / len(batches)
 
 
-def build_runner(impl, args, c):
-    """The step of one implementation (``--impls`` name), built where it will run; ``c``:
-    the configuration run_config shares with its workers."""
+def row_specs(impls, precision, device, baseline):
+    """The rows of one precision: (``--impls`` name, row name, plugin flags); "plugin" gives
+    one row per command line of :data:`PLUGIN_MODES`, "baseline" the first of them at REV."""
+    rows = []
+    for impl in impls:
+        if impl == "plugin":
+            rows += [(impl, f"plugin {name}", flags)
+                     for name, flags in plugin_modes(precision, device)]
+        elif impl == "baseline":
+            rows.append((impl, f"plugin@{baseline}", plugin_modes(precision, device)[0][1]))
+        else:
+            rows.append((impl, impl, []))
+    return rows
+
+
+def build_runner(spec, args, c):
+    """The step of one row of :func:`row_specs`, built where it will run; ``c``: the
+    configuration run_config shares with its workers."""
+    impl, name, flags = spec
     if impl in ("plugin", "baseline"):
         package = plugin_at_revision(args.baseline, c.ref_dir) if impl == "baseline" else None
-        return PluginStep(c.data_dir, c.arch, c.length, args.batch_size, c.device, c.precision,
-                          extra=args.plugin_args, package=package,
-                          name=f"plugin@{args.baseline}" if package else "plugin")
+        return PluginStep(c.data_dir, c.arch, c.length, args.batch_size, c.device, flags,
+                          extra=args.plugin_args, package=package, name=name)
     return PeerStep(arch_config(c.arch), c.vocab, c.pad, c.device, c.precision,
                     retains_memory=impl == "peer-retained")
 
@@ -422,14 +470,14 @@ def quiet():
     warnings.filterwarnings("ignore")  # hydra's deprecation notes on every config build
 
 
-def serve(conn, impl, args, config, batches, threads):
+def serve(conn, spec, args, config, batches, threads):
     """Worker process: build one implementation, then run what the parent asks for."""
     quiet()
     torch.set_num_threads(threads)
     device = config.device
     batches = [(src.to(device), target.to(device)) for src, target in batches]
     try:
-        runner = build_runner(impl, args, config)
+        runner = build_runner(spec, args, config)
         if device.type == "cpu" and runner.retains_memory:
             retain_freed_memory()  # what the electra task does on its first update
         conn.send((True, runner.name))
@@ -462,15 +510,15 @@ class Worker:
     malloc setting and warm state, which none of the other rows can disturb (glibc's
     thresholds and heap layout depend on everything a process allocated before)."""
 
-    def __init__(self, impl, args, config, batches):
+    def __init__(self, spec, args, config, batches):
         import multiprocessing
 
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=serve, daemon=True, args=(
-            child, impl, args, config, batches, torch.get_num_threads()))
+            child, spec, args, config, batches, torch.get_num_threads()))
         self.process.start()
-        self.name = self._reply(impl)
+        self.name = self._reply(spec[1])
 
     def _reply(self, what):
         ok, value = self.conn.recv()
@@ -499,7 +547,9 @@ def run_config(args, arch, length, precision, device, data_root):
     config = SimpleNamespace(arch=arch, length=length, precision=precision, device=device,
                              data_dir=data_dir, ref_dir=Path(tempfile.mkdtemp(dir=data_root)),
                              vocab=vocab, pad=pad)
-    workers = [Worker(impl, args, config, batches) for impl in args.impls]
+    specs = row_specs(args.impls, precision, device, args.baseline)
+    flags = {name: row_flags for _, name, row_flags in specs}
+    workers = [Worker(spec, args, config, batches) for spec in specs]
     try:
         for worker in workers:  # warm-up: optimizer state, oneDNN/cuBLAS choices, heap
             worker("warmup")
@@ -527,18 +577,20 @@ def run_config(args, arch, length, precision, device, data_root):
                                         full_vocab_generator=name.startswith("peer"))
         rows.append(dict(
             config=tag, arch=arch, length=length, batch_size=batch_size,
-            precision=precision, impl=name, ms_per_update=1e3 * seconds,
+            precision=precision, impl=name, flags=flags[name], ms_per_update=1e3 * seconds,
             ms_per_update_repeats=[1e3 * t for t in times[name]],
             cpu_ms_per_update=1e3 * statistics.median(cpu_times[name]),
             page_faults_per_update=statistics.median(faults[name]),
             tokens_per_s=batch_size * length / seconds, peak_memory_bytes=memory[name],
             paper_flops_per_update=paper, executed_flops_per_update=executed,
             achieved_flops_per_s=executed / seconds))
+    recommended = f"plugin {plugin_modes(precision, device)[0][0]}"
     for row in rows:
         # median of the per-repeat ratios: each pair ran back to back under the same load
         for other, key in (("peer", "vs_peer"), ("peer-retained", "vs_peer_retained"),
                            (f"plugin@{args.baseline}", "vs_baseline")):
-            if other in times and row["impl"].startswith("plugin") and row["impl"] != other:
+            if other in times and row["impl"].startswith("plugin") and row["impl"] != other \
+                    and (key != "vs_baseline" or row["impl"] == recommended):
                 row[key] = statistics.median(
                     b / a for a, b in zip(times[row["impl"]], times[other]))
                 row["memory_" + key] = memory[row["impl"]] / memory[other]
@@ -561,8 +613,8 @@ def breakdown(args, arch, length, precision, device, data_root, repeats):
     from electra_plugin.models.encoder import attention_mask
 
     data_dir = write_dictionary(data_root / f"dict{args.vocab}", args.vocab)
-    runner = PluginStep(data_dir, arch, length, args.batch_size, device, precision,
-                        extra=args.plugin_args)
+    runner = PluginStep(data_dir, arch, length, args.batch_size, device,
+                        plugin_modes(precision, device)[0][1], extra=args.plugin_args)
     model, trainer, pad = runner.model, runner.trainer, runner.task.dictionary.pad()
     batches = make_batches(runner.task, repeats + 1, args.batch_size, length, seed=1)
     batches = [(s.to(device), t.to(device)) for s, t in batches]
@@ -579,7 +631,7 @@ def breakdown(args, arch, length, precision, device, data_root, repeats):
     model.train()
     for i, (src, target) in enumerate(batches):
         timed("step", lambda: runner.step(src, target))
-        with runner.autocast():
+        with runner.forward_context():
             padding = src.eq(pad)
             mask = attention_mask(padding)
             masked = target.ne(pad)
@@ -640,7 +692,7 @@ def data_ms_per_batch(args, arch, length, data_root, batches):
 # ------------------------------------------------------------------------------ fairseq-train
 
 
-def fairseq_train_wps(args, arch, length, precision, data_root, updates):
+def fairseq_train_wps(args, arch, length, flags, data_root, updates):
     """Run fairseq-train on random binarized blocks; median wps of its log lines."""
     data_dir = write_dictionary(data_root / f"train{args.vocab}", args.vocab)
     task = electra_task(data_dir, arch, length)
@@ -655,11 +707,7 @@ def fairseq_train_wps(args, arch, length, precision, data_root, updates):
            "--max-update", str(updates), "--disable-validation", "--no-save",
            "--log-format", "json", "--log-interval", "1", "--no-progress-bar",
            "--num-workers", "0", "--data-buffer-size", "0", "--seed", "1",
-           *args.plugin_args]
-    if args.device == "cpu":
-        cmd.append("--cpu")
-    if precision == "fp16":
-        cmd.append("--amp")
+           *flags, *args.plugin_args] + (["--cpu"] if args.device == "cpu" else [])
     env = dict(os.environ, OMP_NUM_THREADS=str(torch.get_num_threads()))
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env)
     if proc.returncode:
@@ -670,10 +718,12 @@ def fairseq_train_wps(args, arch, length, precision, data_root, updates):
 
 
 def fairseq_train_check(args, arch, length, precision, device, data_root):
-    """fairseq-train's logged wps against this harness's plugin step timed just before and
-    just after it (the machine's load drifts; both sides see the same drift)."""
+    """fairseq-train's logged wps (with the precision's recommended flags) against this
+    harness's plugin step timed just before and just after it (the machine's load drifts;
+    both sides see the same drift)."""
+    mode, flags = plugin_modes(precision, device)[0]
     runner = PluginStep(write_dictionary(data_root / f"dict{args.vocab}", args.vocab), arch,
-                        length, args.batch_size, device, precision, extra=args.plugin_args)
+                        length, args.batch_size, device, flags, extra=args.plugin_args)
     batches = make_batches(runner.task, args.steps, args.batch_size, length, seed=2)
     batches = [(s.to(device), t.to(device)) for s, t in batches]
 
@@ -683,10 +733,9 @@ def fairseq_train_check(args, arch, length, precision, device, data_root):
 
     runner.step(*batches[0])
     ours = harness()
-    wps = fairseq_train_wps(args, arch, length, precision, data_root,
-                            args.fairseq_train_updates)
+    wps = fairseq_train_wps(args, arch, length, flags, data_root, args.fairseq_train_updates)
     ours += harness()
-    return dict(arch=arch, length=length, precision=precision,
+    return dict(arch=arch, length=length, precision=precision, mode=mode,
                 fairseq_train_wps=statistics.median(wps), fairseq_train_wps_updates=wps,
                 harness_tokens_per_s=statistics.median(ours), harness_repeats=ours,
                 ratio=statistics.median(wps) / statistics.median(ours))
@@ -696,7 +745,7 @@ def fairseq_train_check(args, arch, length, precision, device, data_root):
 
 
 def table(rows, peaks):
-    head = (f"{'config':<30} {'impl':<16} {'tokens/s':>8} {'ms/upd':>7} {'peak MB':>7} "
+    head = (f"{'config':<30} {'impl':<29} {'tokens/s':>8} {'ms/upd':>7} {'peak MB':>7} "
             f"{'GFLOP/s':>7} {'MFU':>6} {'vs peer':>7} {'vs p-ret':>8} {'speedup':>7} "
             f"{'paper GF':>8} {'exec GF':>7} {'faults':>7}")
     lines = [head, "-" * len(head)]
@@ -706,13 +755,44 @@ def table(rows, peaks):
         speedup = f"{r['vs_baseline']:.2f}x" if "vs_baseline" in r else ""
         mfu = r["achieved_flops_per_s"] / peaks[r["precision"]]
         lines.append(
-            f"{r['config']:<30} {r['impl']:<16} {r['tokens_per_s']:>8.0f} "
+            f"{r['config']:<30} {r['impl']:<29} {r['tokens_per_s']:>8.0f} "
             f"{r['ms_per_update']:>7.0f} {r['peak_memory_bytes'] / 2**20:>7.0f} "
             f"{r['achieved_flops_per_s'] / 1e9:>7.1f} {100 * mfu:>5.1f}% {ratio:>7} {retained:>8} "
             f"{speedup:>7} {r['paper_flops_per_update'] / 1e9:>8.1f} "
             f"{r['executed_flops_per_update'] / 1e9:>7.1f} "
             f"{r['page_faults_per_update']:>7.0f}")
     return "\n".join(lines)
+
+
+def cpu_bf16_units():
+    """The CPU's bf16 matrix instructions (/proc/cpuinfo flags) and torch's kernel level:
+    without them bf16 matmuls are emulated and bf16 training is slower than fp32."""
+    flags = set()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    return dict(bf16_units=[f for f in ("amx_bf16", "avx512_bf16") if f in flags],
+                torch_cpu_capability=torch.backends.cpu.get_cpu_capability())
+
+
+def precision_advice(rows):
+    """Per configuration, whether the plugin's faster bf16 command line beats its fp32 one."""
+    lines = []
+    for arch, length in dict.fromkeys((r["arch"], r["length"]) for r in rows):
+        speed = {r["impl"].removeprefix("plugin "): r["tokens_per_s"] for r in rows
+                 if (r["arch"], r["length"]) == (arch, length)}
+        bf16 = {name: speed[name] for name, _ in PLUGIN_MODES["bf16"] if name in speed}
+        if "fp32" not in speed or not bf16:
+            continue
+        best = max(bf16, key=bf16.get)
+        ratio = bf16[best] / speed["fp32"]
+        head = f"{arch} T={length}: {best} {bf16[best]:.0f} tokens/s = {ratio:.2f}x fp32's " \
+               f"{speed['fp32']:.0f}"
+        lines.append(f"advice: {head}: bf16 is slower here, train in fp32" if ratio < 1
+                     else f"{head}: bf16 pays here, train with {best}")
+    return lines
 
 
 def main(argv=None):
@@ -727,7 +807,9 @@ def main(argv=None):
     p.add_argument("--vocab", type=int, default=30522)
     p.add_argument("--precisions", nargs="+", default=None,
                    choices=["fp32", "bf16", "fp16"],
-                   help="default: fp32 bf16 on CPU, bf16 fp16 on GPU (autocast)")
+                   help="default: fp32 bf16 on CPU, bf16 fp16 on GPU; the plugin's rows run "
+                        "the command lines of each (fp32: no flag; bf16: --autocast-bf16, "
+                        "--bf16; fp16: --amp, --fp16), the peer autocast in that dtype")
     p.add_argument("--impls", nargs="+", default=None,
                    choices=["plugin", "peer", "peer-retained", "baseline"],
                    help="what to time (default: plugin, peer and on CPU peer-retained, the "
@@ -743,8 +825,9 @@ def main(argv=None):
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                    choices=["cpu", "cuda"])
     p.add_argument("--fairseq-train", action="store_true",
-                   help="also run fairseq-train on random binarized blocks and compare its "
-                        "logged wps with this harness's plugin figure")
+                   help="also run fairseq-train on random binarized blocks with each "
+                        "precision's first command line (fp32, --autocast-bf16, --amp) and "
+                        "compare its logged wps with this harness's figure for it")
     p.add_argument("--fairseq-train-updates", type=int, default=14)
     p.add_argument("--breakdown", action="store_true",
                    help="also time the parts of the plugin's step (generator, sampling, "
@@ -771,24 +854,31 @@ def main(argv=None):
         sys.exit("--impls baseline needs --baseline REV")
     precisions = args.precisions or (["bf16", "fp16"] if gpu else ["fp32", "bf16"])
     if "fp16" in precisions and not gpu:
-        print("skipping fp16: fp16 autocast is for CUDA (use bf16 on CPU)")
-        precisions = [x for x in precisions if x != "fp16"]
+        print("fp16 on CPU: fairseq's --amp autocasts on CUDA only, so it computes in fp32 "
+              "here; --fp16 needs --fp16-no-flatten-grads")
 
     quiet()
     machine = dict(
         device=torch.cuda.get_device_name(device) if gpu else platform.processor() or
         platform.machine(), threads=torch.get_num_threads(), torch=torch.__version__,
         python=platform.python_version(), command=" ".join([Path(sys.argv[0]).name] +
-                                                           sys.argv[1:]))
+                                                           sys.argv[1:]),
+        load_average=os.getloadavg(), **({} if gpu else cpu_bf16_units()))
     peaks = {x: matmul_peak(device, x) for x in precisions}
-    print(f"{machine['device']}, {machine['threads']} threads, torch {machine['torch']}")
+    print(f"{machine['device']}, {machine['threads']} threads, torch {machine['torch']}, "
+          f"load average {machine['load_average'][0]:.2f}")
+    if not gpu:
+        print("CPU bf16 matrix units: " + (", ".join(machine["bf16_units"]) or
+                                           "none (no amx_bf16 or avx512_bf16 flag)")
+              + f"; torch CPU kernels: {machine['torch_cpu_capability']}")
     print("matmul peak: " + ", ".join(f"{x} {v / 1e9:.0f} GFLOP/s" for x, v in peaks.items()))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for arch, length in zip(models, lengths):
             for precision in precisions:
-                rows += run_config(args, arch, length, precision, device, Path(tmp))
-                print(table(rows[-len(args.impls):], peaks).split("\n", 2)[-1], flush=True)
+                config_rows = run_config(args, arch, length, precision, device, Path(tmp))
+                rows += config_rows
+                print(table(config_rows, peaks).split("\n", 2)[-1], flush=True)
         for r in rows:
             r["mfu"] = r["achieved_flops_per_s"] / peaks[r["precision"]]
         parts = []
@@ -802,11 +892,9 @@ def main(argv=None):
         if args.fairseq_train:
             for arch, length in zip(models, lengths):
                 for precision in precisions:
-                    if precision == "bf16" or "plugin" not in args.impls:
-                        continue  # fairseq-train has no bf16 autocast (its --bf16 casts the
-                        # weights); fp32 and fp16 (--amp) run the harness's step
-                    train.append(fairseq_train_check(args, arch, length, precision, device,
-                                                     Path(tmp)))
+                    if "plugin" in args.impls:
+                        train.append(fairseq_train_check(args, arch, length, precision,
+                                                         device, Path(tmp)))
     print()
     print(table(rows, peaks))
     for b in parts:
@@ -816,12 +904,14 @@ def main(argv=None):
               + ", ".join(f"{k} {b[k]:.0f}" for k in named)
               + f", rest {rest:.0f}; data (not in the step) {b['data']:.0f} ms/batch")
     for t in train:
-        print(f"fairseq-train {t['arch']} {t['precision']}: {t['fairseq_train_wps']:.0f} wps "
+        print(f"fairseq-train {t['arch']} {t['mode']}: {t['fairseq_train_wps']:.0f} wps "
               f"= {t['ratio']:.2f}x the harness's {t['harness_tokens_per_s']:.0f} tokens/s")
+    advice = precision_advice(rows)
+    print("\n".join(advice))
     if args.json:
         args.json.write_text(json.dumps(dict(machine=machine, matmul_peak_flops=peaks,
                                              rows=rows, breakdown=parts,
-                                             fairseq_train=train), indent=1))
+                                             fairseq_train=train, advice=advice), indent=1))
 
 
 if __name__ == "__main__":

@@ -20,10 +20,15 @@ def cli_main(argv=None):
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
                         datefmt="%Y-%m-%d %H:%M:%S", stream=sys.stdout, force=True,
                         level=os.environ.get("LOGLEVEL", "INFO").upper())
+    distributed_utils.call_main(convert_namespace_to_omegaconf(parse_args(argv)), train.main)
+
+
+def parse_args(argv):
+    """fairseq-train's arguments, with ``--bf16`` left off the TPU unless ``--tpu`` is given."""
     args = options.parse_args_and_arch(options.get_training_parser(), input_args=argv)
     if args.bf16 and "--tpu" not in argv:
         args.tpu = False
-    distributed_utils.call_main(convert_namespace_to_omegaconf(args), train.main)
+    return args
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The benchmark harness runs end to end: every implementation in its own worker process."""
+"""The benchmark harness runs end to end: every row in its own worker process, the plugin's
+rows set up from the command lines users type for each precision."""
 
 import json
 import subprocess
@@ -11,28 +12,53 @@ from conftest import REPO
 pytest.importorskip("transformers")  # the peer
 
 
-def test_harness_times_plugin_and_peers_in_their_own_processes(tmp_path):
+def test_harness_times_plugin_command_lines_and_peers_in_their_own_processes(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "bench_pretrain.py"), "--models",
          "electra_tiny", "--lengths", "32", "--batch-size", "4", "--vocab", "500",
-         "--precisions", "fp32", "--steps", "2", "--warmup", "1", "--repeats", "2",
+         "--precisions", "fp32", "bf16", "--steps", "2", "--warmup", "1", "--repeats", "2",
          "--threads", "1", "--json", str(out)],
         capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
-    rows = {r["impl"]: r for r in result["rows"]}
-    assert set(rows) == {"plugin", "peer", "peer-retained"}
-    plugin = rows["plugin"]
+    rows = {(r["precision"], r["impl"]): r for r in result["rows"]}
+    assert set(rows) == {("fp32", "plugin fp32"), ("fp32", "peer"), ("fp32", "peer-retained"),
+                         ("bf16", "plugin --autocast-bf16"),
+                         ("bf16", "plugin --bf16 (electra-train)"), ("bf16", "peer"),
+                         ("bf16", "peer-retained")}
+    # each plugin row ran the flags its name says
+    assert rows["bf16", "plugin --autocast-bf16"]["flags"] == ["--autocast-bf16"]
+    assert rows["bf16", "plugin --bf16 (electra-train)"]["flags"] == ["--bf16"]
+    assert rows["fp32", "plugin fp32"]["flags"] == []
     for row in rows.values():
         assert len(row["ms_per_update_repeats"]) == 2 and row["tokens_per_s"] > 0
         assert row["peak_memory_bytes"] > 0 and row["page_faults_per_update"] >= 0
-    # the ratios are the per-repeat time ratios of the rows they name
-    for peer, key in (("peer", "vs_peer"), ("peer-retained", "vs_peer_retained")):
-        ratios = sorted(b / a for a, b in zip(plugin["ms_per_update_repeats"],
-                                              rows[peer]["ms_per_update_repeats"]))
-        assert plugin[key] == pytest.approx(sum(ratios) / 2)
+    # the ratios are the per-repeat time ratios against the peers of the same precision
+    for (precision, impl), plugin in rows.items():
+        if not impl.startswith("plugin"):
+            continue
+        for peer, key in (("peer", "vs_peer"), ("peer-retained", "vs_peer_retained")):
+            ratios = sorted(b / a for a, b in zip(
+                plugin["ms_per_update_repeats"],
+                rows[precision, peer]["ms_per_update_repeats"]))
+            assert plugin[key] == pytest.approx(sum(ratios) / 2)
     # the peer projects every position onto the vocabulary, the plugin the masked ones
-    assert rows["peer"]["executed_flops_per_update"] > plugin["executed_flops_per_update"]
-    assert result["matmul_peak_flops"]["fp32"] > 0
-    assert "electra_tiny T=32 B=4 fp32" in proc.stdout
+    plugin = rows["fp32", "plugin fp32"]
+    assert rows["fp32", "peer"]["executed_flops_per_update"] > \
+        plugin["executed_flops_per_update"]
+    assert set(result["matmul_peak_flops"]) == {"fp32", "bf16"}
+    assert all(v > 0 for v in result["matmul_peak_flops"].values())
+    assert "electra_tiny T=32 B=4 bf16" in proc.stdout
+    # the CPU's bf16 units are reported, and the advice names the faster precision
+    machine = result["machine"]
+    assert set(machine["bf16_units"]) <= {"amx_bf16", "avx512_bf16"}
+    assert "CPU bf16 matrix units: " in proc.stdout
+    bf16 = max(rows["bf16", "plugin --autocast-bf16"]["tokens_per_s"],
+               rows["bf16", "plugin --bf16 (electra-train)"]["tokens_per_s"])
+    (advice,) = result["advice"]
+    assert advice in proc.stdout
+    if bf16 < plugin["tokens_per_s"]:
+        assert advice.startswith("advice: ") and "train in fp32" in advice
+    else:
+        assert "bf16 pays here" in advice

@@ -122,3 +122,11 @@ def test_command_lines_turn_it_into_one_line(tmp_path, data_bin):
                          "+model.generator_size=0.3"), cwd=tmp_path / "cwd")
     assert proc.returncode == 1
     assert_one_line_error(proc, "--generator-size 0.3")
+
+
+@pytest.mark.parametrize("other", [["--bf16"], ["--amp"], ["--fp16", "--fp16-no-flatten-grads"]])
+def test_autocast_bf16_with_another_precision_flag(tmp_path, data_bin, other):
+    """electra-train (fairseq-train with --bf16 usable) refuses two precision modes at once."""
+    cmd = train_cmd(data_bin, tmp_path / "ck", "--max-update", "1", "--autocast-bf16", *other)
+    cmd[1:3] = ["-m", "electra_plugin.train_cli"]
+    assert_one_line_error(run(cmd), "--autocast-bf16 does not combine", "keep --autocast-bf16")

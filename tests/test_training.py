@@ -287,12 +287,17 @@ def test_hydra_base_and_large_yamls_give_official_sizes(arch, data_bin):
 # ----------------------------------------------------------------------------- 3. resume
 
 
-def test_stop_and_resume_gives_the_same_model(data_bin, tmp_path):
+PRECISIONS = {"fp32": (), "autocast_bf16": ("--autocast-bf16",)}
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_stop_and_resume_gives_the_same_model(precision, data_bin, tmp_path):
     """6 updates in one go == 3 updates, stop, restart to 6 (default dropout and sampling)."""
     once, twice = tmp_path / "once", tmp_path / "twice"
-    train(data_bin, once, "--max-update", "6")
-    train(data_bin, twice, "--max-update", "3")
-    resumed = train(data_bin, twice, "--max-update", "6")
+    flags = PRECISIONS[precision]
+    train(data_bin, once, "--max-update", "6", *flags)
+    train(data_bin, twice, "--max-update", "3", *flags)
+    resumed = train(data_bin, twice, "--max-update", "6", *flags)
 
     assert "Loaded checkpoint" in resumed
     assert [r["num_updates"] for r in records(resumed)] == [4, 5, 6]
@@ -306,10 +311,11 @@ def test_stop_and_resume_gives_the_same_model(data_bin, tmp_path):
 # ----------------------------------------------------------------------------- 4. DDP
 
 
-def test_two_gloo_workers_match_update_freq_2(data_bin, tmp_path):
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_two_gloo_workers_match_update_freq_2(precision, data_bin, tmp_path):
     """--update-freq 2 on one process == 2 CPU processes (gloo, legacy_ddp), deterministic model."""
     deterministic = ("--temperature", "0", "--dropout", "0", "--attention-dropout", "0",
-                     "--max-update", "3")
+                     "--max-update", "3", *PRECISIONS[precision])
     single = train(data_bin, tmp_path / "freq2", "--update-freq", "2", *deterministic)
 
     port = free_port()
@@ -368,6 +374,43 @@ def test_fp16_on_cpu_matches_fp32(cli_run, data_bin, tmp_path):
     assert all(torch.isfinite(v).all() for v in state["model"].values())
 
 
+def assert_close_to_fp32(low, full, tolerance):
+    """Logged losses of a low-precision run against the fp32 run's, update by update."""
+    assert len(low) == len(full) > 0
+    for lo, f in zip(low, full):
+        for key, atol in tolerance.items():
+            assert abs(lo[key] - f[key]) < atol, (key, lo, f)
+
+
+def test_autocast_bf16_matches_fp32_within_bf16_error(cli_run, data_bin, tmp_path):
+    """--autocast-bf16 computes in bf16 (the weights move differently from fp32's, by bf16
+    rounding) while the weights stay fp32 and no loss scale is kept."""
+    stdout = train(data_bin, tmp_path, "--max-update", "3", "--autocast-bf16")
+    inner, full = records(stdout), records(cli_run[0])
+    assert all("loss_scale" not in r for r in inner)
+    assert_close_to_fp32(inner, full, {"gen_loss": 0.05, "disc_loss": 0.01, "gnorm": 0.5})
+    assert_close_to_fp32(records(stdout, "valid"), records(cli_run[0], "valid"),
+                         {"valid_gen_loss": 0.05, "valid_disc_loss": 0.01})
+    state = checkpoint(tmp_path / "checkpoint_last.pt")
+    reference = checkpoint(cli_run[1] / "checkpoint_last.pt")["model"]
+    assert state["cfg"]["task"]["autocast_bf16"] is True
+    assert all(v.dtype == reference[k].dtype for k, v in state["model"].items())
+    assert_same_params(state["model"], reference, atol=1e-3, what="autocast vs fp32")
+    assert any(not torch.equal(v, reference[k]) for k, v in state["model"].items()), \
+        "bit-identical to fp32: autocast did not run"
+
+
+def test_hydra_autocast_bf16(hydra_small_run, data_bin, tmp_path):
+    """task.autocast_bf16=true through hydra: bf16 compute, fp32 weights, fp32-like losses."""
+    stdout, save_dir = hydra_train(tmp_path, data_bin, "optimization.max_update=2",
+                                   "task.autocast_bf16=true")
+    state = checkpoint(save_dir / "checkpoint_last.pt")
+    assert state["cfg"]["task"]["autocast_bf16"] is True
+    assert all(v.dtype != torch.bfloat16 for v in state["model"].values())
+    assert_close_to_fp32(records(stdout), records(hydra_small_run[0]),
+                         {"gen_loss": 0.05, "disc_loss": 0.01})
+
+
 def test_hydra_bf16_trains_without_tpu(hydra_small_run, data_bin, tmp_path):
     """common.bf16=true through hydra (what the README recommends) keeps tpu off and gives
     the fp32 run's losses up to bf16 error."""
@@ -376,11 +419,8 @@ def test_hydra_bf16_trains_without_tpu(hydra_small_run, data_bin, tmp_path):
     state = checkpoint(save_dir / "checkpoint_last.pt")
     assert state["cfg"]["common"]["bf16"] is True
     assert state["cfg"]["common"]["tpu"] is False
-    low, full = records(stdout), records(hydra_small_run[0])
-    assert [r["num_updates"] for r in low] == [1, 2]
-    for lo, f in zip(low, full):
-        assert abs(lo["gen_loss"] - f["gen_loss"]) < 0.05, (lo, f)
-        assert abs(lo["disc_loss"] - f["disc_loss"]) < 0.01, (lo, f)
+    assert_close_to_fp32(records(stdout), records(hydra_small_run[0]),
+                         {"gen_loss": 0.05, "disc_loss": 0.01})
     assert all(torch.isfinite(v).all() for v in state["model"].values())
 
 
@@ -409,10 +449,10 @@ def test_electra_train_entry_point_runs_bf16_without_tpu(data_bin, tmp_path):
 @pytest.mark.skipif(not torch.cuda.is_available(),
                     reason="needs a CUDA GPU (fp16 and bf16 on CPU are covered by the tests "
                            "above; amp is a no-op without CUDA)")
-@pytest.mark.parametrize("precision", ["fp16", "amp", "bf16"])
+@pytest.mark.parametrize("precision", ["fp16", "amp", "bf16", "autocast-bf16"])
 def test_mixed_precision_on_gpu(precision, data_bin, tmp_path):
-    """2 updates on CUDA: fp16 and amp through fairseq-train, bf16 through hydra
-    (common.bf16=true, since fairseq-train --bf16 turns on tpu)."""
+    """2 updates on CUDA: fp16, amp and autocast-bf16 through fairseq-train, bf16 through
+    hydra (common.bf16=true, since fairseq-train --bf16 turns on tpu)."""
     if precision == "bf16":
         stdout, save_dir = hydra_train(tmp_path, data_bin, "optimization.max_update=2",
                                        "common.bf16=true", cpu=False)
@@ -430,9 +470,13 @@ def test_mixed_precision_on_gpu(precision, data_bin, tmp_path):
         assert all(math.isfinite(r[k]) for k in ("loss", "gen_loss", "disc_loss")), r
         assert abs(r["loss"] - (r["gen_loss"] + DISC_WEIGHT * r["disc_loss"])) <= 0.03, r
         # fp16 and amp scale the loss, bf16 does not
-        assert ("loss_scale" in r) == (precision != "bf16"), r
+        assert ("loss_scale" in r) == (precision in ("fp16", "amp")), r
     state = checkpoint(save_dir / "checkpoint_last.pt")
-    assert state["cfg"]["common"][precision] is True
+    if precision == "autocast-bf16":
+        assert state["cfg"]["task"]["autocast_bf16"] is True
+        assert all(v.dtype != torch.bfloat16 for v in state["model"].values())
+    else:
+        assert state["cfg"]["common"][precision] is True
     assert state["cfg"]["common"]["tpu"] is False
     assert all(torch.isfinite(v).all() for v in state["model"].values())
 

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 from fairseq import utils
 from fairseq.data import (
     Dictionary,
@@ -21,7 +22,8 @@ from fairseq.data import (
 )
 from fairseq.data.shorten_dataset import maybe_shorten_dataset
 from fairseq.dataclass import FairseqDataclass
-from fairseq.optim.fp16_optimizer import FP16Optimizer
+from fairseq.optim.amp_optimizer import AMPOptimizer
+from fairseq.optim.fp16_optimizer import FP16Optimizer, MemoryEfficientFP16Optimizer
 from fairseq.tasks import FairseqTask, register_task
 from fairseq.tasks.language_modeling import SAMPLE_BREAK_MODE_CHOICES, SHORTEN_METHOD_CHOICES
 from omegaconf import II, MISSING
@@ -79,6 +81,13 @@ class ElectraPretrainingConfig(FairseqDataclass):
                                          "saves tens of thousands of page faults per update "
                                          "(about a tenth faster on 2 cores) but holds the "
                                          "peak memory"})
+    autocast_bf16: bool = field(
+        default=False, metadata={"help": "compute in bf16 under torch.autocast (CPU and CUDA) "
+                                         "while the weights, gradients and optimizer stay "
+                                         "fp32; no loss scaling. Unlike --bf16, which keeps "
+                                         "the weights themselves in bf16. Faster than fp32 "
+                                         "only where the CPU or GPU has bf16 matrix units "
+                                         "(AMX, avx512_bf16, Ampere or later)"})
     seed: int = II("common.seed")
 
 
@@ -180,7 +189,34 @@ class ElectraPretrainingTask(FairseqTask):
             if next(model.parameters()).device.type == "cpu" and retain_freed_memory():
                 logger.info("CPU training: freed memory stays in the process for the next "
                             "update (glibc mallopt); --release-cpu-memory turns this off")
-        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+        if not self.cfg.autocast_bf16:
+            return super().train_step(sample, model, criterion, optimizer, update_num,
+                                      ignore_grad)
+        if isinstance(optimizer, (FP16Optimizer, MemoryEfficientFP16Optimizer, AMPOptimizer)):
+            raise ElectraUsageError(
+                "--autocast-bf16 does not combine with --fp16, --bf16, --amp or "
+                "--memory-efficient-fp16/bf16 (they cast the weights or add fp16 autocast "
+                "and loss scaling); keep --autocast-bf16 alone for bf16 compute on fp32 "
+                "weights")
+        # fairseq's FairseqTask.train_step with bf16 autocast around the forward and loss;
+        # the backward then runs each op in the dtype its forward used
+        model.train()
+        model.set_num_updates(update_num)
+        with self.autocast(model):
+            loss, sample_size, logging_output = criterion(model, sample)
+        if ignore_grad:
+            loss *= 0
+        optimizer.backward(loss)
+        return loss, sample_size, logging_output
+
+    def valid_step(self, sample, model, criterion):
+        with self.autocast(model):
+            return super().valid_step(sample, model, criterion)
+
+    def autocast(self, model):
+        """bf16 autocast on the model's device type with --autocast-bf16, else nothing."""
+        return torch.autocast(next(model.parameters()).device.type, dtype=torch.bfloat16,
+                              enabled=self.cfg.autocast_bf16)
 
 
 def load_dictionary(data_path: str) -> Dictionary:
