@@ -67,24 +67,39 @@ def damage_index_promises_more(data):
 @pytest.mark.parametrize("damage", [damage_truncated_bin, damage_truncated_idx,
                                     damage_bin_of_another_split, damage_missing_bin,
                                     damage_index_promises_more])
-def test_damaged_pretraining_data(tmp_path, data_bin, damage):
+def test_damaged_split_is_named_when_it_loads(tmp_path, data_bin, damage):
+    """Any task's split loads through fairseq's make_dataset, which the plugin checks."""
+    import electra_plugin  # noqa: F401  (what --user-dir does: installs the check)
+    from fairseq.data import Dictionary, data_utils
+
     data = tmp_path / "data"
     shutil.copytree(data_bin, data)
     phrase = damage(data)
+    dictionary = Dictionary.load(str(data / "dict.txt"))
+    with pytest.raises(ElectraUsageError, match="binarize the text again") as error:
+        for split in ("train", "valid"):
+            data_utils.load_indexed_dataset(str(data / split), dictionary)
+    assert phrase in str(error.value) and str(data) in str(error.value)
+
+
+def test_damaged_pretraining_data_through_fairseq_train(tmp_path, data_bin):
+    data = tmp_path / "data"
+    shutil.copytree(data_bin, data)
+    phrase = damage_truncated_bin(data)
     proc = run(train_cmd(data, tmp_path / "ck", "--max-update", "1"))
     line = assert_one_line_error(proc, phrase, "binarize the text again")
     assert str(data) in line
 
 
-def test_damaged_finetuning_data(tmp_path, spm_data, pretrained):
+def test_damaged_finetuning_data(tmp_path, spm_data):
     data = tmp_path / "bin"
     assert preprocess("RTE", write_rte(tmp_path / "RTE", 16, 8), spm_data, data).returncode == 0
     truncate(data / "input0" / "train.bin", keep=0.9)
     proc = run([sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
                 "--task", "sentence_prediction", "--arch", "electra_tiny", "--cpu",
                 "--criterion", "sentence_prediction", "--num-classes", "2", "--init-token", "0",
-                "--finetune-from-model", pretrained, "--optimizer", "electra_adam",
-                "--lr", "1e-5", "--batch-size", "8", "--max-update", "1",
+                "--optimizer", "electra_adam", "--lr", "1e-5", "--batch-size", "8",
+                "--max-update", "1",
                 "--save-dir", tmp_path / "ft", "--num-workers", "0", "--data-buffer-size", "0"])
     assert_one_line_error(proc, f"{data / 'input0' / 'train.bin'} is truncated")
 
