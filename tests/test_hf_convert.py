@@ -441,7 +441,7 @@ def test_continue_pretraining_with_fairseq_train(make_case, tmp_path, name, star
 
 def test_gdes_run_exports_a_plain_discriminator(tiny, bert, tmp_path):
     """fairseq-train with --embedding-sharing gdes: transformers, the hub interface and
-    extract_discriminator.py see one token table, the generator's plus the residual."""
+    electra-extract see one token table, the generator's plus the residual."""
     imported = from_hf(tiny[0], tiny[1], out_dir=tmp_path / "imported")
     data = binarize(tmp_path / "imported", tmp_path / "data")
     # from scratch (tiny's two embedding blocks differ: the import unties them); lr 1e-2:

@@ -68,7 +68,7 @@ VOCAB_SIZE = 2000  # sentencepiece pieces, specials included
 
 def english_corpus(path) -> int:
     """Prose of Python's reference manual, one sentence per line (the input format of
-    prepare_data.py), a blank line between topics (documents); code examples, grammar
+    electra-prepare), a blank line between topics (documents); code examples, grammar
     rules, lists and headings are left out. Returns the number of sentences."""
     import pydoc_data.topics
 

@@ -44,7 +44,7 @@ MAX_POSITIONS = 512
 
 # ------------------------------------------------------------------------------ preprocess
 def log(message):
-    print(f"[glue_preprocess] {message}", file=sys.stderr, flush=True)
+    print(f"[electra-glue] {message}", file=sys.stderr, flush=True)
 
 
 def fit_pair(pieces, max_tokens):

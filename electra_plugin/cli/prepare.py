@@ -46,7 +46,7 @@ _T0 = time.time()
 
 
 def log(msg):
-    print(f"prepare_data: [{time.time() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+    print(f"electra-prepare: [{time.time() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
 
 def default_workers():

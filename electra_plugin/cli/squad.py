@@ -32,7 +32,7 @@ _T0 = time.time()
 
 
 def log(msg):
-    print(f"squad: [{time.time() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+    print(f"electra-squad: [{time.time() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------------------------------ split
