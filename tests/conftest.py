@@ -85,10 +85,10 @@ def run(cmd, **kwargs) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="session")
 def spm_data(tmp_path_factory) -> Path:
-    """The tiny corpus through scripts/prepare_data.py (sentencepiece, 80 pieces)."""
+    """The tiny corpus through electra-prepare (sentencepiece, 80 pieces)."""
     root = tmp_path_factory.mktemp("spm")
     write_corpus(root / "corpus.txt", 1500, seed=5)
-    proc = run([sys.executable, REPO / "scripts" / "prepare_data.py", "--train",
+    proc = run([sys.executable, "-m", "electra_plugin.cli.prepare", "--train",
                 root / "corpus.txt", "--destdir", root / "bin", "--sentencepiece-vocab-size",
                 "80", "--workers", "1"])
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -12,13 +12,12 @@ import time
 import pytest
 import torch
 
-from conftest import PLUGIN, REPO, assert_one_line_error, run, train_cmd, write_corpus
+from conftest import PLUGIN, assert_one_line_error, run, train_cmd, write_corpus
 from electra_plugin.checkpoint import checkpoint_damage
 from electra_plugin.errors import ElectraUsageError
 from test_glue import preprocess, write_rte
 from test_training import assert_same_params, checkpoint, failure, records
 
-PREPARE = REPO / "scripts" / "prepare_data.py"
 
 
 def digest(path):
@@ -132,7 +131,7 @@ def test_damaged_checkpoint_given_to_the_hub_and_the_converter(tmp_path, spm_dat
 
     with pytest.raises(ElectraUsageError, match="is damaged"):
         from_pretrained(str(damaged_checkpoint.parent), damaged_checkpoint.name, str(spm_data))
-    proc = run([sys.executable, REPO / "scripts" / "convert_hf.py", "export",
+    proc = run([sys.executable, "-m", "electra_plugin.cli.convert", "export",
                 damaged_checkpoint, "--out", tmp_path / "hf"])
     assert_one_line_error(proc, f"checkpoint {damaged_checkpoint} is damaged")
 
@@ -238,7 +237,7 @@ def test_killed_at_random_moments_ends_like_an_uninterrupted_run(tmp_path, data_
 def test_interrupted_prepare_data_is_refused_then_redone(tmp_path, data_bin):
     write_corpus(tmp_path / "corpus.txt", 1500, seed=2)
     dest = tmp_path / "bin"
-    cmd = [sys.executable, PREPARE, "--train", tmp_path / "corpus.txt", "--destdir", dest,
+    cmd = [sys.executable, "-m", "electra_plugin.cli.prepare", "--train", tmp_path / "corpus.txt", "--destdir", dest,
            "--sentencepiece-vocab-size", "80", "--workers", "1"]
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     proc = subprocess.Popen([str(c) for c in cmd], stderr=subprocess.PIPE, text=True, env=env,

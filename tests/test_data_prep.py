@@ -1,6 +1,5 @@
-"""Data preparation: the WordPiece tokenizer, vocab.txt -> dict.txt, scripts/prepare_data.py."""
+"""Data preparation: the WordPiece tokenizer, vocab.txt -> dict.txt, electra-prepare."""
 
-import importlib.util
 import json
 import os
 import random
@@ -13,13 +12,14 @@ from fairseq.data import Dictionary, data_utils
 from tokenizers.normalizers import BertNormalizer
 from tokenizers.pre_tokenizers import BertPreTokenizer
 
+from electra_plugin.cli import prepare
 from electra_plugin.data import tokenizer as tokmod
 from electra_plugin.data.wordpiece import load_vocab, vocab_to_fairseq_indices, write_fairseq_dict
 from electra_plugin.errors import ElectraUsageError
 
 REPO = Path(__file__).resolve().parents[1]
-PREPARE = REPO / "scripts" / "prepare_data.py"
-FETCH = REPO / "scripts" / "fetch_corpus.py"
+PREPARE = ["-m", "electra_plugin.cli.prepare"]  # electra-prepare, installed or not
+FETCH = [REPO / "scripts" / "fetch_corpus.py"]
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 # Text for the tokenizer comparison: accents, punctuation, CJK, emoji, controls, odd spaces,
@@ -164,7 +164,7 @@ def test_wordpiece_vocab_errors(tmp_path):
     assert not (tmp_path / "dict.txt").exists()
 
 
-# ------------------------------------------------------------------------- prepare_data.py
+# ------------------------------------------------------------------------- electra-prepare
 NAMES = ["Alice", "Bob", "the mayor", "a farmer", "Dr. Chen", "my aunt", "the committee",
          "Zoë", "the old sailor", "our neighbours"]
 VERBS = ["visited", "painted", "reported on", "argued about", "sold", "found", "described",
@@ -190,8 +190,8 @@ def write_corpus(path, n_docs, seed, lines_per_doc=(3, 9)):
     return docs
 
 
-def run_script(script, *args):
-    return subprocess.Popen([sys.executable, str(script), *map(str, args)], cwd=REPO,
+def run_script(command, *args):
+    return subprocess.Popen([sys.executable, *map(str, command), *map(str, args)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, OMP_NUM_THREADS="1"))
 
@@ -249,36 +249,27 @@ def test_prepare_data_sentencepiece_held_out_split(tmp_path):
     assert sum(p == "<unk>" for doc in train for line in doc for p in line) == 0
 
 
-def load_prepare_data():
-    spec = importlib.util.spec_from_file_location("prepare_data_script", PREPARE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_valid_split_choice():
-    mod = load_prepare_data()
     counts = [3, 1, 7, 2, 5] * 40  # 200 documents
-    a = mod.choose_valid_units(counts, 0.01, 10, seed=1)
-    assert a == mod.choose_valid_units(counts, 0.01, 10, seed=1)  # deterministic
-    assert a != mod.choose_valid_units(counts, 0.01, 10, seed=2)
+    a = prepare.choose_valid_units(counts, 0.01, 10, seed=1)
+    assert a == prepare.choose_valid_units(counts, 0.01, 10, seed=1)  # deterministic
+    assert a != prepare.choose_valid_units(counts, 0.01, 10, seed=2)
     assert len(a) >= 2 and sum(counts[i] for i in a) >= 10  # 1% = 2 docs, then >= 10 lines
-    big = mod.choose_valid_units(counts, 0.25, 1, seed=1)
+    big = prepare.choose_valid_units(counts, 0.25, 1, seed=1)
     assert len(big) == 50
-    assert len(mod.choose_valid_units([4, 4], 0.5, 100, seed=0)) == 1  # never all documents
+    assert len(prepare.choose_valid_units([4, 4], 0.5, 100, seed=0)) == 1  # never all documents
 
 
 def test_write_splits_keeps_documents(tmp_path):
-    mod = load_prepare_data()
     src = tmp_path / "in.txt"
     src.write_text("a1\n  a2 \n\n\n b1\tx\nb2\nb3\n\nc1\nc2", encoding="utf-8")
     train, valid = tmp_path / "train.txt", tmp_path / "valid.txt"
-    assert mod.document_line_counts([src]) == [2, 3, 2]
-    stats = mod.write_splits([src], {1}, False, train, valid)  # hold out document 1
+    assert prepare.document_line_counts([src]) == [2, 3, 2]
+    stats = prepare.write_splits([src], {1}, False, train, valid)  # hold out document 1
     assert train.read_text() == "a1\na2\n\nc1\nc2\n"
     assert valid.read_text() == "b1 x\nb2\nb3\n"
     assert stats == {"train": [2, 4], "valid": [1, 3]}
-    mod.write_splits([src], {0, 3, 4}, True, train, valid)  # hold out lines 0, 3 and 4
+    prepare.write_splits([src], {0, 3, 4}, True, train, valid)  # hold out lines 0, 3 and 4
     assert train.read_text() == "a2\n\nb1 x\n\nc1\nc2\n"
     assert valid.read_text() == "a1\n\nb2\nb3\n"
 
@@ -312,7 +303,7 @@ def test_prepare_data_wordpiece_with_valid_file(tmp_path):
 
 
 def test_usage_errors_are_one_line(tmp_path):
-    """Run as scripts: one 'electra_plugin: error:' line, no traceback, user files untouched."""
+    """Run as commands: one 'electra_plugin: error:' line, no traceback, user files untouched."""
     write_corpus(tmp_path / "ok.txt", n_docs=12, seed=6, lines_per_doc=(1, 2))
     ok = tmp_path / "ok.txt"
     taken = tmp_path / "taken"
@@ -348,8 +339,7 @@ def test_usage_errors_are_one_line(tmp_path):
 
 
 def test_usage_errors_in_process(tmp_path):
-    """The other bad inputs, through prepare_data.main (the same exception the script exits with)."""
-    mod = load_prepare_data()
+    """The other bad inputs, through prepare.main (the same exception the command exits with)."""
     write_corpus(tmp_path / "ok.txt", n_docs=12, seed=6, lines_per_doc=(1, 2))
     ok = tmp_path / "ok.txt"
     (tmp_path / "blank.txt").write_text("\n   \n\t\n", encoding="utf-8")
@@ -373,7 +363,7 @@ def test_usage_errors_in_process(tmp_path):
     ]
     for argv, phrase in cases:
         with pytest.raises(ElectraUsageError) as err:
-            mod.main([str(a) for a in argv])
+            prepare.main([str(a) for a in argv])
         message = str(err.value)
         assert message.startswith("electra_plugin: error: ") and "\n" not in message
         assert phrase in message, (argv, message)
@@ -387,17 +377,35 @@ def test_usage_errors_in_process(tmp_path):
 SENTENCEPIECE_WITH_OFFSETS = "0.2.2"
 
 
-def test_setup_requires_a_sentencepiece_with_offset_mapping(tmp_path):
+def setup_argument(name):
+    """The value of one keyword argument of setup.py's setup() call."""
     import ast
+
+    tree = ast.parse((REPO / "setup.py").read_text())
+    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call)
+                and getattr(n.func, "id", None) == "setup")
+    return next(ast.literal_eval(k.value) for k in call.keywords if k.arg == name)
+
+
+def test_console_scripts_name_real_functions():
+    """Each command of setup.py exists (this checkout may have none installed)."""
+    import importlib
+
+    scripts = dict(line.replace(" ", "").split("=")
+                   for line in setup_argument("entry_points")["console_scripts"])
+    assert {"electra-train", "electra-prepare", "electra-glue", "electra-squad",
+            "electra-extract", "electra-convert"} <= set(scripts)
+    for name, target in scripts.items():
+        module, function = target.split(":")
+        assert callable(getattr(importlib.import_module(module), function)), name
+
+
+def test_setup_requires_a_sentencepiece_with_offset_mapping(tmp_path):
     import sentencepiece
     from packaging.requirements import Requirement
     from packaging.version import Version
 
-    tree = ast.parse((Path(__file__).resolve().parents[1] / "setup.py").read_text())
-    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call)
-                and getattr(n.func, "id", None) == "setup")
-    requires = next(ast.literal_eval(k.value) for k in call.keywords
-                    if k.arg == "install_requires")
+    requires = setup_argument("install_requires")
     spec = next(Requirement(r) for r in requires if Requirement(r).name == "sentencepiece")
     floors = [Version(s.version) for s in spec.specifier if s.operator in (">=", "==", "~=")]
     assert floors and min(floors) >= Version(SENTENCEPIECE_WITH_OFFSETS), str(spec)

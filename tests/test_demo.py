@@ -1,19 +1,16 @@
 """The main job's own pieces on a real short run: the small_compute preset through
 fairseq-hydra-train, its progress lines, the curves and the discriminator at work."""
 
-import sys
-
 from conftest import REPO, run
 from test_training import failure
 
-sys.path.insert(0, str(REPO / "scripts"))
-import demo  # noqa: E402
+from electra_plugin import demo
 
 
 def test_preset_run_progress_curves_and_held_out_sentence(spm_data, tmp_path):
     log_path = tmp_path / "pretrain.log"
     cmd = demo.preset_cmd(spm_data, tmp_path / "ck", 12, 1, log_path, "small_compute",
-                          tmp_path / "hydra")
+                          tmp_path / "hydra", REPO / "examples" / "pretraining" / "config")
     cmd += ["task.tokens_per_sample=32", "dataset.validate_interval_updates=6",
             "common.log_interval=3", "dataset.batch_size=8"]
     proc = run(cmd, cwd=tmp_path)

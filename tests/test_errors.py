@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, assert_one_line_error, binarize, run, train_cmd, write_corpus
+from conftest import assert_one_line_error, binarize, run, train_cmd, write_corpus
 from test_training import hydra_cmd
 
 
@@ -112,8 +112,8 @@ def test_library_code_raises_a_catchable_error(tmp_path):
 
 
 def test_command_lines_turn_it_into_one_line(tmp_path, data_bin):
-    """Our scripts and fairseq's own command lines (here hydra's) print the line and exit 1."""
-    proc = run([sys.executable, REPO / "scripts" / "convert_hf.py", "import",
+    """Our commands and fairseq's own command lines (here hydra's) print the line and exit 1."""
+    proc = run([sys.executable, "-m", "electra_plugin.cli.convert", "import",
                 "--discriminator", tmp_path / "nowhere", "--out", tmp_path / "out"])
     assert proc.returncode == 1
     assert_one_line_error(proc, "nowhere")

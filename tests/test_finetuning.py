@@ -5,7 +5,7 @@ import sys
 import pytest
 import torch
 
-from conftest import PLUGIN, REPO, run
+from conftest import PLUGIN, run
 from electra_plugin.models.electra import ElectraModel
 from test_glue import preprocess, write_rte
 
@@ -13,7 +13,7 @@ from test_glue import preprocess, write_rte
 @pytest.fixture(scope="module")
 def discriminator(tmp_path_factory, pretrained):
     out = tmp_path_factory.mktemp("disc") / "discriminator.pt"
-    proc = run([sys.executable, REPO / "scripts" / "extract_discriminator.py", pretrained,
+    proc = run([sys.executable, "-m", "electra_plugin.cli.extract", pretrained,
                 "--out", out])
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
@@ -25,10 +25,10 @@ def test_discriminator_checkpoint_holds_exactly_the_discriminator(discriminator,
     assert set(disc) == {k for k in full if k.startswith("discriminator.")}
     assert all(torch.equal(disc[k], full[k]) for k in disc)
     # refuses to overwrite, and refuses a checkpoint that has no generator
-    proc = run([sys.executable, REPO / "scripts" / "extract_discriminator.py", pretrained,
+    proc = run([sys.executable, "-m", "electra_plugin.cli.extract", pretrained,
                 "--out", discriminator])
     assert proc.returncode != 0 and "already exists" in proc.stderr
-    proc = run([sys.executable, REPO / "scripts" / "extract_discriminator.py", discriminator,
+    proc = run([sys.executable, "-m", "electra_plugin.cli.extract", discriminator,
                 "--out", discriminator.parent / "again.pt"])
     assert proc.returncode != 0 and "already a discriminator-only" in proc.stderr
 

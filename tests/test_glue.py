@@ -12,7 +12,7 @@ import torch
 from conftest import assert_one_line_error, PLUGIN, REPO, SUBJECTS, OBJECTS, VERBS, run
 from electra_plugin import glue
 
-SCRIPTS = REPO / "scripts"
+GLUE = [sys.executable, "-m", "electra_plugin.cli.glue"]  # electra-glue, installed or not
 
 
 def sentence(rng):
@@ -59,7 +59,7 @@ def write_cola(root, n=30, seed=2):
 
 
 def preprocess(task, glue_dir, spm_data, dest, *extra):
-    return run([sys.executable, SCRIPTS / "glue_preprocess.py", "--task", task, "--glue-dir",
+    return run([*GLUE, "preprocess", "--task", task, "--glue-dir",
                 glue_dir, "--pretrain-data", spm_data, "--destdir", dest, *extra])
 
 
@@ -88,12 +88,11 @@ def test_official_metrics_on_hand_checked_cases():
 
 
 def test_generated_configs_are_up_to_date_and_follow_the_recipe():
-    sys.path.insert(0, str(SCRIPTS))
-    import glue_configs
+    from electra_plugin.cli.glue import config_files
 
     config_dir = REPO / "examples" / "glue" / "config"
-    for rel, text in glue_configs.config_files().items():
-        assert (config_dir / rel).read_text() == text, f"run scripts/glue_configs.py ({rel})"
+    for rel, text in config_files().items():
+        assert (config_dir / rel).read_text() == text, f"run electra-glue configs ({rel})"
     from omegaconf import OmegaConf
 
     for task in glue.GLUE_TASKS.values():
@@ -140,18 +139,17 @@ def test_rte_preprocess_finetune_evaluate(tmp_path, spm_data, pretrained):
     assert state["model"]["classification_heads.sentence_classification_head.out_proj.weight"] \
         .shape[0] == 2
 
-    proc = run([sys.executable, SCRIPTS / "glue_evaluate.py", "--task", "RTE", "--checkpoint",
+    proc = run([*GLUE, "evaluate", "--task", "RTE", "--checkpoint",
                 save / "checkpoint_best.pt", "--data", dest, "--json",
                 "--predictions", tmp_path / "pred.txt"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["n"] == 40 and 0 <= result["accuracy"] <= 100
-    sys.path.insert(0, str(SCRIPTS))
-    import glue_evaluate
+    from electra_plugin.cli.glue import predict_split
     from electra_plugin.models.hub_interface import from_pretrained
 
     hub = from_pretrained(str(save), "checkpoint_best.pt", str(dest))
-    preds, gold = glue_evaluate.predict_split(hub.model, hub.task, "valid")
+    preds, gold = predict_split(hub.model, hub.task, "valid")
     assert all(isinstance(p, int) for p in preds) and all(isinstance(g, int) for g in gold)
     assert len(preds) == len(gold) == 40
     predictions = (tmp_path / "pred.txt").read_text().split()
@@ -180,7 +178,7 @@ def test_stsb_regression_and_cola_without_header(tmp_path, spm_data, pretrained)
                 "--report-pearson-and-spearman", "--num-workers", "0",
                 "--data-buffer-size", "0"])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    proc = run([sys.executable, SCRIPTS / "glue_evaluate.py", "--task", "STS-B",
+    proc = run([*GLUE, "evaluate", "--task", "STS-B",
                 "--checkpoint", save / "checkpoint_last.pt", "--data", stsb, "--json"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -7,7 +7,6 @@ vocabulary: imported, run on English text next to transformers, exported again, 
 by transformers and fairseq. A GDES pre-training run exports its folded discriminator.
 """
 
-import importlib.util
 import json
 import shutil
 import sys
@@ -33,7 +32,7 @@ from transformers import (  # noqa: E402
     ElectraModel,
 )
 
-from conftest import PLUGIN, REPO, run  # noqa: E402
+from conftest import PLUGIN, run  # noqa: E402
 from electra_plugin.checkpoint import (  # noqa: E402
     build_fairseq_config,
     load_checkpoint,
@@ -442,7 +441,7 @@ def test_continue_pretraining_with_fairseq_train(make_case, tmp_path, name, star
 
 def test_gdes_run_exports_a_plain_discriminator(tiny, bert, tmp_path):
     """fairseq-train with --embedding-sharing gdes: transformers, the hub interface and
-    extract_discriminator.py see one token table, the generator's plus the residual."""
+    electra-extract see one token table, the generator's plus the residual."""
     imported = from_hf(tiny[0], tiny[1], out_dir=tmp_path / "imported")
     data = binarize(tmp_path / "imported", tmp_path / "data")
     # from scratch (tiny's two embedding blocks differ: the import unties them); lr 1e-2:
@@ -481,7 +480,7 @@ def test_gdes_run_exports_a_plain_discriminator(tiny, bert, tmp_path):
     assert_close(scores, probs)
 
     disc = tmp_path / "disc.pt"
-    proc = run([sys.executable, REPO / "scripts" / "extract_discriminator.py", checkpoint,
+    proc = run([sys.executable, "-m", "electra_plugin.cli.extract", checkpoint,
                 "--out", disc])
     assert proc.returncode == 0, proc.stderr[-3000:]
     disc = torch.load(disc, weights_only=False)["model"]
@@ -511,7 +510,7 @@ def test_imported_model_gives_pairs_berts_token_types(tiny, bert, tmp_path):
 def test_finetuning_an_imported_model_keeps_its_token_types(tiny, tmp_path):
     """fairseq-train sentence_prediction with the imported model's options (model_cli_args)
     and --restore-file: the fine-tuned checkpoint keeps the setting, and its pairs
-    <s> A </s> B </s> (scripts/glue_preprocess.py) get type 1 on B </s>."""
+    <s> A </s> B </s> (electra-glue preprocess) get type 1 on B </s>."""
     from test_glue import preprocess, write_rte
 
     imported = from_hf(tiny[0], out_dir=tmp_path / "imported")
@@ -775,18 +774,17 @@ def test_key_table_renames_both_ways_strictly():
 
 # ------------------------------------------------------------------ command line
 def test_command_line(tiny, tmp_path):
-    spec = importlib.util.spec_from_file_location("convert_hf", REPO / "scripts" / "convert_hf.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
-    cli.main(["import", "--discriminator", str(tiny[0]), "--generator", str(tiny[1]),
+    from electra_plugin.cli import convert
+
+    convert.main(["import", "--discriminator", str(tiny[0]), "--generator", str(tiny[1]),
               "--out", str(tmp_path / "imported")])
-    cli.main(["export", str(tmp_path / "imported" / "checkpoint.pt"),
+    convert.main(["export", str(tmp_path / "imported" / "checkpoint.pt"),
               "--out", str(tmp_path / "hf")])
     _, info = ElectraForMaskedLM.from_pretrained(tmp_path / "hf" / "generator",
                                                  output_loading_info=True)
     assert not any(info.values())
     # an error from the real command: one line on stderr, status 1, no traceback
-    proc = run([sys.executable, REPO / "scripts" / "convert_hf.py", "export",
+    proc = run([sys.executable, "-m", "electra_plugin.cli.convert", "export",
                 tmp_path / "imported" / "checkpoint.pt", "--out", tmp_path / "hf"])
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]

@@ -4,7 +4,7 @@ The plugin's ``electra`` model at the real ELECTRA-Small size (``--arch electra_
 12 layers, hidden 256, 4 heads, FFN 1024, embeddings 128, generator 1/4) runs one step on
 real English text: Python's reference manual as it ships with the interpreter
 (``pydoc_data.topics``), tokenized the way ``scripts/demo.py`` does it (a sentencepiece
-model trained by ``scripts/prepare_data.py``), blocked and masked by the ``electra`` task,
+model trained by ``electra-prepare``), blocked and masked by the ``electra`` task,
 with the loss of the ``electra`` criterion (lambda = 50).
 
 The same weights, renamed through the converter's key table (``electra_plugin.convert.hf``),
@@ -35,7 +35,7 @@ transformers = pytest.importorskip(
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from conftest import REPO, run  # noqa: E402
+from conftest import run  # noqa: E402
 from electra_plugin.convert.hf import (  # noqa: E402
     HIDDEN_ACT,
     LAYER_NORM_EPS,
@@ -68,7 +68,7 @@ VOCAB_SIZE = 2000  # sentencepiece pieces, specials included
 
 def english_corpus(path) -> int:
     """Prose of Python's reference manual, one sentence per line (the input format of
-    prepare_data.py), a blank line between topics (documents); code examples, grammar
+    electra-prepare), a blank line between topics (documents); code examples, grammar
     rules, lists and headings are left out. Returns the number of sentences."""
     import pydoc_data.topics
 
@@ -94,10 +94,10 @@ def english_corpus(path) -> int:
 
 @pytest.fixture(scope="module")
 def english_data(tmp_path_factory):
-    """The corpus through scripts/prepare_data.py, as scripts/demo.py prepares its data."""
+    """The corpus through electra-prepare, as scripts/demo.py prepares its data."""
     root = tmp_path_factory.mktemp("hf_parity")
     assert english_corpus(root / "corpus.txt") >= 400
-    proc = run([sys.executable, REPO / "scripts" / "prepare_data.py", "--train",
+    proc = run([sys.executable, "-m", "electra_plugin.cli.prepare", "--train",
                 root / "corpus.txt", "--destdir", root / "bin", "--sentencepiece-vocab-size",
                 str(VOCAB_SIZE), "--workers", "1"])
     assert proc.returncode == 0, proc.stderr[-3000:]

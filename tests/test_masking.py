@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import OBJECTS, REPO, SUBJECTS, TAILS, VERBS, run, train_cmd, write_corpus
+from conftest import OBJECTS, SUBJECTS, TAILS, VERBS, run, train_cmd, write_corpus
 from fairseq.data import Dictionary
 from test_training import failure, records
 
@@ -117,12 +117,12 @@ def wordpiece_vocab(words):
 
 @pytest.fixture(scope="module")
 def wordpiece_data(tmp_path_factory):
-    """The test corpus through scripts/prepare_data.py with a small WordPiece vocab."""
+    """The test corpus through electra-prepare with a small WordPiece vocab."""
     root = tmp_path_factory.mktemp("wordpiece")
     write_corpus(root / "corpus.txt", 1200, seed=4)
     words = {w for phrase in SUBJECTS + VERBS + OBJECTS + TAILS for w in phrase.split()}
     (root / "vocab.txt").write_text("\n".join(wordpiece_vocab(words)) + "\n")
-    proc = run([sys.executable, REPO / "scripts" / "prepare_data.py", "--train",
+    proc = run([sys.executable, "-m", "electra_plugin.cli.prepare", "--train",
                 root / "corpus.txt", "--destdir", root / "bin", "--wordpiece-vocab",
                 root / "vocab.txt", "--workers", "1"])
     assert proc.returncode == 0, proc.stderr[-3000:]

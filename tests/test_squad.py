@@ -1,7 +1,6 @@
 """SQuAD: offsets, windows and targets, official EM/F1, the loss, n-best prediction, a real
 fairseq-train run of --task squad from a pre-training checkpoint, and one-line errors."""
 
-import importlib.util
 import json
 import math
 import random
@@ -17,11 +16,12 @@ import torch.nn.functional as F
 from fairseq.data import Dictionary
 
 from conftest import PLUGIN, REPO, assert_one_line_error, run
+from electra_plugin.cli import squad as squad_cli
 from electra_plugin.data import squad as sq
 from electra_plugin.data.tokenizer import WordPieceTextTokenizer, load_tokenizer
 from electra_plugin.errors import ElectraUsageError
 
-SCRIPT = REPO / "scripts" / "squad.py"
+SQUAD = [sys.executable, "-m", "electra_plugin.cli.squad"]  # electra-squad, installed or not
 
 # Contexts made of the pre-training corpus' words (tests/conftest.py), plus capitals and
 # digits the 80-piece sentencepiece model has never seen (they become <unk> pieces).
@@ -70,13 +70,6 @@ def write_json(path, obj):
     return path
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("squad_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def wordpiece(tmp_path_factory):
     words = sorted(set((SHORT + " " + LONG).lower().replace(".", " ").split()))
@@ -90,12 +83,11 @@ def wordpiece(tmp_path_factory):
 def squad_bin(tmp_path_factory, spm_data):
     """SQuAD 2.0 and 1.1 preprocessed with the pre-training data's tokenizer, 64-token windows."""
     root = tmp_path_factory.mktemp("squad")
-    script = load_script()
     out = {}
     for version in ("2.0", "1.1"):
         path = write_json(root / f"v{version}.json", squad_json(version))
         dest = root / f"bin{version}"
-        assert script.main(["preprocess", "--pretrain-data", str(spm_data), "--train", str(path),
+        assert squad_cli.main(["preprocess", "--pretrain-data", str(spm_data), "--train", str(path),
                             "--valid", str(path), "--destdir", str(dest), "--max-seq-len", "64",
                             "--doc-stride", "16", "--max-query-len", "16"]) == 0
         out[version] = dest
@@ -322,7 +314,7 @@ def test_finetune_then_predict(tmp_path, squad_bin, pretrained, capsys):
     for name, obj in (("missing", missing), ("shifted", shifted)):
         path = write_json(bad / f"{name}.json", obj)
         procs[name] = subprocess.Popen(
-            [sys.executable, SCRIPT, "preprocess", "--pretrain-data", squad_bin["2.0"],
+            [*SQUAD, "preprocess", "--pretrain-data", squad_bin["2.0"],
              "--train", path, "--destdir", bad / name], stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True)
     procs["positions"] = subprocess.Popen(
@@ -354,7 +346,7 @@ def test_finetune_then_predict(tmp_path, squad_bin, pretrained, capsys):
     assert "classification_heads.squad.no_answer_proj.weight" in keys
 
     out = tmp_path / "pred"
-    proc = run([sys.executable, SCRIPT, "predict", "--checkpoint", save / "checkpoint_last.pt",
+    proc = run([*SQUAD, "predict", "--checkpoint", save / "checkpoint_last.pt",
                 "--data", squad_bin["2.0"], "--split", "valid", "--out-dir", out, "--cpu"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     predictions = json.loads((out / "predictions.json").read_text())
@@ -368,7 +360,7 @@ def test_finetune_then_predict(tmp_path, squad_bin, pretrained, capsys):
     assert sorted(json.loads((out / "null_odds.json").read_text())) == sorted(predictions)
     # the stand-alone evaluation of predictions.json agrees
     gold = write_json(tmp_path / "gold.json", squad_json())
-    assert load_script().main(["evaluate", str(gold), str(out / "predictions.json")]) == 0
+    assert squad_cli.main(["evaluate", str(gold), str(out / "predictions.json")]) == 0
     standalone = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert standalone["exact"] == scores["exact"] and standalone["f1"] == scores["f1"]
 
@@ -404,27 +396,35 @@ def test_bad_json_in_process(tmp_path):
         sq.read_squad(write_json(path, squad_json("2.0")), version="1.1")
 
 
-# --------------------------------------------------------------------------- scripts
-def test_fetch_from_sdist_and_split(tmp_path, capsys):
-    """fetch takes only the squad_shifts SQuAD files out of the bigbench sdist and caches
-    them; split holds out whole paragraphs."""
+# --------------------------------------------------------------------------- commands
+# the SQuAD files of bigbench's squad_shifts task, all that scripts/fetch_squad.py keeps
+SHIFTS_FILES = ("new_wiki_v1.0.json", "nyt_v1.0.json", "reddit_v1.0.json",
+                "amazon_reviews_v1.0.json", "squaddev_v1.1.json")
+
+
+def test_fetch_from_sdist_and_split(tmp_path):
+    """scripts/fetch_squad.py takes only the squad_shifts SQuAD files out of the bigbench
+    sdist and caches them; split holds out whole paragraphs."""
     import tarfile
 
-    script = load_script()
     src = tmp_path / "src"
     inner = src / "bigbench-1.0.0" / "bigbench" / "benchmark_tasks" / "squad_shifts"
     inner.mkdir(parents=True)
-    for name in script.SHIFTS_FILES + ("new_wiki_v1.0_removed.json", "task.py"):
-        write_json(inner / name, squad_json("1.1") if name in script.SHIFTS_FILES else {})
+    for name in SHIFTS_FILES + ("new_wiki_v1.0_removed.json", "task.py"):
+        write_json(inner / name, squad_json("1.1") if name in SHIFTS_FILES else {})
     sdist = tmp_path / "bigbench-1.0.0.tar.gz"
     with tarfile.open(sdist, "w:gz") as tar:
         tar.add(src / "bigbench-1.0.0", arcname="bigbench-1.0.0")
     cache = tmp_path / "cache"
-    assert script.main(["fetch", "--cache-dir", str(cache), "--sdist", str(sdist)]) == 0
-    assert sorted(p.name for p in cache.iterdir()) == sorted(script.SHIFTS_FILES + ("SOURCE.json",))
+    fetch = [sys.executable, REPO / "scripts" / "fetch_squad.py", "--cache-dir", cache,
+             "--sdist", sdist]
+    first = run(fetch)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert sorted(p.name for p in cache.iterdir()) == sorted(SHIFTS_FILES + ("SOURCE.json",))
     sdist.unlink()  # cached: not needed again
-    assert script.main(["fetch", "--cache-dir", str(cache), "--sdist", str(sdist)]) == 0
-    assert capsys.readouterr().out.split() == [str(cache)] * 2
+    again = run(fetch)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (first.stdout + again.stdout).split() == [str(cache)] * 2
 
     big = squad_json("1.1")
     paragraphs = big["data"][0]["paragraphs"]
@@ -432,7 +432,7 @@ def test_fetch_from_sdist_and_split(tmp_path, capsys):
         paragraphs.append({"context": SHORT, "qas": [
             {"id": f"x{k}", "question": "?", "answers": [answer("a dog", SHORT)]}]})
     out = tmp_path / "split"
-    assert script.main(["split", str(write_json(tmp_path / "big.json", big)), "--out-dir",
+    assert squad_cli.main(["split", str(write_json(tmp_path / "big.json", big)), "--out-dir",
                         str(out), "--valid-fraction", "0.3", "--seed", "3"]) == 0
     train, valid = (sq.read_squad(str(out / f"{part}.json")) for part in ("train", "valid"))
     ids = lambda d: {e.qid for e in d.examples}  # noqa: E731

@@ -626,7 +626,7 @@ def _write_model_dir(model_dir, hf_state, config, vocab_path, tokenizer_settings
             "follow the fairseq dictionary: id 0 <s>, 1 <pad>, 2 </s>, 3 <unk>, then the\n"
             "entries of dict.txt in order, then <mask> (the last id). Encode text with the\n"
             "tokenizer the data was prepared with (spm.model when present: its piece ids\n"
-            "equal these ids if it was trained by scripts/prepare_data.py), or look pieces\n"
+            "equal these ids if it was trained by electra-prepare), or look pieces\n"
             "up in dict.txt, and start each sequence with <s> (0).\n")
 
 
@@ -687,7 +687,7 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
         raise ElectraUsageError(f"{checkpoint}'s classification head reads the mean of the "
                                 f"tokens (--classifier-pooling mean), HF's the first token; "
                                 f"export the discriminator alone (a checkpoint without the "
-                                f"head, scripts/extract_discriminator.py)")
+                                f"head, electra-extract)")
 
     dictionary, dict_dir = _find_dictionary(state["cfg"], data)
     vocab_path, tokenizer_settings, meta = _find_vocab(dict_dir, vocab)

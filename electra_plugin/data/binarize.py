@@ -1,4 +1,4 @@
-"""Running fairseq-preprocess from the plugin's scripts, with one-line errors."""
+"""Running fairseq-preprocess from the plugin's commands, with one-line errors."""
 
 import os
 import subprocess
@@ -7,7 +7,7 @@ from typing import Dict, Optional
 
 from ..errors import ElectraUsageError
 
-# scripts/prepare_data.py builds its output in a hidden directory of --destdir with this
+# electra-prepare builds its output in a hidden directory of --destdir with this
 # prefix and moves it in when done: one left behind marks an interrupted run.
 STAGING_PREFIX = ".prepare_data-"
 

@@ -298,11 +298,11 @@ class SquadMetadata:
                 meta = json.load(f)
         except FileNotFoundError:
             raise ElectraUsageError(f"{path} is missing; make SQuAD data with "
-                                    f"scripts/squad.py preprocess")
+                                    f"electra-squad preprocess")
         except (OSError, ValueError) as e:
             raise ElectraUsageError(f"cannot read {path}: {e}")
         if meta.pop("format", None) != METADATA_FORMAT:
-            raise ElectraUsageError(f"{path} is not SQuAD metadata written by scripts/squad.py")
+            raise ElectraUsageError(f"{path} is not SQuAD metadata written by electra-squad")
         meta.pop("format_version", None)
         meta["examples"] = [SquadExample(e["qid"], e["question"], e["context"],
                                          [tuple(a) for a in e["answers"]], e["is_impossible"])

@@ -1,6 +1,6 @@
 """Text -> fairseq pieces, shared by data preparation and later fine-tuning scripts.
 
-A data directory made by ``scripts/prepare_data.py`` holds, next to ``dict.txt`` and the
+A data directory made by ``electra-prepare`` holds, next to ``dict.txt`` and the
 binarized splits, the tokenizer it was encoded with and a small metadata file,
 ``electra_tokenizer.json`` (deliberately not ``tokenizer.json``, which Hugging Face tools would
 try to parse as their own format)::
@@ -256,7 +256,7 @@ class WordPieceTextTokenizer(TextTokenizer):
 def sentencepiece_dict_lines(sp, source: str = "sentencepiece model") -> List[str]:
     """dict.txt lines for a sentencepiece model: every piece except control and unknown ones.
 
-    For a model trained by prepare_data.py (ids <s>=0 <pad>=1 </s>=2 <unk>=3) the fairseq index
+    For a model trained by electra-prepare (ids <s>=0 <pad>=1 </s>=2 <unk>=3) the fairseq index
     of every piece equals its sentencepiece id.
     """
     lines = []
@@ -299,14 +299,14 @@ def tokenizer_from_metadata(data_dir: str, meta: Dict[str, Any]) -> TextTokenize
 
 
 def load_tokenizer(data_dir: str) -> TextTokenizer:
-    """The tokenizer a data directory made by prepare_data.py was encoded with."""
+    """The tokenizer a data directory made by electra-prepare was encoded with."""
     path = os.path.join(data_dir, METADATA_FILE)
     try:
         with open(path, encoding="utf-8") as f:
             meta = json.load(f)
     except FileNotFoundError:
         raise ElectraUsageError(
-            f"{data_dir!r} has no {METADATA_FILE}; was it made by scripts/prepare_data.py?"
+            f"{data_dir!r} has no {METADATA_FILE}; was it made by electra-prepare?"
         )
     except (OSError, ValueError) as e:
         raise ElectraUsageError(f"cannot read {path!r}: {e}")

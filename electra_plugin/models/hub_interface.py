@@ -32,7 +32,7 @@ def from_pretrained(model_dir, checkpoint_file="checkpoint_best.pt", data_name_o
 class ElectraHubInterface(nn.Module):
     """encode / decode / extract_features / predict / replaced_token_scores for one model.
 
-    Text is tokenized with the tokenizer ``scripts/prepare_data.py`` saved into the data
+    Text is tokenized with the tokenizer ``electra-prepare`` saved into the data
     directory (copied next to fine-tuning data by the GLUE and SQuAD preprocessing scripts).
     """
 

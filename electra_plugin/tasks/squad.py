@@ -1,6 +1,6 @@
 """The ``squad`` task: extractive question answering (SQuAD v1.1 / v2.0) on the discriminator.
 
-Data comes from ``scripts/squad.py preprocess`` (see ``electra_plugin.data.squad``): a
+Data comes from ``electra-squad preprocess`` (see ``electra_plugin.data.squad``): a
 directory with the pre-training ``dict.txt`` and, per split, ``{split}.input`` (token ids of
 ``<s> question </s> context-window </s>``), ``{split}.target`` (start, end) and
 ``{split}.squad.json`` (the metadata that maps predictions back to text).
@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 class SquadConfig(FairseqDataclass):
     data: str = field(
         default=MISSING,
-        metadata={"help": "directory written by scripts/squad.py preprocess (dict.txt, "
+        metadata={"help": "directory written by electra-squad preprocess (dict.txt, "
                           "{split}.input/.target .bin/.idx, {split}.squad.json)"})
     squad_version: Optional[ChoiceEnum(["1.1", "2.0"])] = field(  # type: ignore
         default=None,
@@ -98,7 +98,7 @@ class SquadTask(FairseqTask):
                         if f.endswith(".squad.json"))
         if not splits:
             raise ElectraUsageError(f"{cfg.data} has no SQuAD data ({{split}}.squad.json); "
-                                    f"make it with scripts/squad.py preprocess")
+                                    f"make it with electra-squad preprocess")
         first = SquadMetadata.load(os.path.join(cfg.data, splits[0] + ".squad.json"))
         meta = {"version": first.version, "max_seq_len": first.max_seq_len}
         if cfg.squad_version is not None and str(cfg.squad_version) != first.version:
@@ -126,7 +126,7 @@ class SquadTask(FairseqTask):
             if not os.path.isfile(path):
                 raise ElectraUsageError(
                     f"no '{split}' split in {self.cfg.data} ({os.path.basename(path)}); "
-                    f"preprocess it with scripts/squad.py preprocess (--train/--valid/--test) "
+                    f"preprocess it with electra-squad preprocess (--train/--valid/--test) "
                     f"or choose another --valid-subset / --disable-validation")
             meta = SquadMetadata.load(path)
             if meta.version != self.version or meta.max_seq_len > self.max_positions():
@@ -147,7 +147,7 @@ class SquadTask(FairseqTask):
             raise ElectraUsageError(
                 f"the '{split}' split in {self.cfg.data} is incomplete or inconsistent "
                 f"({split}.input, {split}.target and {split}.squad.json disagree); run "
-                f"scripts/squad.py preprocess again")
+                f"electra-squad preprocess again")
         labels = np.stack([targets[i].numpy() for i in range(len(targets))])  # N x 2
         pad = self.dictionary.pad()
         dataset = NestedDictionaryDataset(
@@ -177,7 +177,7 @@ class SquadTask(FairseqTask):
         if positions is not None and self.max_positions() > positions:
             raise ElectraUsageError(
                 f"the SQuAD windows in {self.cfg.data} are up to {self.max_positions()} tokens "
-                f"long (--max-seq-len of scripts/squad.py preprocess) but the model has "
+                f"long (--max-seq-len of electra-squad preprocess) but the model has "
                 f"{positions} positions (--max-positions); preprocess again with --max-seq-len "
                 f"{positions} or less")
         model = super().build_model(cfg, from_checkpoint)

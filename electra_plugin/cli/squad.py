@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
-"""SQuAD for the ELECTRA plugin: fetch real data, preprocess, predict, evaluate.
+"""SQuAD for the ELECTRA plugin: split, preprocess, predict, evaluate.
+
+(Real SQuAD-format data to try it on: ``python scripts/fetch_squad.py`` in a clone.)
 
 Subcommands:
-  fetch       the SQuAD-format files of the bigbench==1.0.0 sdist (squad_shifts: new_wiki,
-              nyt, reddit, amazon_reviews, and the real SQuAD v1.1 dev set), cached
   split       cut a SQuAD file into train/valid files by paragraph (no context in both)
   preprocess  SQuAD JSON -> windows binarized for ``--task squad``, with the pre-training
               data directory's dict.txt and tokenizer
@@ -11,104 +10,29 @@ Subcommands:
   evaluate    the official EM/F1 of a predictions.json against a SQuAD JSON file
 
 Example (see examples/squad/README.md for the whole recipe):
-  python scripts/squad.py preprocess --pretrain-data data-bin/news --train train-v1.1.json \\
+  electra-squad preprocess --pretrain-data data-bin/news --train train-v1.1.json \\
       --valid dev-v1.1.json --destdir data-bin/squad
   fairseq-train data-bin/squad --user-dir electra_plugin --task squad --criterion squad ...
-  python scripts/squad.py predict --checkpoint checkpoints/checkpoint_last.pt \\
+  electra-squad predict --checkpoint checkpoints/checkpoint_last.pt \\
       --data data-bin/squad --split valid --out-dir results
 """
 
 import argparse
-import glob
-import hashlib
 import json
 import os
 import random
 import shutil
-import subprocess
 import sys
-import tarfile
-import tempfile
 import time
 
 from electra_plugin.data import squad as sq
-from electra_plugin.data.packages import default_cache_dir
 from electra_plugin.errors import ElectraUsageError, command_line
-
-BIGBENCH = "bigbench==1.0.0"
-SHIFTS_DIR = "bigbench/benchmark_tasks/squad_shifts/"
-SHIFTS_FILES = ("new_wiki_v1.0.json", "nyt_v1.0.json", "reddit_v1.0.json",
-                "amazon_reviews_v1.0.json", "squaddev_v1.1.json")
-DEFAULT_CACHE = os.path.join(default_cache_dir(), "squad_shifts")  # $ELECTRA_CACHE/squad_shifts
 
 _T0 = time.time()
 
 
 def log(msg):
-    print(f"squad: [{time.time() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
-
-
-# ------------------------------------------------------------------------------------ fetch
-def _extract_from_tar(tar_path, dest):
-    with tarfile.open(tar_path) as tar:
-        for member in tar.getmembers():
-            name = os.path.basename(member.name)
-            if SHIFTS_DIR in member.name and name in SHIFTS_FILES and member.isfile():
-                with tar.extractfile(member) as src, open(os.path.join(dest, name), "wb") as out:
-                    shutil.copyfileobj(src, out)
-
-
-def fetch(args):
-    dest = os.path.abspath(args.cache_dir)
-    have = lambda: all(os.path.isfile(os.path.join(dest, f)) for f in SHIFTS_FILES)  # noqa
-    if have() and not args.force:
-        log(f"cached: {dest}")
-        print(dest)
-        return 0
-    os.makedirs(dest, exist_ok=True)
-    work = tempfile.mkdtemp(prefix=".fetch-", dir=dest)
-    try:
-        if args.sdist:
-            _extract_from_tar(args.sdist, work)
-        else:
-            # bigbench's setup declares a direct-URL dependency, so pip stops after unpacking
-            # the sdist ("cannot declare direct URL dependencies") and keeps no archive even
-            # with --no-deps (electra_plugin.data.packages.fetch_package fails on it for that
-            # reason); --no-clean leaves the unpacked tree in our TMPDIR instead.
-            log(f"pip download --no-deps --no-binary :all: {BIGBENCH} (about 360 MB, once)")
-            env = dict(os.environ, TMPDIR=work)
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                   "--no-clean", "--disable-pip-version-check", BIGBENCH, "-d",
-                   os.path.join(work, "dl")]
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-            archives = glob.glob(os.path.join(work, "dl", "bigbench-*.tar.gz"))
-            if archives:
-                _extract_from_tar(archives[0], work)
-            else:
-                for name in SHIFTS_FILES:
-                    found = glob.glob(os.path.join(work, "pip-*", "*", SHIFTS_DIR, name))
-                    if found:
-                        shutil.copyfile(found[0], os.path.join(work, name))
-            if not all(os.path.isfile(os.path.join(work, f)) for f in SHIFTS_FILES):
-                tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-                raise ElectraUsageError(f"could not get the squad_shifts files of {BIGBENCH} "
-                                        f"with pip: {tail[0]}")
-        missing = [f for f in SHIFTS_FILES if not os.path.isfile(os.path.join(work, f))]
-        if missing:
-            raise ElectraUsageError(f"{args.sdist} lacks {SHIFTS_DIR}{missing[0]}")
-        provenance = {}
-        for name in SHIFTS_FILES:
-            with open(os.path.join(work, name), "rb") as f:
-                provenance[name] = hashlib.sha256(f.read()).hexdigest()
-            os.replace(os.path.join(work, name), os.path.join(dest, name))
-        with open(os.path.join(dest, "SOURCE.json"), "w") as f:
-            json.dump({"package": BIGBENCH, "path": SHIFTS_DIR, "sha256": provenance}, f,
-                      indent=2)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    log(f"wrote {len(SHIFTS_FILES)} SQuAD files to {dest}")
-    print(dest)
-    return 0
+    print(f"electra-squad: [{time.time() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------------------------------ split
@@ -155,7 +79,7 @@ def preprocess(args):
     pretrain = args.pretrain_data
     if not os.path.isfile(os.path.join(pretrain, "dict.txt")):
         raise ElectraUsageError(f"{pretrain}/dict.txt is missing; --pretrain-data is the data "
-                                f"directory the model was pre-trained on (scripts/prepare_data.py)")
+                                f"directory the model was pre-trained on (electra-prepare)")
     # Read and check every file before the slow part.
     data = {name: sq.read_squad(path, args.squad_version, args.realign_answers)
             for name, path in inputs.items()}
@@ -286,15 +210,9 @@ def evaluate(args):
 
 # ------------------------------------------------------------------------------------- main
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="electra-squad", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
-
-    f = sub.add_parser("fetch", help="fetch and cache the squad_shifts files of bigbench")
-    f.add_argument("--cache-dir", default=DEFAULT_CACHE, help=f"default {DEFAULT_CACHE}")
-    f.add_argument("--sdist", help="use this bigbench-1.0.0.tar.gz instead of pip download")
-    f.add_argument("--force", action="store_true", help="fetch again even if cached")
-    f.set_defaults(run=fetch)
 
     s = sub.add_parser("split", help="paragraph-level train/valid split of one SQuAD file")
     s.add_argument("input", help="SQuAD JSON file")
@@ -310,7 +228,7 @@ def parse_args(argv):
     pp = sub.add_parser("preprocess", help="SQuAD JSON -> binarized windows for --task squad")
     pp.add_argument("--pretrain-data", required=True,
                     help="pre-training data directory (dict.txt and the tokenizer "
-                         "scripts/prepare_data.py saved)")
+                         "electra-prepare saved)")
     pp.add_argument("--train", help="training SQuAD JSON file")
     pp.add_argument("--valid", help="validation SQuAD JSON file (e.g. the dev set)")
     pp.add_argument("--test", help="another SQuAD JSON file to predict on")
@@ -362,5 +280,10 @@ def main(argv=None):
     return args.run(args)
 
 
-if __name__ == "__main__":
+def cli():
+    """The console script: :func:`main` with its usage errors as one line."""
     sys.exit(command_line(main))
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Raw text -> fairseq binarized data for ``--task electra``.
 
 Input: plain text, one sentence or paragraph per line, an empty line between documents.
@@ -14,8 +13,8 @@ Vocabulary, one of:
   --wordpiece-vocab vocab.txt    a BERT WordPiece vocabulary (lower-cased unless --no-lowercase)
 
 Examples:
-  python scripts/prepare_data.py --train news.txt --destdir data-bin/news --sentencepiece-vocab-size 8000
-  python scripts/prepare_data.py --train a.txt b.txt --valid dev.txt --destdir out --wordpiece-vocab vocab.txt
+  electra-prepare --train news.txt --destdir data-bin/news --sentencepiece-vocab-size 8000
+  electra-prepare --train a.txt b.txt --valid dev.txt --destdir out --wordpiece-vocab vocab.txt
 """
 
 import argparse
@@ -47,7 +46,7 @@ _T0 = time.time()
 
 
 def log(msg):
-    print(f"prepare_data: [{time.time() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+    print(f"electra-prepare: [{time.time() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
 
 def default_workers():
@@ -288,6 +287,7 @@ def install_file(src, dst):
 # --------------------------------------------------------------------------- main
 def parse_args(argv):
     p = argparse.ArgumentParser(
+        prog="electra-prepare",
         description="Raw text -> fairseq binarized data (dict.txt, train/valid .bin/.idx) for "
         "--task electra, with a sentencepiece or WordPiece tokenizer.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -540,5 +540,10 @@ def _prepare(args, destdir, work, lowercase):
     return 0
 
 
-if __name__ == "__main__":
+def cli():
+    """The console script: :func:`main` with its usage errors as one line."""
     sys.exit(command_line(main))
+
+
+if __name__ == "__main__":
+    cli()
