@@ -62,7 +62,7 @@ def main():
     from electra_plugin.checkpoint import checkpoint_damage
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("data", help="a binarized data directory (scripts/prepare_data.py output)")
+    p.add_argument("data", help="a binarized data directory (electra-prepare output)")
     p.add_argument("--kills", type=int, default=10)
     p.add_argument("--max-delay", type=float, default=0.6,
                    help="the kill comes 0..this many seconds after a save begins")

@@ -16,7 +16,7 @@ def digest(path):
 
 def test_missing_data_directory(tmp_path):
     proc = run(train_cmd(tmp_path / "nowhere", tmp_path / "ck", "--max-update", "1"))
-    assert_one_line_error(proc, "does not exist", "prepare_data.py")
+    assert_one_line_error(proc, "does not exist", "electra-prepare")
 
 
 def test_missing_dictionary(tmp_path, data_bin):

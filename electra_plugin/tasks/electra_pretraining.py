@@ -224,11 +224,11 @@ def load_dictionary(data_path: str) -> Dictionary:
     if not os.path.isdir(data_path):
         raise ElectraUsageError(
             f"data directory {data_path} does not exist; binarize text first with "
-            f"scripts/prepare_data.py (or fairseq-preprocess --only-source)")
+            f"electra-prepare (or fairseq-preprocess --only-source)")
     dict_path = os.path.join(data_path, "dict.txt")
     if not os.path.isfile(dict_path) and glob.glob(os.path.join(data_path, STAGING_PREFIX + "*")):
         raise ElectraUsageError(
-            f"{data_path} is incomplete: a scripts/prepare_data.py run into it was interrupted; "
+            f"{data_path} is incomplete: an electra-prepare run into it was interrupted; "
             f"run it again with --force")
     if not os.path.isfile(dict_path):
         raise ElectraUsageError(
