@@ -12,6 +12,7 @@ from conftest import REPO
 pytest.importorskip("transformers")  # the peer
 
 
+@pytest.mark.slow
 def test_harness_times_plugin_command_lines_and_peers_in_their_own_processes(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run(

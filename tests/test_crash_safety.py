@@ -81,6 +81,7 @@ def test_damaged_split_is_named_when_it_loads(tmp_path, data_bin, damage):
     assert phrase in str(error.value) and str(data) in str(error.value)
 
 
+@pytest.mark.slow
 def test_damaged_pretraining_data_through_fairseq_train(tmp_path, data_bin):
     data = tmp_path / "data"
     shutil.copytree(data_bin, data)
@@ -90,6 +91,7 @@ def test_damaged_pretraining_data_through_fairseq_train(tmp_path, data_bin):
     assert str(data) in line
 
 
+@pytest.mark.slow
 def test_damaged_finetuning_data(tmp_path, spm_data):
     data = tmp_path / "bin"
     assert preprocess("RTE", write_rte(tmp_path / "RTE", 16, 8), spm_data, data).returncode == 0
@@ -114,6 +116,7 @@ def damaged_checkpoint(tmp_path, pretrained):
     return path
 
 
+@pytest.mark.slow
 def test_damaged_checkpoint_given_to_fairseq_train(tmp_path, data_bin, damaged_checkpoint):
     before = digest(damaged_checkpoint)
     proc = run(train_cmd(data_bin, tmp_path / "a", "--max-update", "1",
@@ -125,6 +128,7 @@ def test_damaged_checkpoint_given_to_fairseq_train(tmp_path, data_bin, damaged_c
     assert digest(damaged_checkpoint) == before
 
 
+@pytest.mark.slow
 def test_damaged_checkpoint_given_to_the_hub_and_the_converter(tmp_path, spm_data,
                                                                damaged_checkpoint):
     from electra_plugin.models.hub_interface import from_pretrained
@@ -136,6 +140,7 @@ def test_damaged_checkpoint_given_to_the_hub_and_the_converter(tmp_path, spm_dat
     assert_one_line_error(proc, f"checkpoint {damaged_checkpoint} is damaged")
 
 
+@pytest.mark.slow
 def test_checkpoint_damage_reads_checksums(tmp_path, pretrained):
     path = tmp_path / "flipped.pt"
     data = bytearray(pretrained.read_bytes())
@@ -162,6 +167,7 @@ def final_params(save):
     return state["optimizer_history"][-1]["num_updates"], state["model"]
 
 
+@pytest.mark.slow
 def test_damaged_last_checkpoint_resumes_from_the_newest_intact_one(tmp_path, data_bin):
     once, twice = tmp_path / "once", tmp_path / "twice"
     assert run(resume_cmd(data_bin, once, 10)).returncode == 0
@@ -178,6 +184,7 @@ def test_damaged_last_checkpoint_resumes_from_the_newest_intact_one(tmp_path, da
     assert_same_params(a, b, atol=0, what="resumed past a damaged checkpoint_last.pt")
 
 
+@pytest.mark.slow
 def test_no_intact_checkpoint_left_is_one_line(tmp_path, data_bin):
     save = tmp_path / "ck"
     assert run(resume_cmd(data_bin, save, 2)).returncode == 0
@@ -209,6 +216,7 @@ def killed_at(cmd, trigger, delay, log):
     return False
 
 
+@pytest.mark.slow
 def test_killed_at_random_moments_ends_like_an_uninterrupted_run(tmp_path, data_bin):
     """SIGKILL during updates, validation and saves (several times), then the same command."""
     once, killed = tmp_path / "once", tmp_path / "killed"
@@ -234,6 +242,7 @@ def test_killed_at_random_moments_ends_like_an_uninterrupted_run(tmp_path, data_
 # ---------------------------------------------------------------------- 4. prepare_data
 
 
+@pytest.mark.slow
 def test_interrupted_prepare_data_is_refused_then_redone(tmp_path, data_bin):
     write_corpus(tmp_path / "corpus.txt", 1500, seed=2)
     dest = tmp_path / "bin"

@@ -95,6 +95,7 @@ def test_batch_without_maskable_tokens_has_finite_losses(objective):
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
+@pytest.mark.slow
 def test_eos_break_mode_with_blank_lines_and_truncation_trains(tmp_path):
     """One block per line: blank lines give ``<s> </s>`` batches (size-sorted batching groups
     them), long lines are cut to fit <s> + --tokens-per-sample - 1 tokens."""

@@ -217,6 +217,7 @@ def documents_of(dataset, dictionary):
     return docs
 
 
+@pytest.mark.slow
 def test_prepare_data_sentencepiece_held_out_split(tmp_path):
     docs = write_corpus(tmp_path / "corpus.txt", n_docs=60, seed=1)
     dest = tmp_path / "bin"
@@ -274,6 +275,7 @@ def test_write_splits_keeps_documents(tmp_path):
     assert valid.read_text() == "a1\n\nb2\nb3\n"
 
 
+@pytest.mark.slow
 def test_prepare_data_wordpiece_with_valid_file(tmp_path):
     train_docs = write_corpus(tmp_path / "train.txt", n_docs=30, seed=2)
     valid_docs = write_corpus(tmp_path / "valid.txt", n_docs=4, seed=3)
@@ -302,6 +304,7 @@ def test_prepare_data_wordpiece_with_valid_file(tmp_path):
     assert n_unk > 0  # the words with a 'q' (e.g. "quickly") are unknown
 
 
+@pytest.mark.slow
 def test_usage_errors_are_one_line(tmp_path):
     """Run as commands: one 'electra_plugin: error:' line, no traceback, user files untouched."""
     write_corpus(tmp_path / "ok.txt", n_docs=12, seed=6, lines_per_doc=(1, 2))

@@ -1,12 +1,15 @@
 """The main job's own pieces on a real short run: the small_compute preset through
 fairseq-hydra-train, its progress lines, the curves and the discriminator at work."""
 
+import pytest
+
 from conftest import REPO, run
 from test_training import failure
 
 from electra_plugin import demo
 
 
+@pytest.mark.slow
 def test_preset_run_progress_curves_and_held_out_sentence(spm_data, tmp_path):
     log_path = tmp_path / "pretrain.log"
     cmd = demo.preset_cmd(spm_data, tmp_path / "ck", 12, 1, log_path, "small_compute",

@@ -14,11 +14,13 @@ def digest(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_missing_data_directory(tmp_path):
     proc = run(train_cmd(tmp_path / "nowhere", tmp_path / "ck", "--max-update", "1"))
     assert_one_line_error(proc, "does not exist", "electra-prepare")
 
 
+@pytest.mark.slow
 def test_missing_dictionary(tmp_path, data_bin):
     data = tmp_path / "data"
     shutil.copytree(data_bin, data)
@@ -27,6 +29,7 @@ def test_missing_dictionary(tmp_path, data_bin):
     assert_one_line_error(proc, "dict.txt is missing")
 
 
+@pytest.mark.slow
 def test_malformed_dictionary(tmp_path, data_bin):
     data = tmp_path / "data"
     shutil.copytree(data_bin, data)
@@ -35,6 +38,7 @@ def test_malformed_dictionary(tmp_path, data_bin):
     assert_one_line_error(proc, "is not a fairseq dictionary")
 
 
+@pytest.mark.slow
 def test_data_binarized_with_another_dictionary(tmp_path, data_bin):
     data = tmp_path / "data"
     shutil.copytree(data_bin, data)
@@ -44,6 +48,7 @@ def test_data_binarized_with_another_dictionary(tmp_path, data_bin):
     assert_one_line_error(proc, "binarized with another dictionary", "--srcdict")
 
 
+@pytest.mark.slow
 def test_empty_split(tmp_path):
     write_corpus(tmp_path / "train.txt", 50, seed=0)
     (tmp_path / "valid.txt").write_text("")
@@ -52,16 +57,19 @@ def test_empty_split(tmp_path):
     assert_one_line_error(proc, "'valid' split", "is empty")
 
 
+@pytest.mark.slow
 def test_missing_split(tmp_path, data_bin):
     proc = run(train_cmd(data_bin, tmp_path / "ck", "--max-update", "1", "--valid-subset", "test"))
     assert_one_line_error(proc, "no 'test' split", "--valid-subset")
 
 
+@pytest.mark.slow
 def test_tokens_per_sample_longer_than_positions(tmp_path, data_bin):
     proc = run(train_cmd(data_bin, tmp_path / "ck", "--max-update", "1", "--max-positions", "16"))
     assert_one_line_error(proc, "--tokens-per-sample 32", "model's 16 positions")
 
 
+@pytest.mark.slow
 def test_generator_fraction_without_whole_heads(tmp_path, data_bin):
     proc = run(train_cmd(data_bin, tmp_path / "ck", "--max-update", "1",
                          "--generator-size", "0.3"))
@@ -76,6 +84,7 @@ def tiny_checkpoint(tmp_path_factory, data_bin):
     return save
 
 
+@pytest.mark.slow
 def test_restoring_a_checkpoint_of_another_size(tmp_path, data_bin, tiny_checkpoint):
     ckpt = tiny_checkpoint / "checkpoint_last.pt"
     before = digest(ckpt)
@@ -87,6 +96,7 @@ def test_restoring_a_checkpoint_of_another_size(tmp_path, data_bin, tiny_checkpo
     assert not list(save.glob("*.pt"))
 
 
+@pytest.mark.slow
 def test_resuming_in_a_save_dir_of_another_size_keeps_its_checkpoint(tmp_path, data_bin,
                                                                      tiny_checkpoint):
     save = tmp_path / "ck"
@@ -111,6 +121,7 @@ def test_library_code_raises_a_catchable_error(tmp_path):
     assert str(caught).startswith("electra_plugin: error: ") and "\n" not in str(caught)
 
 
+@pytest.mark.slow
 def test_command_lines_turn_it_into_one_line(tmp_path, data_bin):
     """Our commands and fairseq's own command lines (here hydra's) print the line and exit 1."""
     proc = run([sys.executable, "-m", "electra_plugin.cli.convert", "import",
@@ -124,6 +135,7 @@ def test_command_lines_turn_it_into_one_line(tmp_path, data_bin):
     assert_one_line_error(proc, "--generator-size 0.3")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("other", [["--bf16"], ["--amp"], ["--fp16", "--fp16-no-flatten-grads"]])
 def test_autocast_bf16_with_another_precision_flag(tmp_path, data_bin, other):
     """electra-train (fairseq-train with --bf16 usable) refuses two precision modes at once."""

@@ -5,6 +5,8 @@ import sys
 
 import torch
 
+import pytest
+
 from conftest import PLUGIN, SUBJECTS, VERBS, OBJECTS, run
 from electra_plugin.data.binarize import fairseq_preprocess
 from electra_plugin.data.tokenizer import load_tokenizer
@@ -79,6 +81,7 @@ def binarize_texts(spm_data, dest, columns, n, seed):
     return rows
 
 
+@pytest.mark.slow
 def test_roberta_glue_yaml_runs_with_an_electra_model(tmp_path, spm_data, pretrained):
     rows = binarize_texts(spm_data, tmp_path, {"input0": lambda r, i: sentence(r),
                                                "input1": lambda r, i: sentence(r)}, 32, 0)
@@ -106,6 +109,7 @@ def test_roberta_glue_yaml_runs_with_an_electra_model(tmp_path, spm_data, pretra
     assert state["model"][head].shape[0] == 2
 
 
+@pytest.mark.slow
 def test_sentence_ranking_task(tmp_path, spm_data, pretrained):
     """fairseq's sentence_ranking: one shared context, three options, one head score each."""
     columns = {"input0": lambda r, i: sentence(r)}

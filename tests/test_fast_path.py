@@ -254,6 +254,7 @@ print(released, retained, min(faults_of_a_64mb_block() for _ in range(3)))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
 def test_retained_memory_spares_the_page_faults_of_the_next_update(data_bin, tmp_path):
     result = run([sys.executable, "-c", FRESH_BLOCK_FAULTS])
@@ -359,6 +360,7 @@ def test_flops_reduce_once_per_update_over_micro_batches():
     assert "flops" not in log  # validation is not training compute
 
 
+@pytest.mark.slow
 def test_train_flops_survive_an_end_of_epoch_resume(data_bin, tmp_path):
     """fairseq drops its meters when it resumes from an end-of-epoch checkpoint; the count
     lives in the model and goes on. The tiny valid split gives 3 updates per epoch."""
@@ -423,6 +425,7 @@ def test_speed_switch_off_gives_the_plain_ops(monkeypatch):
     assert not torch.equal(Dropout(0.1)(x), ours)  # its own mask
 
 
+@pytest.mark.slow
 def test_a_run_without_the_speed_work_learns_the_same(data_bin, tmp_path, monkeypatch):
     """fairseq-train with ELECTRA_SPEED=0 and without dropout logs the same losses."""
     no_dropout = ("--max-update", "5", "--dropout", "0", "--attention-dropout", "0")

@@ -19,6 +19,7 @@ def discriminator(tmp_path_factory, pretrained):
     return out
 
 
+@pytest.mark.slow
 def test_discriminator_checkpoint_holds_exactly_the_discriminator(discriminator, pretrained):
     full = torch.load(pretrained, weights_only=False)["model"]
     disc = torch.load(discriminator, weights_only=False)["model"]
@@ -33,6 +34,7 @@ def test_discriminator_checkpoint_holds_exactly_the_discriminator(discriminator,
     assert proc.returncode != 0 and "already a discriminator-only" in proc.stderr
 
 
+@pytest.mark.slow
 def test_finetune_from_the_discriminator_checkpoint(tmp_path, spm_data, discriminator):
     data = tmp_path / "bin"
     assert preprocess("RTE", write_rte(tmp_path / "RTE", 16, 8), spm_data, data).returncode == 0
@@ -52,6 +54,7 @@ def test_finetune_from_the_discriminator_checkpoint(tmp_path, spm_data, discrimi
     assert "classification_heads.sentence_classification_head.out_proj.weight" in tuned
 
 
+@pytest.mark.slow
 def test_hub_interface_on_the_pretrained_model(pretrained, spm_data):
     hub = ElectraModel.from_pretrained(str(pretrained.parent), pretrained.name, str(spm_data))
     text = "the cat sees a house today ."

@@ -110,6 +110,7 @@ def test_generated_configs_are_up_to_date_and_follow_the_recipe():
     assert [sizes[s].optimizer.layer_decay for s in sizes] == [0.8, 0.8, 0.9]
 
 
+@pytest.mark.slow
 def test_rte_preprocess_finetune_evaluate(tmp_path, spm_data, pretrained):
     glue_dir = write_rte(tmp_path / "RTE")
     dest = tmp_path / "RTE-bin"
@@ -159,6 +160,7 @@ def test_rte_preprocess_finetune_evaluate(tmp_path, spm_data, pretrained):
         100 * np.mean([p == g for p, g in zip(predictions, gold)]))
 
 
+@pytest.mark.slow
 def test_stsb_regression_and_cola_without_header(tmp_path, spm_data, pretrained):
     stsb = tmp_path / "STS-B-bin"
     assert preprocess("STS-B", write_stsb(tmp_path / "STS-B"), spm_data, stsb).returncode == 0
@@ -203,6 +205,7 @@ def rte_bin(tmp_path_factory, spm_data):
     return root / "bin"
 
 
+@pytest.mark.slow
 def test_data_binarized_with_another_dictionary(tmp_path, rte_bin, pretrained):
     data = tmp_path / "data"
     import shutil
@@ -214,6 +217,7 @@ def test_data_binarized_with_another_dictionary(tmp_path, rte_bin, pretrained):
     assert_one_line_error(proc, "binarized with another dict.txt")
 
 
+@pytest.mark.slow
 def test_head_with_another_class_count(tmp_path, rte_bin, pretrained):
     first = tmp_path / "first"
     assert run(finetune_cmd(rte_bin, pretrained, first)).returncode == 0
@@ -223,6 +227,7 @@ def test_head_with_another_class_count(tmp_path, rte_bin, pretrained):
                           "--classification-head-name")
 
 
+@pytest.mark.slow
 def test_long_pairs_are_cut_to_fit_the_positions(tmp_path, spm_data):
     """Sequences longer than --max-seq-len are cut longest-first, never past the model."""
     rte = write_rte(tmp_path / "RTE", 8, 4)
@@ -245,6 +250,7 @@ def test_long_pairs_are_cut_to_fit_the_positions(tmp_path, spm_data):
     assert len(second[0]) == len(short) + 1  # the short side is kept whole
 
 
+@pytest.mark.slow
 def test_preprocess_errors(tmp_path, spm_data):
     rte = write_rte(tmp_path / "RTE", 4, 4)
     proc = preprocess("RTE", rte, spm_data, tmp_path / "out", "--max-seq-len", "1024")

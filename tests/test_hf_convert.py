@@ -197,6 +197,7 @@ def tiny(root):
 
 
 # ------------------------------------------------------------------ numerics vs transformers
+@pytest.mark.slow
 def test_import_matches_transformers(case, bert):
     model, task = load_fairseq(case["result"].checkpoint, case["out"])
     assert task.cfg._name == "electra" and model.generator is not None
@@ -237,6 +238,7 @@ def test_import_matches_transformers(case, bert):
         assert_close(ours_h[mask], their_h[mask])
 
 
+@pytest.mark.slow
 def test_export_reproduces_transformers_files_bit_for_bit(case, bert, tmp_path):
     out = tmp_path / "hf"
     result = to_hf(case["result"].checkpoint, out)
@@ -419,6 +421,7 @@ def assert_one_update_from(proc, save_dir, imported):
         assert (after["model"][key] - value).abs().max() < 1e-3, key
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,start", [
     ("small", ["--restore-file", "{ckpt}", "--reset-optimizer", "--reset-dataloader",
                "--reset-meters"]),
@@ -439,6 +442,7 @@ def test_continue_pretraining_with_fairseq_train(make_case, tmp_path, name, star
     assert not any(info.values()), info
 
 
+@pytest.mark.slow
 def test_gdes_run_exports_a_plain_discriminator(tiny, bert, tmp_path):
     """fairseq-train with --embedding-sharing gdes: transformers, the hub interface and
     electra-extract see one token table, the generator's plus the residual."""
@@ -507,6 +511,7 @@ def test_imported_model_gives_pairs_berts_token_types(tiny, bert, tmp_path):
     assert_close(ours[mask], theirs.hidden_states[-1][mask])
 
 
+@pytest.mark.slow
 def test_finetuning_an_imported_model_keeps_its_token_types(tiny, tmp_path):
     """fairseq-train sentence_prediction with the imported model's options (model_cli_args)
     and --restore-file: the fine-tuned checkpoint keeps the setting, and its pairs
@@ -773,6 +778,7 @@ def test_key_table_renames_both_ways_strictly():
 
 
 # ------------------------------------------------------------------ command line
+@pytest.mark.slow
 def test_command_line(tiny, tmp_path):
     from electra_plugin.cli import convert
 

@@ -200,6 +200,7 @@ def relative(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm().clamp(min=1e-30)).item()
 
 
+@pytest.mark.slow
 def test_pretraining_step_matches_transformers(english_data):
     model, task, batch, loss, log, out = plugin_step(english_data)
     pad, mask_idx = task.source_dictionary.pad(), task.mask_idx

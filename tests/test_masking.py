@@ -160,6 +160,7 @@ def check_whole_words(task, batch_list, wordpiece):
     return picked, candidates, long_words
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sentencepiece", "wordpiece"])
 def test_whole_word_masking_masks_words_entirely(kind, spm_data, wordpiece_data):
     data = spm_data if kind == "sentencepiece" else wordpiece_data
@@ -179,6 +180,7 @@ def test_whole_word_masking_masks_words_entirely(kind, spm_data, wordpiece_data)
     assert same < 0.1 * sum(len(b["id"]) for b in first)
 
 
+@pytest.mark.slow
 def test_whole_words_with_random_and_unchanged_tokens(wordpiece_data):
     task = make_task(wordpiece_data, whole_word_mask=True, mask_prob=0.3,
                      leave_unmasked_prob=0.1, random_token_prob=0.1)
@@ -214,6 +216,7 @@ def test_word_starts_follow_the_dictionary_convention(data_bin, spm_data, wordpi
     assert word_starts(Dictionary.load(str(data_bin / "dict.txt"))).all()  # words already
 
 
+@pytest.mark.slow
 def test_whole_word_mask_trains(spm_data, tmp_path):
     proc = run(train_cmd(spm_data, tmp_path, "--whole-word-mask", "--max-update", "3",
                          "--no-save", "--disable-validation"))

@@ -49,6 +49,7 @@ def real_batches(checkpoint, data_bin, count=6):
     return model, task, ElectraCriterion(task, 50.0), batches
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("update", [1, 120])
 def test_disc_auc_matches_scikit_learn_on_real_batches(trained, data_bin, update):
     """Exact per batch; over several batches, the pair-weighted mean of the batches' AUCs."""
@@ -100,6 +101,7 @@ def test_auc_counts_on_synthetic_scores():
     assert math.isnan(auc_from_counts(nothing_replaced))
 
 
+@pytest.mark.slow
 def test_sampled_acc_counts_samples_equal_to_the_original(trained, data_bin):
     model, _, criterion, batches = real_batches(trained / "checkpoint_last.pt", data_bin, 2)
     for batch in batches:
@@ -131,6 +133,7 @@ def read_events(directory):
     return values
 
 
+@pytest.mark.slow
 def test_tensorboard_event_files_hold_the_metrics(data_bin, tmp_path):
     pytest.importorskip("tensorboardX")
     proc = run(train_cmd(data_bin, tmp_path / "save", "--max-update", "4", "--log-interval", "2",
@@ -217,6 +220,7 @@ def test_feature_spread_of_input_independent_features(fresh):
     model.eval()
 
 
+@pytest.mark.slow
 def test_feature_spread_in_validation_logs_exact_over_batching(data_bin, tmp_path):
     """Logged at validation only; fairseq-validate logs the same for other batches of the
     same input (argmax samples, --temperature 0, fix the input; --required-batch-size-multiple

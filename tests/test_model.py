@@ -241,6 +241,7 @@ def test_generator_layers_must_give_whole_layers(fraction):
     assert message.endswith("use a multiple of 1/2 in (0, 1]")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sharing", ["shared", "gdes"])
 def test_gdes_keeps_the_discriminator_loss_off_the_shared_embeddings(sharing):
     model, task = tiny_model(embedding_sharing=sharing, dropout=0.0, attention_dropout=0.0)

@@ -113,6 +113,7 @@ def test_all_tokens_mlm_copy_mechanism_by_hand():
 # ------------------------------------------------------------------------ generator variants
 
 
+@pytest.mark.slow
 def test_tied_generator_is_the_discriminator():
     model, _ = tiny_model(generator_size=1.0, tie_generator=True)
     assert model.generator is model.discriminator
@@ -191,6 +192,7 @@ def test_adversarial_generator_reinforce_with_learned_baseline_by_hand():
     assert all(p.grad is None for p in model.generator.parameters())
 
 
+@pytest.mark.slow
 def test_two_stage_switch_copies_the_generator_and_freezes_it():
     model, task = tiny_model(generator_size=1.0, two_stage_updates=3, untie_embeddings=True)
     criterion = ElectraCriterion(task, 50.0)
@@ -248,6 +250,7 @@ def test_paper_flops_of_mlm_by_hand():
 # ------------------------------------------------------------------------ fairseq machinery
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options, loss_key", [
     (["--objective", "electra_15"], "disc_loss"),
     (["--objective", "mlm", "--leave-unmasked-prob", "0.1", "--random-token-prob", "0.1"],
@@ -271,6 +274,7 @@ def test_each_variant_trains_with_fairseq_train(options, loss_key, data_bin, tmp
     assert flops[0] > 0 and flops[2] == pytest.approx(3 * flops[0], rel=0.05)
 
 
+@pytest.mark.slow
 def test_two_stage_run_switches_at_the_update_and_resumes(data_bin, tmp_path):
     options = ["--generator-size", "1.0", "--two-stage-updates", "3", "--train-subset", "valid",
                "--disable-validation"]
@@ -310,6 +314,7 @@ def generator_log_probs(path, data_bin):
         return model(src, target=target, disc_weight=50.0).generator_log_probs
 
 
+@pytest.mark.slow
 def test_objective_from_hydra(data_bin, tmp_path):
     stdout, save_dir = hydra_train(tmp_path, data_bin, "optimization.max_update=2",
                                    "model.objective=mlm",
@@ -347,6 +352,7 @@ def test_impossible_combinations_are_one_line_errors(options, phrase):
         tiny_model(**options)
 
 
+@pytest.mark.slow
 def test_bad_masking_fractions_and_fp16_two_stage_are_one_line(data_bin, tmp_path):
     proc = run(train_cmd(data_bin, tmp_path, "--leave-unmasked-prob", "0.6",
                          "--random-token-prob", "0.6"))

@@ -302,6 +302,7 @@ def finetune_cmd(data, save_dir, pretrained, *extra):
             "--no-progress-bar", "--seed", "1", *extra]
 
 
+@pytest.mark.slow
 def test_finetune_then_predict(tmp_path, squad_bin, pretrained, capsys):
     # the bad-input runs go first, in parallel: they only need a few seconds each
     bad = tmp_path / "bad"
@@ -402,6 +403,7 @@ SHIFTS_FILES = ("new_wiki_v1.0.json", "nyt_v1.0.json", "reddit_v1.0.json",
                 "amazon_reviews_v1.0.json", "squaddev_v1.1.json")
 
 
+@pytest.mark.slow
 def test_fetch_from_sdist_and_split(tmp_path):
     """scripts/fetch_squad.py takes only the squad_shifts SQuAD files out of the bigbench
     sdist and caches them; split holds out whole paragraphs."""

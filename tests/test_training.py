@@ -185,6 +185,7 @@ def hydra_small_run(data_bin, tmp_path_factory):
 # ----------------------------------------------------------------------------- 1. CLI
 
 
+@pytest.mark.slow
 def test_cli_run_logs_the_electra_metrics(cli_run, data_bin):
     stdout, save_dir = cli_run
     assert (save_dir / "checkpoint_last.pt").is_file()
@@ -220,6 +221,7 @@ def test_cli_run_logs_the_electra_metrics(cli_run, data_bin):
 # ----------------------------------------------------------------------------- 2. hydra
 
 
+@pytest.mark.slow
 def test_hydra_small_yaml_gives_official_small_model_and_optimizer(hydra_small_run, data_bin):
     from fairseq import checkpoint_utils
 
@@ -290,6 +292,7 @@ def test_hydra_base_and_large_yamls_give_official_sizes(arch, data_bin):
 PRECISIONS = {"fp32": (), "autocast_bf16": ("--autocast-bf16",)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_stop_and_resume_gives_the_same_model(precision, data_bin, tmp_path):
     """6 updates in one go == 3 updates, stop, restart to 6 (default dropout and sampling)."""
@@ -311,6 +314,7 @@ def test_stop_and_resume_gives_the_same_model(precision, data_bin, tmp_path):
 # ----------------------------------------------------------------------------- 4. DDP
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_two_gloo_workers_match_update_freq_2(precision, data_bin, tmp_path):
     """--update-freq 2 on one process == 2 CPU processes (gloo, legacy_ddp), deterministic model."""
@@ -359,6 +363,7 @@ def test_two_gloo_workers_match_update_freq_2(precision, data_bin, tmp_path):
 # ----------------------------------------------------------------------------- 5. precision
 
 
+@pytest.mark.slow
 def test_fp16_on_cpu_matches_fp32(cli_run, data_bin, tmp_path):
     """The RTD step in half precision (CPU; fairseq's flat fp32 copy needs CUDA, hence
     --fp16-no-flatten-grads) gives the fp32 losses up to half-precision error."""
@@ -382,6 +387,7 @@ def assert_close_to_fp32(low, full, tolerance):
             assert abs(lo[key] - f[key]) < atol, (key, lo, f)
 
 
+@pytest.mark.slow
 def test_autocast_bf16_matches_fp32_within_bf16_error(cli_run, data_bin, tmp_path):
     """--autocast-bf16 computes in bf16 (the weights move differently from fp32's, by bf16
     rounding) while the weights stay fp32 and no loss scale is kept."""
@@ -400,6 +406,7 @@ def test_autocast_bf16_matches_fp32_within_bf16_error(cli_run, data_bin, tmp_pat
         "bit-identical to fp32: autocast did not run"
 
 
+@pytest.mark.slow
 def test_hydra_autocast_bf16(hydra_small_run, data_bin, tmp_path):
     """task.autocast_bf16=true through hydra: bf16 compute, fp32 weights, fp32-like losses."""
     stdout, save_dir = hydra_train(tmp_path, data_bin, "optimization.max_update=2",
@@ -411,6 +418,7 @@ def test_hydra_autocast_bf16(hydra_small_run, data_bin, tmp_path):
                          {"gen_loss": 0.05, "disc_loss": 0.01})
 
 
+@pytest.mark.slow
 def test_hydra_bf16_trains_without_tpu(hydra_small_run, data_bin, tmp_path):
     """common.bf16=true through hydra (what the README recommends) keeps tpu off and gives
     the fp32 run's losses up to bf16 error."""
@@ -435,6 +443,7 @@ def test_cli_bf16_flag_turns_on_tpu(data_bin, tmp_path):
     assert args.bf16 is True and args.tpu is True
 
 
+@pytest.mark.slow
 def test_electra_train_entry_point_runs_bf16_without_tpu(data_bin, tmp_path):
     """electra-train is fairseq-train with --bf16 kept off the TPU path."""
     cmd = train_cmd(data_bin, tmp_path, "--max-update", "2", "--bf16")
@@ -484,6 +493,7 @@ def test_mixed_precision_on_gpu(precision, data_bin, tmp_path):
 # ----------------------------------------------------------------------------- 6. learning
 
 
+@pytest.mark.slow
 def test_generator_and_discriminator_learn(data_bin, tmp_path):
     """50 updates on the templated corpus: the generator's loss falls and the discriminator
     beats the all-"original" baseline.
