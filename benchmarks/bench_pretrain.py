@@ -53,7 +53,8 @@ import torch
 import torch.nn.functional as F
 
 from electra_plugin.speed import retain_freed_memory
-from electra_plugin.flops import executed_train_flops, model_sizes, paper_train_flops
+from electra_plugin.flops import executed_train_flops, paper_train_flops
+from electra_plugin.models.electra import model_sizes
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN = REPO / "electra_plugin"

@@ -50,17 +50,6 @@ class EncoderSize:
     embedding: int
 
 
-def model_sizes(cfg):
-    """(discriminator, generator) :class:`EncoderSize` of a completed ELECTRA model config."""
-    from .models.electra import generator_depth, generator_sizes
-
-    gen_hidden, gen_heads, gen_ffn = generator_sizes(cfg)
-    disc = EncoderSize(cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.ffn_size,
-                       cfg.embedding_size)
-    return disc, EncoderSize(generator_depth(cfg), gen_hidden, gen_heads, gen_ffn,
-                             cfg.embedding_size)
-
-
 # ---------------------------------------------------------------------------- paper count
 
 

@@ -23,10 +23,9 @@ from electra_plugin.flops import (
     EncoderSize,
     FlopsCounter,
     executed_train_flops,
-    model_sizes,
     paper_train_flops,
 )
-from electra_plugin.models.electra import ElectraModel
+from electra_plugin.models.electra import ElectraModel, model_sizes
 from electra_plugin.speed.dropout import Dropout, random_int16
 from test_criterion import sample_for
 from test_model import tiny_model

@@ -10,12 +10,13 @@ from fairseq.data import Dictionary
 from omegaconf import OmegaConf
 
 from electra_plugin.errors import ElectraUsageError
-from electra_plugin.flops import model_sizes, paper_train_flops
+from electra_plugin.flops import paper_train_flops
 from electra_plugin.models.electra import (
     GDES_DELTA,
     ElectraModel,
     complete_config,
     generator_sizes,
+    model_sizes,
 )
 from electra_plugin.tasks.electra_pretraining import ElectraPretrainingConfig, ElectraPretrainingTask
 

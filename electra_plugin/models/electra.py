@@ -19,7 +19,7 @@ from fairseq.models import BaseFairseqModel, register_model, register_model_arch
 from omegaconf import OmegaConf, open_dict
 
 from ..errors import ElectraUsageError
-from ..flops import FlopsCounter, model_sizes, paper_train_flops
+from ..flops import EncoderSize, FlopsCounter, paper_train_flops
 from ..generators import build_generator
 from ..objectives import OBJECTIVES, PretrainingOutput
 from ..optim.layer_decay import tag_parameters
@@ -263,6 +263,16 @@ def generator_depth(cfg) -> int:
     return round(layers)
 
 
+def model_sizes(cfg):
+    """(discriminator, generator) :class:`~electra_plugin.flops.EncoderSize` of a completed
+    ELECTRA model config, what the FLOPs counts need."""
+    gen_hidden, gen_heads, gen_ffn = generator_sizes(cfg)
+    disc = EncoderSize(cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.ffn_size,
+                       cfg.embedding_size)
+    return disc, EncoderSize(generator_depth(cfg), gen_hidden, gen_heads, gen_ffn,
+                             cfg.embedding_size)
+
+
 @register_model("electra", dataclass=ElectraConfig)
 class ElectraModel(BaseFairseqModel):
     """Generator + discriminator for pre-training; the discriminator alone for fine-tuning.
@@ -366,9 +376,7 @@ class ElectraModel(BaseFairseqModel):
                     f"the task's --{option.replace('_', '-')} {length} is larger than the "
                     f"model's {cfg.max_positions} positions; lower it (sequences are cut with "
                     f"--shorten-method truncate) or use a model with more positions")
-        from ..tasks.electra_pretraining import ElectraPretrainingTask
-
-        pretraining = isinstance(task, ElectraPretrainingTask)
+        pretraining = getattr(task, "builds_pretraining_model", False)
         return cls(cfg, task.source_dictionary, pretraining=pretraining)
 
     @property

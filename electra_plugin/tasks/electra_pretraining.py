@@ -101,6 +101,8 @@ class ElectraPretrainingTask(FairseqTask):
     """
 
     cfg: ElectraPretrainingConfig
+    # read by ElectraModel.build_model: with this task it builds generator and heads too
+    builds_pretraining_model = True
 
     def __init__(self, cfg: ElectraPretrainingConfig, dictionary: Dictionary):
         super().__init__(cfg)

@@ -58,7 +58,8 @@ def model_options(objective, generator_size):
 def flops_per_update(objective, generator_size, vocab):
     """Paper-counted training FLOPs of one full batch (the masked count as the task draws it:
     15% of the 127 tokens after <s>)."""
-    from electra_plugin.flops import model_sizes, paper_train_flops
+    from electra_plugin.flops import paper_train_flops
+    from electra_plugin.models.electra import model_sizes
 
     cfg = complete_config(OmegaConf.create(dict(
         **SIZES, objective=objective,
