@@ -1,6 +1,5 @@
 """Damaged data and checkpoints get one line; a run killed at any moment resumes exactly."""
 
-import hashlib
 import os
 import random
 import shutil
@@ -10,18 +9,14 @@ import sys
 import time
 
 import pytest
-import torch
 
 from conftest import PLUGIN, assert_one_line_error, run, train_cmd, write_corpus
 from electra_plugin.checkpoint import checkpoint_damage
 from electra_plugin.errors import ElectraUsageError
+from test_errors import digest
 from test_glue import preprocess, write_rte
 from test_training import assert_same_params, checkpoint, failure, records
 
-
-
-def digest(path):
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def truncate(path, keep=0.5):
