@@ -48,10 +48,10 @@ MODEL = ["--arch", SIZES["_name"], "--num-heads", str(SIZES["num_heads"])]
 BERT_MASKING = ["--leave-unmasked-prob", "0.1", "--random-token-prob", "0.1"]
 
 
-def model_options(objective, generator_size):
+def model_options(objective, generator_size, electra_options=()):
     options = ["--objective", objective]
     if objective != "mlm":
-        options += ["--generator-size", str(generator_size)]
+        options += ["--generator-size", str(generator_size), *electra_options]
     return options + (BERT_MASKING if objective == "mlm" else [])
 
 
@@ -121,7 +121,8 @@ def pretrain(run, args, data, threads):
 def finetune(args, sentiment, restore, out_dir, seed, threads):
     if not (out_dir / "checkpoint_last.pt").exists():
         out_dir.parent.mkdir(parents=True, exist_ok=True)
-        execute(finetune_cmd(sentiment, out_dir, args.finetune_updates, seed, restore, MODEL),
+        execute(finetune_cmd(sentiment, out_dir, args.finetune_updates, seed, restore, MODEL)
+                + args.finetune_options.split(),
                 out_dir.parent / f"{out_dir.name}.log", threads)
     result = subprocess.run([str(c) for c in dev_accuracy_cmd(sentiment, out_dir)],
                             capture_output=True, text=True,
@@ -155,6 +156,12 @@ def main():
                    help="fine-tuning seeds")
     p.add_argument("--finetune-updates", type=int, default=400,
                    help="fine-tuning updates of batch 32 (~1.3 epochs of the sentiment set)")
+    p.add_argument("--electra-options", default="",
+                   help="extra pre-training options of every run with a generator, e.g. a "
+                        "recipe's '--disc-weight 1'")
+    p.add_argument("--finetune-options", default="",
+                   help="extra fine-tuning options of every run, random init included, "
+                        "e.g. '--layer-decay 1.0'")
     p.add_argument("--lr", type=float, default=1e-3, help="pre-training peak lr")
     p.add_argument("--seed", type=int, default=1, help="pre-training seed")
     p.add_argument("--jobs", type=int, default=2, help="runs at once (1 thread each of the "
@@ -181,7 +188,9 @@ def main():
         updates = math.ceil(budget / per_update / args.points) * args.points
         name = objective if objective == "mlm" else f"{objective}_g{size:g}"
         runs.append(dict(name=name, objective=objective, generator_size=size,
-                         options=model_options(objective, size), updates=updates,
+                         options=model_options(objective, size,
+                                               args.electra_options.split()),
+                         updates=updates,
                          flops_per_update=per_update))
         print(f"{name}: {updates} updates of {per_update:.3g} FLOPs = {updates * per_update:.3g}")
 

@@ -47,6 +47,15 @@ def search_split(workdir: Path, data: str) -> str:
     return str(binarized)
 
 
+def finished_updates(checkpoint: str) -> int:
+    """Updates a checkpoint holds (0 if none): a finished pre-training is not started again,
+    since fairseq, restarted at --max-update, would run one more update."""
+    if not os.path.isfile(checkpoint):
+        return 0
+    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    return state["optimizer_history"][-1]["num_updates"]
+
+
 def curves(log_path: Path):
     """{kind: [{metric: value}]} of the train_inner and valid lines of a --log-file."""
     found = {"train_inner": [], "valid": []}
@@ -94,13 +103,14 @@ def main():
     probe = args.workdir / args.name
     probe.mkdir(exist_ok=True)
     record = dict(name=args.name, options=args.options, updates=args.updates,
-                  finetune_options=args.finetune_options, random_init=args.random_init)
+                  finetune_options=args.finetune_options,
+                  finetune_updates=args.finetune_updates, random_init=args.random_init)
     checkpoint = None
     if not args.random_init:
         checkpoint = str(probe / "pretrain" / "checkpoint_last.pt")
         log_path = probe / "pretrain.log"
-        # fairseq resumes an interrupted run and ends a finished one at once
-        run(pretrain_cmd(data, probe / "pretrain", args.updates, 1, log_path) + args.options)
+        if finished_updates(checkpoint) < args.updates:  # fairseq resumes an interrupted run
+            run(pretrain_cmd(data, probe / "pretrain", args.updates, 1, log_path) + args.options)
         found = curves(log_path)
         keys = ("num_updates", "loss", "gen_loss", "disc_loss", "gen_acc", "sampled_acc",
                 "disc_acc", "disc_baseline", "disc_auc", "mlm_acc", "mlm_loss", "train_flops")
@@ -112,7 +122,7 @@ def main():
     accuracies = []
     for seed in args.seeds:
         tag = "".join(c for c in args.finetune_options if c.isalnum() or c in "-.")
-        save = probe / f"finetune{tag}-{seed}"
+        save = probe / f"finetune{tag}-u{args.finetune_updates}-{seed}"
         cmd = finetune_cmd(search, save, args.finetune_updates, seed, checkpoint)
         run(cmd + args.finetune_options.split())
         out = run(dev_accuracy_cmd(search, save))
