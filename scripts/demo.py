@@ -23,7 +23,7 @@ import time
 
 from electra_plugin.demo import (dev_accuracy_cmd, discriminator_at_work, finetune_cmd,
                                  first_valid_sentence, plot_curves, preset_cmd,
-                                 pretraining_progress)
+                                 log_stats, pretraining_progress)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(REPO, "scripts")
@@ -59,7 +59,7 @@ def run(cmd, show_all=False, show=None):
 def finetune_pair(args, data, workdir, seed, checkpoint):
     """Fine-tune the pre-trained model and its randomly initialised twin with one seed, at
     once, one thread each (a model this small gains little from a second thread); returns
-    {arm: dev accuracy of its final model}."""
+    {arm: (dev accuracy of its final model, {update: dev accuracy at its validations})}."""
     arms = {"pre-trained": (os.path.join(workdir, f"finetune-pretrained-{seed}"), checkpoint),
             "random init": (os.path.join(workdir, f"finetune-random-{seed}"), None)}
     procs = {}
@@ -77,12 +77,16 @@ def finetune_pair(args, data, workdir, seed, checkpoint):
         if proc.returncode:
             sys.stdout.write("".join(open(log.name).readlines()[-15:]))
             sys.exit(f"demo: fine-tuning ({arm}, seed {seed}) failed; log: {log.name}")
-    accuracies = {}
+    results = {}
     for arm, (save_dir, _) in arms.items():
         out = run(dev_accuracy_cmd(data, save_dir))
-        accuracies[arm] = json.loads(out.strip().splitlines()[-1])["accuracy"]
-        print(f"  {arm}, seed {seed}: dev accuracy {accuracies[arm]:.2f}%", flush=True)
-    return accuracies
+        accuracy = json.loads(out.strip().splitlines()[-1])["accuracy"]
+        with open(save_dir + ".log") as log:
+            curve = {int(stats["num_updates"]): stats["accuracy"]
+                     for kind, stats in map(log_stats, log) if kind == "valid"}
+        results[arm] = accuracy, curve
+        print(f"  {arm}, seed {seed}: dev accuracy {accuracy:.2f}%", flush=True)
+    return results
 
 
 def prepare_corpus(workdir, corpus=None, vocab_size=8000):
@@ -157,12 +161,14 @@ def main():
 
     sentiment_bin = prepare_sentiment(args.workdir, data)
     accuracies = {"pre-trained": [], "random init": []}
+    curves = {arm: [] for arm in accuracies}
     for seed in args.seeds:
         step(f"5. Fine-tune the pre-trained discriminator and a randomly initialised one "
              f"(seed {seed}, {args.finetune_updates} updates each)")
-        for arm, accuracy in finetune_pair(args, sentiment_bin, args.workdir, seed,
-                                           checkpoint).items():
+        for arm, (accuracy, curve) in finetune_pair(args, sentiment_bin, args.workdir, seed,
+                                                    checkpoint).items():
             accuracies[arm].append(accuracy)
+            curves[arm].append(curve)
 
     step(f"Done in {(time.time() - started) / 60:.1f} minutes")
     print(f"pre-trained checkpoint: {checkpoint}; curves: {w('curves.png')}")
@@ -181,12 +187,22 @@ def main():
     print("\n".join("  " + line for line in at_work))
     summary = {name: dict(zip(("mean", "std"), mean_std(values)), seeds=args.seeds,
                           accuracy=values) for name, values in accuracies.items()}
+    # validation along fine-tuning (logged, never used to pick a model): how soon each arm
+    # leaves chance
+    updates = sorted(set.intersection(*(set(c) for arm in curves.values() for c in arm)))
+    along = {arm: {u: statistics.mean(c[u] for c in runs) for u in updates}
+             for arm, runs in curves.items()}
+    if updates:  # none when every fine-tuning had finished before this run
+        print("\nsentiment dev accuracy along fine-tuning (mean over seeds), pre-trained vs "
+              "random init: " + ", ".join(f"update {u}: {along['pre-trained'][u]:.1f} vs "
+                                          f"{along['random init'][u]:.1f}" for u in updates))
     (pre, pre_std), (rnd, rnd_std) = (mean_std(v) for v in accuracies.values())
     print(f"\nsentiment dev accuracy over seeds {args.seeds}: pre-trained {pre:.2f} +- "
           f"{pre_std:.2f}%  vs  random init {rnd:.2f} +- {rnd_std:.2f}%  "
           f"({pre - rnd:+.2f} points from pre-training)")
     with open(w("summary.json"), "w") as f:
         json.dump(dict(preset=args.preset, updates=args.updates, finetune=summary,
+                       finetune_dev_along=along,
                        final_validation=valid_curve[-1] if valid_curve else None), f, indent=1)
 
 
