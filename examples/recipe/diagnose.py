@@ -25,9 +25,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def rows(tsv: Path, limit=None):
-    lines = tsv.read_text().splitlines()[1:limit and limit + 1]
-    return [line.split("\t")[0] for line in lines], np.array([int(l.split("\t")[1])
-                                                              for l in lines])
+    """(sentences, labels) of a sentence<TAB>label file with a header, the first ``limit``."""
+    pairs = [line.split("\t") for line in tsv.read_text().splitlines()[1:]][:limit]
+    return [sentence for sentence, _ in pairs], np.array([int(label) for _, label in pairs])
 
 
 def pooled_layers(hub, sentences):
@@ -51,8 +51,8 @@ def linear_probes(hub, train, dev):
 
 def anisotropy(hub):
     dictionary = hub.task.source_dictionary
-    table = hub.model.discriminator.embeddings.word_embeddings.weight.detach()[:len(dictionary)]
-    table = table[dictionary.nspecial:]
+    weight = hub.model.discriminator.embeddings.word_embeddings.weight.detach()
+    table = weight[dictionary.nspecial:len(dictionary)]  # no specials, no <mask>
     frequent = torch.tensor(dictionary.count[dictionary.nspecial:]).argsort(descending=True)
     unit = torch.nn.functional.normalize(table[frequent[:500]], dim=-1)
     cosines = unit @ unit.T

@@ -20,13 +20,19 @@ REPO = Path(__file__).resolve().parents[2]
 LAYER = "discriminator.encoder.layer."
 
 
+def layer_of(key):
+    """The discriminator layer a state-dict key belongs to, or None."""
+    return int(key[len(LAYER):].split(".")[0]) if key.startswith(LAYER) else None
+
+
 def reinit_top(model, k, seed=1):
     """The top ``k`` discriminator layers back to BERT's init: N(0, 0.02) weights, zero
-    biases, LayerNorm 1/0 (as ``init_bert_params`` and HF)."""
-    depth = 1 + max(int(key[len(LAYER):].split(".")[0]) for key in model if key.startswith(LAYER))
+    biases, LayerNorm 1/0 (as HF; fairseq's ``init_bert_params`` acts on modules, and this
+    edits a checkpoint's tensors without building the model)."""
+    depth = 1 + max(layer_of(key) for key in model if key.startswith(LAYER))
     rng = torch.Generator().manual_seed(seed)
     for key, value in model.items():
-        if not key.startswith(LAYER) or int(key[len(LAYER):].split(".")[0]) < depth - k:
+        if layer_of(key) is None or layer_of(key) < depth - k:
             continue
         if "LayerNorm" in key:
             value.fill_(1.0 if key.endswith("weight") else 0.0)
