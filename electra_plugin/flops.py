@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
-import torch.nn as nn
 
+from .fixed_dtype import FixedDtypeBuffers
 # Elementwise costs per value, as the official script counts them.
 _LAYER_NORM, _GELU, _SOFTMAX, _DROPOUT = 5, 8, 5, 4
 # Fraction of positions whose generator output the official script counts (20 of 128).
@@ -163,14 +163,14 @@ def executed_train_flops(disc: EncoderSize, gen: EncoderSize, vocab: int, length
 # --------------------------------------------------------------------------- running count
 
 
-class FlopsCounter(nn.Module):
+class FlopsCounter(FixedDtypeBuffers):
     """The training FLOPs a pre-training model has seen, as the paper counts them.
 
     A float64 buffer (``flops_counter.flops`` in the state dict), so the count travels with
     every checkpoint and survives any resume, including from an end-of-epoch checkpoint,
     where fairseq drops its logged meters. The ``electra`` criterion adds each update's
     FLOPs after fairseq has summed them over micro-batches (``--update-freq``) and workers,
-    so every worker holds the same global count.
+    so every worker holds the same global count. The buffer stays float64 under --fp16/--bf16.
     """
 
     KEY = "flops_counter.flops"
@@ -178,14 +178,6 @@ class FlopsCounter(nn.Module):
     def __init__(self):
         super().__init__()
         self.register_buffer("flops", torch.zeros((), dtype=torch.float64))
-
-    def _apply(self, fn, recurse=True):
-        # --fp16 / --bf16 cast every floating tensor of the model; a count of 1e18 needs
-        # float64, so keep the dtype and take only the device from the cast.
-        count = self.flops
-        super()._apply(fn, recurse)
-        self.flops = count.to(self.flops.device)
-        return self
 
     @torch.no_grad()
     def add(self, flops: float) -> torch.Tensor:

@@ -11,6 +11,7 @@ from contextlib import nullcontext
 import torch
 import torch.nn.functional as F
 
+from .fixed_dtype import FixedDtypeBuffers
 from .objectives import OBJECTIVES, PretrainingOutput, masked_mean
 
 
@@ -72,11 +73,28 @@ class AdversarialGenerator(MaskedLMGenerator):
         return policy + fit
 
 
+class UnigramTable(FixedDtypeBuffers):
+    """fp32 log-probabilities of dict.txt's counts over the ordinary tokens (the model's
+    ``unigram``; not saved: dict.txt rebuilds it)."""
+
+    def __init__(self, dictionary, mask_idx):
+        super().__init__()
+        counts = torch.tensor(dictionary.count, dtype=torch.float64)
+        ordinary = torch.ones(len(counts), dtype=torch.bool)
+        ordinary[:dictionary.nspecial] = False  # <s> <pad> </s> <unk>
+        ordinary[mask_idx] = False
+        if counts[ordinary].sum() == 0:  # a dict.txt without counts: uniform
+            counts.fill_(1)
+        counts.masked_fill_(~ordinary, 0)
+        self.register_buffer("log_probs", counts.div(counts.sum()).log().float(),
+                             persistent=False)
+
+
 class UnigramGenerator:
     """The paper's unigram generator: dict.txt's token counts; no network, nothing to learn."""
 
     def propose(self, model, src_tokens, attn_mask, positions):
-        return model.unigram_log_probs.expand(len(positions), -1), None
+        return model.unigram.log_probs.expand(len(positions), -1), None
 
     def loss(self, model, out, per_token):
         return out.replaced.new_zeros((), dtype=torch.float32), {}

@@ -139,14 +139,14 @@ def test_unigram_generator_samples_the_dictionary_counts():
     counts[task.mask_idx] = 0
     expected = counts / counts.sum()
     torch.manual_seed(0)
-    draws = model.sample(model.unigram_log_probs.expand(40000, -1))
+    draws = model.sample(model.unigram.log_probs.expand(40000, -1))
     seen = torch.bincount(draws, minlength=len(d)).float() / len(draws)
     assert seen[:d.nspecial].sum() == 0 and seen[task.mask_idx] == 0
     assert torch.allclose(seen, expected, atol=4 * math.sqrt(expected.max() / 40000))
     _, loss, log, out = step("electra", generator="unigram")
     # the replacements are drawn from the unigram table at every masked position
     assert torch.equal(out.generator_log_probs,
-                       model.unigram_log_probs.expand(out.masked_targets.numel(), -1))
+                       model.unigram.log_probs.expand(out.masked_targets.numel(), -1))
     assert "gen_loss" not in log and "gen_correct" not in log
     assert math.isclose(loss.item(), 50 * log["disc_loss"].item(), rel_tol=1e-6)
 
@@ -164,7 +164,7 @@ def skewed_task():
 def test_unigram_follows_skewed_counts():
     model, task = tiny_model(skewed_task(), generator="unigram")
     torch.manual_seed(1)
-    draws = model.sample(model.unigram_log_probs.expand(20000, -1))
+    draws = model.sample(model.unigram.log_probs.expand(20000, -1))
     top = torch.bincount(draws, minlength=len(task.dictionary)).argmax().item()
     assert top == task.dictionary.nspecial  # the most frequent ordinary token
 

@@ -20,9 +20,10 @@ from omegaconf import OmegaConf, open_dict
 
 from ..errors import ElectraUsageError
 from ..flops import EncoderSize, FlopsCounter, paper_train_flops
-from ..generators import build_generator
+from ..generators import UnigramTable, build_generator
 from ..objectives import OBJECTIVES, PretrainingOutput
 from ..optim.layer_decay import tag_parameters
+from ..run_config import complete_for_model
 from .encoder import DisentangledEmbedding, ElectraEmbeddings, ElectraEncoder, attention_mask
 from .heads import ClassificationHead, DiscriminatorHead, GeneratorHead
 
@@ -314,6 +315,7 @@ class ElectraModel(BaseFairseqModel):
         self.generator = self.generator_head = self.generator_baseline = None
         self.discriminator_head = self.mlm_head = self.flops_counter = None
         self.generator_variant = None  # where the step's replacements come from (generators.py)
+        self._known_stage = None  # two-stage training's stage, see _stage
         if pretraining:
             self.flops_counter = FlopsCounter()  # training FLOPs seen; see flops.py
             self.generator_variant = build_generator(cfg)
@@ -329,15 +331,7 @@ class ElectraModel(BaseFairseqModel):
 
     def _build_generator(self, cfg, dictionary, shared, embeddings, encoder):
         if cfg.generator == "unigram":
-            counts = torch.tensor(dictionary.count, dtype=torch.float64)
-            ordinary = torch.ones(len(counts), dtype=torch.bool)
-            ordinary[:dictionary.nspecial] = False  # <s> <pad> </s> <unk>
-            ordinary[dictionary.index("<mask>")] = False
-            if counts[ordinary].sum() == 0:  # a dict.txt without counts: uniform
-                counts.fill_(1)
-            counts.masked_fill_(~ordinary, 0)
-            self.register_buffer("unigram_log_probs", counts.div(counts.sum()).log().float(),
-                                 persistent=False)
+            self.unigram = UnigramTable(dictionary, dictionary.index("<mask>"))
             return
         gen_hidden, gen_heads, gen_ffn = generator_sizes(cfg)
         if cfg.tie_generator:
@@ -368,6 +362,7 @@ class ElectraModel(BaseFairseqModel):
 
     @classmethod
     def build_model(cls, cfg, task):
+        complete_for_model(cfg)  # the run's precision and DDP settings (run_config.py)
         cfg = complete_config(cfg)
         for option in ("tokens_per_sample", "max_positions", "max_seq_len"):
             length = getattr(getattr(task, "cfg", None), option, None)
@@ -382,22 +377,43 @@ class ElectraModel(BaseFairseqModel):
     @property
     def generator_alone(self) -> bool:
         """First stage of two-stage training: only the generator runs and learns."""
-        return bool(self.cfg.get("two_stage_updates", 0)) and not self.second_stage
+        return self._stage() == 1
 
     @property
     def generator_frozen(self) -> bool:
         """Second stage of two-stage training: the generator only samples."""
-        return bool(self.cfg.get("two_stage_updates", 0)) and bool(self.second_stage)
+        return self._stage() == 2
+
+    def _stage(self) -> int:
+        """Two-stage training's stage (1 or 2), 0 without it. The ``second_stage`` flag is
+        read from the device once after each load, not at every step (a host sync)."""
+        if not self.cfg.get("two_stage_updates", 0) or self.generator is None:
+            return 0
+        if self._known_stage is None:
+            self._known_stage = 2 if bool(self.second_stage) else 1
+        return self._known_stage
 
     def set_num_updates(self, num_updates):
         """Two-stage training: at the switch, initialise the discriminator from the generator."""
         super().set_num_updates(num_updates)
-        if self.generator is not None and self.cfg.get("two_stage_updates", 0) and \
-                num_updates >= self.cfg.two_stage_updates and not self.second_stage:
+        if self._stage() == 1 and num_updates >= self.cfg.two_stage_updates:
             self.discriminator.load_state_dict(self.generator.state_dict())
             self.second_stage.fill_(True)
+            self._known_stage = 2
             logger.info(f"update {num_updates}: discriminator initialised from the generator, "
                         f"which is frozen from now on")
+
+    def resting_parameters(self):
+        """The parameters the current stage of two-stage training does not train (none
+        otherwise). The task drops their gradients before each update: the step gives them
+        none, but fairseq's legacy DDP fills in zeros, and Adam would then move them anyway
+        (weight decay, momentum). requires_grad stays on: fairseq builds its optimizer from
+        the parameters that require gradients, and a resumed run must find the same ones.
+        """
+        stage = self._stage()
+        parts = {1: (self.discriminator, self.discriminator_head),
+                 2: (self.generator, self.generator_head)}.get(stage, ())
+        return [p for part in parts for p in part.parameters()]
 
     def forward(self, src_tokens, target=None, features_only=False, return_all_hiddens=False,
                 classification_head_name=None, token_types=None, disc_weight=None, **kwargs):
@@ -599,6 +615,7 @@ class ElectraModel(BaseFairseqModel):
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         """Reject a checkpoint of another shape with one line instead of fairseq's wrapper."""
+        self._known_stage = None  # the checkpoint's second_stage flag decides
         self.upgrade_state_dict(state_dict)
         own = self.state_dict()
         for key, value in state_dict.items():

@@ -7,7 +7,6 @@ at ``lr * d ** (L - i)``, the embeddings at ``lr * d ** (L + 1)``. The official 
 every layer one extra factor of ``d`` (google-research/electra issues 51 and 64); we do not.
 """
 
-import logging
 from dataclasses import dataclass, field
 
 from fairseq.optim import register_optimizer
@@ -15,8 +14,6 @@ from fairseq.optim.adam import Adam, FairseqAdam, FairseqAdamConfig
 
 from ..errors import ElectraUsageError
 from ..speed import MultiTensorAdam, enabled
-
-logger = logging.getLogger(__name__)
 
 TAG = "electra"  # key inside p.optim_overrides, which fairseq's fp16 wrapper copies to fp32
 
@@ -64,13 +61,15 @@ class ElectraAdam(FairseqAdam):
     @staticmethod
     def groups(params, cfg):
         tags = [getattr(p, "optim_overrides", None) or {} for p in params]
-        if len(params) == 1 and TAG not in tags[0]:
-            if cfg.layer_decay != 1.0:
-                raise ElectraUsageError(
-                    "--layer-decay needs one parameter group per layer, but fp16 training "
-                    "flattened the parameters; add --fp16-no-flatten-grads (or use --amp or "
-                    "--memory-efficient-fp16)")
-            logger.warning("parameters are flattened (fp16): weight decay applies to all")
+        if len(params) == 1 and TAG not in tags[0] and \
+                (cfg.layer_decay != 1.0 or cfg.weight_decay != 0.0):
+            # fairseq-train unflattens for ELECTRA models (run_config.py); this is what is
+            # left: a trainer of one's own, or a model that is not the plugin's
+            raise ElectraUsageError(
+                "electra_adam got the parameters flattened into one tensor (fairseq's --fp16 "
+                "flattens its fp32 copy), so LayerNorm and biases would lose their "
+                "weight-decay exemption and --layer-decay its per-layer groups; add "
+                "--fp16-no-flatten-grads (or use --bf16 or --amp)")
         grouped = {}
         for p, tag in zip(params, tags):
             t = tag.get(TAG, {})

@@ -31,6 +31,8 @@ from omegaconf import II, MISSING
 from ..data.binarize import STAGING_PREFIX
 from ..data.masking import ElectraMaskingDataset, word_starts
 from ..errors import ElectraUsageError
+from ..optim.amp import optimizer_step
+from ..run_config import complete_global_batch
 from ..speed import retain_freed_memory
 
 logger = logging.getLogger(__name__)
@@ -88,6 +90,18 @@ class ElectraPretrainingConfig(FairseqDataclass):
                                          "the weights themselves in bf16. Faster than fp32 "
                                          "only where the CPU or GPU has bf16 matrix units "
                                          "(AMX, avx512_bf16, Ampere or later)"})
+    global_batch_size: int = field(
+        default=0, metadata={"help": "sequences per update over all GPUs (official: 128 "
+                                     "Small, 256 Base, 2048 Large); sets --update-freq to "
+                                     "this / (--batch-size x GPUs), which must divide evenly, "
+                                     "so a recipe gives the same batch on any number of "
+                                     "GPUs; 0: --update-freq as given"})
+    no_tf32: bool = field(
+        default=False, metadata={"help": "on CUDA, keep fp32 matrix products in full fp32; "
+                                         "by default they use TF32 on Ampere and later GPUs "
+                                         "(fp32 range, 10-bit mantissa inputs, fp32 "
+                                         "accumulation), several times faster, like the "
+                                         "TPUs' default precision the official runs had"})
     seed: int = II("common.seed")
 
 
@@ -106,7 +120,7 @@ class ElectraPretrainingTask(FairseqTask):
 
     def __init__(self, cfg: ElectraPretrainingConfig, dictionary: Dictionary):
         super().__init__(cfg)
-        self.allocator_set = cfg.release_cpu_memory  # glibc's default is left alone
+        self.device_set = False  # process-wide settings for the training device, at step 1
         if not 0 < cfg.mask_prob < 1:
             raise ElectraUsageError(f"--mask-prob {cfg.mask_prob:g} is not a fraction in (0, 1)")
         if min(cfg.leave_unmasked_prob, cfg.random_token_prob) < 0 or \
@@ -121,6 +135,7 @@ class ElectraPretrainingTask(FairseqTask):
 
     @classmethod
     def setup_task(cls, cfg: ElectraPretrainingConfig, **kwargs):
+        complete_global_batch(cfg)
         return cls(cfg, load_dictionary(utils.split_paths(cfg.data)[0]))
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
@@ -186,11 +201,9 @@ class ElectraPretrainingTask(FairseqTask):
                 "--two-stage-updates copies the generator into the discriminator in place, "
                 "which --fp16's separate fp32 master weights would undo; use --amp or "
                 "--memory-efficient-fp16")
-        if not self.allocator_set:  # once: the setting is process-wide and stays
-            self.allocator_set = True
-            if next(model.parameters()).device.type == "cpu" and retain_freed_memory():
-                logger.info("CPU training: freed memory stays in the process for the next "
-                            "update (glibc mallopt); --release-cpu-memory turns this off")
+        if not self.device_set:
+            self.device_set = True
+            self.set_up_device(next(model.parameters()).device.type)
         if not self.cfg.autocast_bf16:
             return super().train_step(sample, model, criterion, optimizer, update_num,
                                       ignore_grad)
@@ -210,6 +223,23 @@ class ElectraPretrainingTask(FairseqTask):
             loss *= 0
         optimizer.backward(loss)
         return loss, sample_size, logging_output
+
+    def set_up_device(self, device_type):
+        """Process-wide settings for training on ``device_type``, made once."""
+        if device_type == "cuda":
+            tf32 = not self.cfg.no_tf32
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+            logger.info(f"CUDA training: fp32 matrix products in {'TF32' if tf32 else 'fp32'}"
+                        f" ({'--no-tf32 keeps them fp32' if tf32 else '--no-tf32'})")
+        elif device_type == "cpu" and not self.cfg.release_cpu_memory and \
+                retain_freed_memory():
+            logger.info("CPU training: freed memory stays in the process for the next "
+                        "update (glibc mallopt); --release-cpu-memory turns this off")
+
+    def optimizer_step(self, optimizer, model, update_num):
+        for p in model.resting_parameters():  # two-stage training: the other part is frozen
+            p.grad = None
+        optimizer_step(optimizer)  # --amp: unscaled once (optim/amp.py)
 
     def valid_step(self, sample, model, criterion):
         with self.autocast(model):

@@ -30,6 +30,7 @@ from omegaconf import II, MISSING
 
 from ..data.squad import SquadMetadata, split_paths
 from ..errors import ElectraUsageError
+from ..optim.amp import optimizer_step
 from .electra_pretraining import MASK_SYMBOL, load_dictionary, load_split
 
 logger = logging.getLogger(__name__)
@@ -185,6 +186,9 @@ class SquadTask(FairseqTask):
             raise ElectraUsageError("--task squad needs an ELECTRA model (--arch electra_*)")
         model.register_span_head(self.cfg.classification_head_name, answerable=self.answerable)
         return model
+
+    def optimizer_step(self, optimizer, model, update_num):
+        optimizer_step(optimizer)  # --amp: unscaled once (optim/amp.py)
 
     def max_positions(self):
         return self.cfg.max_seq_len or self.data_max_seq_len

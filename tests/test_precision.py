@@ -1,0 +1,172 @@
+"""Mixed precision that trains correctly: --amp's update, fp32 heads, buffers kept in their
+dtype, and --fp16's flattening, on CPU with fairseq's own classes (a CPU GradScaler stands in
+for the CUDA one, which switches itself off without a GPU)."""
+
+import pytest
+import torch
+from fairseq import optim, options, tasks
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from fairseq.optim.amp_optimizer import AMPOptimizer
+from fairseq.optim.fp16_optimizer import FP16Optimizer
+from omegaconf import OmegaConf
+
+from conftest import PLUGIN
+from electra_plugin.auc import auc_from_counts, auc_pair_counts
+from electra_plugin.errors import ElectraUsageError
+from electra_plugin.models.electra import init_bert_params
+from electra_plugin.models.heads import DiscriminatorHead
+from test_model import masked_batch, tiny_model
+
+
+def optimizer_cfg(name):
+    cfg = {"_name": name, "lr": [1e-3], "adam_betas": "(0.9, 0.999)", "adam_eps": 1e-6,
+           "weight_decay": 0.01, "tpu": False, "use_old_adam": False, "fp16_adam_stats": False}
+    if name == "electra_adam":
+        cfg["layer_decay"] = 1.0
+    return OmegaConf.create(cfg)
+
+
+def amp_optimizer(name, params, scale):
+    """fairseq's AMPOptimizer over ``name``, with a CPU GradScaler at ``scale``."""
+    cfg = OmegaConf.create({"optimizer": optimizer_cfg(name),
+                            "common": {"fp16_init_scale": scale, "amp_scale_window": None,
+                                       "min_loss_scale": 1e-4}})
+    optimizer = AMPOptimizer.build_optimizer(cfg, params)
+    optimizer._grad_scaler = torch.amp.GradScaler("cpu", init_scale=scale)
+    return optimizer
+
+
+def one_update(model, task, optimizer, step, amp):
+    """A training update in the trainer's order: backward, clip (fairseq always calls it;
+    0 = norm only), the task's optimizer_step."""
+    src, target, _, _ = masked_batch(task)
+    torch.manual_seed(1)  # the same generator samples in every copy
+    loss = model(src, target=target, disc_weight=50.0).loss
+    optimizer.backward(loss) if amp else loss.backward()
+    optimizer.clip_grad_norm(0.0)
+    step(optimizer)
+
+
+@pytest.mark.parametrize("name", ["electra_adam", "adam"])
+def test_amp_update_equals_fp32_update(name):
+    """fairseq's --amp divides the gradients by the loss scale twice (see optim/amp.py);
+    through the plugin's task the update is fp32's, bit for bit on CPU (no autocast there,
+    and a power-of-two scale is exact)."""
+    # three identical models (deepcopy would drop the parameters' weight-decay tags)
+    (reference, task), (fixed, _), (fairseq_own, _) = (
+        tiny_model(dropout=0.0, attention_dropout=0.0) for _ in range(3))
+    fp32 = optim.build_optimizer(optimizer_cfg(name), list(reference.parameters()))
+    one_update(reference, task, fp32, lambda o: task.optimizer_step(o, reference, 0), amp=False)
+
+    amp = amp_optimizer(name, list(fixed.parameters()), scale=128.0)
+    one_update(fixed, task, amp, lambda o: task.optimizer_step(o, fixed, 0), amp=True)
+    for (key, a), b in zip(reference.named_parameters(), fixed.parameters()):
+        assert torch.equal(a, b), key
+    assert amp.scaler.get_scale() == 128.0  # no overflow: the scale stays until its window
+
+    # fairseq's own AMPOptimizer.step still unscales twice: Adam's eps then weighs 128x
+    # more and the update differs (if this starts failing, fairseq fixed it)
+    own = amp_optimizer(name, list(fairseq_own.parameters()), scale=128.0)
+    one_update(fairseq_own, task, own, lambda o: o.step(), amp=True)
+    assert any(not torch.equal(a, b) for a, b in zip(reference.parameters(),
+                                                     fairseq_own.parameters()))
+
+
+def collapsed_batch(rows=8, length=32, hidden=64):
+    """Features of a discriminator that has collapsed: every token within a small spread of
+    one vector (values exact in bf16), and labels that the fp32 scores rank better than
+    chance. -> (head with bf16-exact weights, hidden B x T x H, replaced, covered)."""
+    torch.manual_seed(0)
+    head = DiscriminatorHead(hidden)
+    head.apply(init_bert_params)
+    head.dense_prediction.bias.data.fill_(-2.0)  # near the logit an early run has
+    head = head.bfloat16().float()
+    base = torch.randn(hidden)
+    features = (base + 0.05 * torch.randn(rows, length, hidden)).bfloat16().float()
+    with torch.no_grad():
+        score = head(features)
+    replaced = (score - score.median() + 0.002 * torch.randn(rows, length)) > 0.0015
+    return head, features, replaced, torch.ones(rows, length, dtype=torch.bool)
+
+
+def auc(logits, replaced, covered):
+    return auc_from_counts(auc_pair_counts(logits, replaced, covered))
+
+
+def test_replaced_token_logits_and_auc_are_fp32_under_bf16():
+    head, features, replaced, covered = collapsed_batch()
+    with torch.no_grad():
+        full = head(features)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            autocast = head(features)
+        bf16_weights = head.bfloat16()(features.bfloat16())
+    assert full.max() - full.min() < 0.05  # collapsed: bf16 (spacing 1/64 at 2) ties it
+    fp32_auc = auc(full, replaced, covered)
+    assert fp32_auc > 0.6
+    assert auc(full.bfloat16(), replaced, covered) == 0.5  # what half-precision logits gave
+    for logits in (autocast, bf16_weights):
+        assert logits.dtype == torch.float32
+        assert torch.equal(logits, full)
+        assert auc(logits, replaced, covered) == fp32_auc
+
+
+def test_pretraining_outputs_are_fp32_whatever_the_weights():
+    model, task = tiny_model()
+    src, target, _, _ = masked_batch(task)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(src, target=target, disc_weight=50.0)
+    half = model.bfloat16()(src, target=target, disc_weight=50.0)
+    for o in (out, half):
+        assert o.main.dtype == o.generator_log_probs.dtype == torch.float32
+
+
+def test_cast_keeps_the_unigram_table_and_the_flops_count():
+    model, _ = tiny_model(generator="unigram")
+    table = model.unigram.log_probs.clone()
+    model.flops_counter.add(1.2345678901234e18)
+    for cast in (torch.nn.Module.bfloat16, torch.nn.Module.half):
+        cast(model)
+        assert model.unigram.log_probs.dtype == torch.float32
+        assert torch.equal(model.unigram.log_probs, table)
+        assert model.flops_counter.flops.dtype == torch.float64
+        assert model.flops_counter.flops.item() == 1.2345678901234e18
+        assert next(model.parameters()).dtype != torch.float32  # the weights were cast
+
+
+def run_config(data, *extra):
+    """The whole config fairseq-train builds from a command line, its task and model."""
+    argv = [str(data), "--user-dir", PLUGIN, "--task", "electra", "--criterion", "electra",
+            "--arch", "electra_tiny", "--cpu", "--tokens-per-sample", "32", "--batch-size", "8",
+            "--optimizer", "electra_adam", "--weight-decay", "0.01", *extra]
+    cfg = convert_namespace_to_omegaconf(
+        options.parse_args_and_arch(options.get_training_parser(), argv))
+    task = tasks.setup_task(cfg.task)
+    return cfg, task, task.build_model(cfg.model)
+
+
+def test_fp16_keeps_the_weight_decay_exemption_and_layer_decay(data_bin):
+    """fairseq's --fp16 would flatten the fp32 master weights into one tensor; for ELECTRA
+    models with electra_adam the plugin keeps them per parameter."""
+    cfg, _, model = run_config(data_bin, "--fp16", "--layer-decay", "0.8")
+    assert cfg.common.fp16_no_flatten_grads is True
+    optimizer = FP16Optimizer.build_optimizer(cfg, list(model.parameters()))
+    groups = optimizer.fp32_optimizer.param_groups
+    no_decay = {id(p) for g in groups if g["weight_decay"] == 0 for p in g["params"]}
+    fp32_copies = [p for g in groups for p in g["params"]]
+    assert len(fp32_copies) == len(list(model.parameters()))
+    assert len({g["lr_scale"] for g in groups}) == model.cfg.num_layers + 2  # + heads, embeddings
+    for p32, (name, _) in zip(optimizer.fp32_params, model.named_parameters()):
+        exempt = "LayerNorm" in name or name.endswith("bias")
+        assert (id(p32) in no_decay) == exempt, name
+
+
+def test_fully_sharded_is_one_line(data_bin):
+    with pytest.raises(ElectraUsageError, match="fully_sharded .* use --ddp-backend c10d"):
+        run_config(data_bin, "--ddp-backend", "fully_sharded")
+
+
+@pytest.mark.parametrize("backend, expected", [("c10d", True), ("legacy_ddp", False)])
+def test_two_stage_under_torch_ddp_looks_for_unused_parameters(data_bin, backend, expected):
+    cfg, _, _ = run_config(data_bin, "--generator-size", "1.0", "--two-stage-updates", "5",
+                           "--distributed-world-size", "2", "--ddp-backend", backend)
+    assert cfg.distributed_training.find_unused_parameters is expected
