@@ -14,17 +14,25 @@ wrapper only adds a check or makes a write atomic, and calls fairseq's own code:
 - ``checkpoint_utils.load_checkpoint``: when ``checkpoint_last.pt`` is damaged, the run
   resumes from the newest intact checkpoint in ``--save-dir``, with a warning;
 - ``checkpoint_utils.save_checkpoint``: a failed write (a full disk) ends in one line
-  saying the checkpoints already saved are intact.
+  saying the checkpoints already saved are intact;
+- ``distributed_utils._broadcast_object_slow``: on a resume with several processes, rank 0
+  reads the checkpoint (safely: it holds plain containers) and sends the state, whose config
+  fairseq has by then made a DictConfig, to the other ranks, which unpickle it with torch's
+  default ``weights_only=True`` and fail (torch >= 2.6). The bytes come from rank 0 of the
+  same job, not from a file, so the receivers read them in full.
 """
 
 import functools
 import glob
+import io
 import logging
 import os
 import shutil
 
+import torch
 from fairseq import checkpoint_utils
 from fairseq.data import indexed_dataset
+from fairseq.distributed import utils as distributed_utils
 from fairseq.file_io import PathManager
 from omegaconf import open_dict
 
@@ -44,6 +52,7 @@ def install() -> None:
     _wrap(checkpoint_utils, "load_checkpoint", _resume_from_intact)
     _wrap(checkpoint_utils, "save_checkpoint", _one_line_write_errors)
     PathManager.copy = staticmethod(functools.partial(_atomic_copy, PathManager.copy))
+    _wrap(distributed_utils, "_broadcast_object_slow", _broadcast_from_own_rank)
 
 
 def _wrap(module, name, wrapper):
@@ -84,6 +93,17 @@ def _named_damage(original, path, *args, **kwargs):
         if reason:
             raise damaged_checkpoint_error(path, reason) from None
         raise
+
+
+def _broadcast_from_own_rank(original, obj, src_rank, group, dist_device):
+    if distributed_utils.get_rank(group) == src_rank:
+        return original(obj, src_rank, group, dist_device)
+    length = torch.zeros(1, dtype=torch.long, device=dist_device)
+    distributed_utils.broadcast(length, src=src_rank, group=group)
+    buffer = torch.empty(int(length.item()), dtype=torch.uint8, device=dist_device)
+    distributed_utils.broadcast(buffer, src=src_rank, group=group)
+    return torch.load(io.BytesIO(buffer.cpu().numpy().tobytes()), map_location="cpu",
+                      weights_only=False)  # rank 0's own bytes (see above)
 
 
 def _resume_from_intact(original, cfg, trainer, **passthrough):

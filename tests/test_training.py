@@ -83,7 +83,8 @@ def failure(what, result):
 
 
 def records(stdout, tag="train_inner"):
-    """The json metrics of every ``tag`` log line, values as floats.
+    """The json metrics of every ``tag`` log line, values as floats (a meter restored from a
+    mid-epoch checkpoint and not updated since, fairseq's ``null``, left out).
 
     fairseq-train writes ``... | INFO | train_inner | {...}``, fairseq-hydra-train
     ``[...][train_inner][INFO] - {...}``.
@@ -92,7 +93,7 @@ def records(stdout, tag="train_inner"):
     for line in stdout.splitlines():
         if (f"| {tag} |" in line or f"[{tag}]" in line) and "{" in line:
             raw = json.loads(line[line.index("{"):])
-            out.append({k: float(v) for k, v in raw.items()})
+            out.append({k: float(v) for k, v in raw.items() if v is not None})
     return out
 
 
@@ -122,6 +123,35 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def ddp_train(data, save_dir, *extra, workers=2):
+    """fairseq-train on ``workers`` CPU processes (gloo, legacy_ddp) -> each rank's
+    (stdout, stderr); fails the test when a rank fails."""
+    port = free_port()
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    procs = []
+    for rank in range(workers):
+        cmd = train_cmd(
+            data, save_dir, *extra,
+            "--distributed-world-size", str(workers), "--distributed-rank", str(rank),
+            "--distributed-no-spawn", "--distributed-backend", "gloo",
+            "--ddp-backend", "legacy_ddp", "--distributed-init-method",
+            f"tcp://127.0.0.1:{port}")
+        procs.append(subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, env=env))
+    outputs = []
+    try:
+        for p in procs:
+            outputs.append(p.communicate(timeout=300))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    failed = [f"rank {rank} exited {p.returncode}\n{out[-2000:]}\n{err[-3000:]}"
+              for rank, (p, (out, err)) in enumerate(zip(procs, outputs)) if p.returncode]
+    assert not failed, "\n".join(failed)
+    return outputs
 
 
 def vocab_size(data):
@@ -322,29 +352,7 @@ def test_two_gloo_workers_match_update_freq_2(precision, data_bin, tmp_path):
                      "--max-update", "3", *PRECISIONS[precision])
     single = train(data_bin, tmp_path / "freq2", "--update-freq", "2", *deterministic)
 
-    port = free_port()
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    procs = []
-    for rank in range(2):
-        cmd = train_cmd(
-            data_bin, tmp_path / "ddp", *deterministic,
-            "--distributed-world-size", "2", "--distributed-rank", str(rank),
-            "--distributed-no-spawn", "--distributed-backend", "gloo",
-            "--ddp-backend", "legacy_ddp", "--distributed-init-method",
-            f"tcp://127.0.0.1:{port}")
-        procs.append(subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True, env=env))
-    outputs = []
-    try:
-        for p in procs:
-            outputs.append(p.communicate(timeout=300))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    for rank, (p, (out, err)) in enumerate(zip(procs, outputs)):
-        assert p.returncode == 0, f"rank {rank} exited {p.returncode}\n{out[-2000:]}\n{err[-3000:]}"
-
+    outputs = ddp_train(data_bin, tmp_path / "ddp", *deterministic)
     ddp = records(outputs[0][0])
     assert "distributed init (rank 1)" in outputs[1][0] + outputs[1][1]
     assert [r["num_updates"] for r in ddp] == [1, 2, 3]
@@ -358,6 +366,27 @@ def test_two_gloo_workers_match_update_freq_2(precision, data_bin, tmp_path):
     a = checkpoint(tmp_path / "freq2" / "checkpoint_last.pt")["model"]
     b = checkpoint(tmp_path / "ddp" / "checkpoint_last.pt")["model"]
     assert_same_params(a, b, atol=1e-5, what="update-freq 2 vs 2 workers")
+
+
+@pytest.mark.slow
+def test_two_stage_generator_stays_frozen_under_ddp(data_bin, tmp_path):
+    """Stage 2 on two gloo workers: fairseq's legacy DDP gives every parameter a gradient
+    (zeros for the frozen generator), and Adam with weight decay would move it; the task
+    drops those gradients, so the generator is bit-identical through the second stage."""
+    options = ["--generator-size", "1.0", "--two-stage-updates", "2", "--optimizer",
+               "electra_adam", "--weight-decay", "0.01", "--disable-validation"]
+    save = tmp_path / "run"
+    train(data_bin, save, "--max-update", "2", *options)  # stage 1 alone
+    stage_one = checkpoint(save / "checkpoint_last.pt")["model"]
+    outputs = ddp_train(data_bin, save, "--max-update", "5", *options)
+    assert [r["num_updates"] for r in records(outputs[0][0])] == [3, 4, 5]
+    state = checkpoint(save / "checkpoint_last.pt")["model"]
+    assert bool(state["second_stage"])
+    generator = [k for k in state if k.startswith(("generator.", "generator_head."))]
+    assert generator and all(torch.equal(state[k], stage_one[k]) for k in generator)
+    # while the discriminator, initialised from the generator, trained
+    assert not torch.equal(state["discriminator.encoder.layer.0.output.dense.weight"],
+                           state["generator.encoder.layer.0.output.dense.weight"])
 
 
 # ----------------------------------------------------------------------------- 5. precision
