@@ -4,13 +4,12 @@ for the CUDA one, which switches itself off without a GPU)."""
 
 import pytest
 import torch
-from fairseq import optim, options, tasks
-from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from fairseq import optim
 from fairseq.optim.amp_optimizer import AMPOptimizer
 from fairseq.optim.fp16_optimizer import FP16Optimizer
 from omegaconf import OmegaConf
 
-from conftest import PLUGIN
+from conftest import built_from_command_line
 from electra_plugin.auc import auc_from_counts, auc_pair_counts
 from electra_plugin.errors import ElectraUsageError
 from electra_plugin.models.electra import init_bert_params
@@ -133,21 +132,10 @@ def test_cast_keeps_the_unigram_table_and_the_flops_count():
         assert next(model.parameters()).dtype != torch.float32  # the weights were cast
 
 
-def run_config(data, *extra):
-    """The whole config fairseq-train builds from a command line, its task and model."""
-    argv = [str(data), "--user-dir", PLUGIN, "--task", "electra", "--criterion", "electra",
-            "--arch", "electra_tiny", "--cpu", "--tokens-per-sample", "32", "--batch-size", "8",
-            "--optimizer", "electra_adam", "--weight-decay", "0.01", *extra]
-    cfg = convert_namespace_to_omegaconf(
-        options.parse_args_and_arch(options.get_training_parser(), argv))
-    task = tasks.setup_task(cfg.task)
-    return cfg, task, task.build_model(cfg.model)
-
-
 def test_fp16_keeps_the_weight_decay_exemption_and_layer_decay(data_bin):
     """fairseq's --fp16 would flatten the fp32 master weights into one tensor; for ELECTRA
     models with electra_adam the plugin keeps them per parameter."""
-    cfg, _, model = run_config(data_bin, "--fp16", "--layer-decay", "0.8")
+    cfg, _, model = built_from_command_line(data_bin, "--fp16", "--layer-decay", "0.8")
     assert cfg.common.fp16_no_flatten_grads is True
     optimizer = FP16Optimizer.build_optimizer(cfg, list(model.parameters()))
     groups = optimizer.fp32_optimizer.param_groups
@@ -162,11 +150,11 @@ def test_fp16_keeps_the_weight_decay_exemption_and_layer_decay(data_bin):
 
 def test_fully_sharded_is_one_line(data_bin):
     with pytest.raises(ElectraUsageError, match="fully_sharded .* use --ddp-backend c10d"):
-        run_config(data_bin, "--ddp-backend", "fully_sharded")
+        built_from_command_line(data_bin, "--ddp-backend", "fully_sharded")
 
 
 @pytest.mark.parametrize("backend, expected", [("c10d", True), ("legacy_ddp", False)])
 def test_two_stage_under_torch_ddp_looks_for_unused_parameters(data_bin, backend, expected):
-    cfg, _, _ = run_config(data_bin, "--generator-size", "1.0", "--two-stage-updates", "5",
+    cfg, _, _ = built_from_command_line(data_bin, "--generator-size", "1.0", "--two-stage-updates", "5",
                            "--distributed-world-size", "2", "--ddp-backend", backend)
     assert cfg.distributed_training.find_unused_parameters is expected

@@ -61,7 +61,8 @@ def hydra_cmd(config_name, data, save_dir, run_dir, *overrides, cpu=True):
         "--config-dir", str(CONFIG_DIR), "--config-name", config_name,
         f"task.data={data}", f"common.user_dir={PLUGIN}", f"common.cpu={str(cpu).lower()}",
         "common.log_format=json", "common.log_interval=1",
-        "task.tokens_per_sample=32", "dataset.batch_size=4", "dataset.num_workers=0",
+        "task.tokens_per_sample=32", "dataset.batch_size=4", "task.global_batch_size=4",
+        "dataset.num_workers=0",
         "dataset.data_buffer_size=0", "dataset.disable_validation=true",
         f"checkpoint.save_dir={save_dir}", f"hydra.run.dir={run_dir}", *overrides,
     ]
