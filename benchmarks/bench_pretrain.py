@@ -708,6 +708,8 @@ def fairseq_train_wps(args, arch, length, flags, data_root, updates):
            "--max-update", str(updates), "--disable-validation", "--no-save",
            "--log-format", "json", "--log-interval", "1", "--no-progress-bar",
            "--num-workers", "0", "--data-buffer-size", "0", "--seed", "1",
+           # one GPU, as the harness: fairseq-train would take every GPU of the machine
+           "--distributed-world-size", "1",
            *flags, *args.plugin_args] + (["--cpu"] if args.device == "cpu" else [])
     env = dict(os.environ, OMP_NUM_THREADS=str(torch.get_num_threads()))
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env)
