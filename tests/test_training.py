@@ -485,41 +485,6 @@ def test_electra_train_entry_point_runs_bf16_without_tpu(data_bin, tmp_path):
     assert [r["num_updates"] for r in records(result.stdout)] == [1, 2]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(),
-                    reason="needs a CUDA GPU (fp16 and bf16 on CPU are covered by the tests "
-                           "above; amp is a no-op without CUDA)")
-@pytest.mark.parametrize("precision", ["fp16", "amp", "bf16", "autocast-bf16"])
-def test_mixed_precision_on_gpu(precision, data_bin, tmp_path):
-    """2 updates on CUDA: fp16, amp and autocast-bf16 through fairseq-train, bf16 through
-    hydra (common.bf16=true, since fairseq-train --bf16 turns on tpu)."""
-    if precision == "bf16":
-        stdout, save_dir = hydra_train(tmp_path, data_bin, "optimization.max_update=2",
-                                       "common.bf16=true", cpu=False)
-    else:
-        save_dir = tmp_path / "checkpoints"
-        cmd = [c for c in train_cmd(data_bin, save_dir, "--max-update", "2",
-                                    f"--{precision}") if c != "--cpu"]
-        result = run(cmd)
-        assert result.returncode == 0, failure(f"fairseq-train --{precision}", result)
-        stdout = result.stdout
-    assert re.search(r"rank\s+0: capabilities =", stdout), "the trainer did not run on CUDA"
-    inner = records(stdout)
-    assert [r["num_updates"] for r in inner] == [1, 2]
-    for r in inner:
-        assert all(math.isfinite(r[k]) for k in ("loss", "gen_loss", "disc_loss")), r
-        assert abs(r["loss"] - (r["gen_loss"] + DISC_WEIGHT * r["disc_loss"])) <= 0.03, r
-        # fp16 and amp scale the loss, bf16 does not
-        assert ("loss_scale" in r) == (precision in ("fp16", "amp")), r
-    state = checkpoint(save_dir / "checkpoint_last.pt")
-    if precision == "autocast-bf16":
-        assert state["cfg"]["task"]["autocast_bf16"] is True
-        assert all(v.dtype != torch.bfloat16 for v in state["model"].values())
-    else:
-        assert state["cfg"]["common"][precision] is True
-    assert state["cfg"]["common"]["tpu"] is False
-    assert all(torch.isfinite(v).all() for v in state["model"].values())
-
-
 # ----------------------------------------------------------------------------- 6. learning
 
 

@@ -19,14 +19,18 @@ part                      fast path                                   plain path
 ``MultiTensorAdam``       fairseq's Adam as foreach ops (GPU) or      fairseq's per-tensor
                           torch's fused kernel (CPU)                  Adam loop
 ``retain_freed_memory``   glibc keeps freed memory (mallopt, CPU)     glibc's default
+``compile_encoders``      ``torch.compile`` of each encoder           eager
+                          (``--torch-compile``)
 ========================  ==========================================  =====================
 """
 
 from .adam import MultiTensorAdam
 from .allocator import retain_freed_memory
 from .attention import attention, project_qkv
+from .compile import BACKENDS as COMPILE_BACKENDS
+from .compile import compile_encoders
 from .dropout import Dropout, dropout
 from .switch import enabled
 
 __all__ = ["Dropout", "dropout", "project_qkv", "attention", "MultiTensorAdam",
-           "retain_freed_memory", "enabled"]
+           "retain_freed_memory", "compile_encoders", "COMPILE_BACKENDS", "enabled"]

@@ -34,7 +34,8 @@ def dropout(x, p: float, training: bool):
     if not training or p == 0.0:
         return x
     keep_below = round((1.0 - p) * 2**15)
-    if x.is_cuda or not enabled() or not 0 < keep_below < 2**15:  # 15 bits cannot express p
+    if x.is_cuda or not enabled() or not 0 < keep_below < 2**15 or \
+            torch.compiler.is_compiling():  # 15 bits cannot express p; compiled: fused
         return F.dropout(x, p, training=True)
     return _BitMaskDropout.apply(x, keep_below)
 

@@ -21,7 +21,7 @@ from fairseq.data import (
     data_utils,
 )
 from fairseq.data.shorten_dataset import maybe_shorten_dataset
-from fairseq.dataclass import FairseqDataclass
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.optim.amp_optimizer import AMPOptimizer
 from fairseq.optim.fp16_optimizer import FP16Optimizer, MemoryEfficientFP16Optimizer
 from fairseq.tasks import FairseqTask, register_task
@@ -33,7 +33,7 @@ from ..data.masking import ElectraMaskingDataset, word_starts
 from ..errors import ElectraUsageError
 from ..optim.amp import optimizer_step
 from ..run_config import complete_global_batch
-from ..speed import retain_freed_memory
+from ..speed import COMPILE_BACKENDS, compile_encoders, retain_freed_memory
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +90,13 @@ class ElectraPretrainingConfig(FairseqDataclass):
                                          "the weights themselves in bf16. Faster than fp32 "
                                          "only where the CPU or GPU has bf16 matrix units "
                                          "(AMX, avx512_bf16, Ampere or later)"})
+    torch_compile: ChoiceEnum(COMPILE_BACKENDS) = field(  # type: ignore
+        default="off", metadata={"help": "torch.compile each encoder (embeddings and "
+                                         "Transformer layers) with this backend: inductor "
+                                         "(generated kernels; for GPUs, and CPUs with a C++ "
+                                         "compiler) or aot_eager (no code generation, to "
+                                         "check a setting); batches of any size, length, "
+                                         "masked count reuse the graphs; off: eager"})
     global_batch_size: int = field(
         default=0, metadata={"help": "sequences per update over all GPUs (official: 128 "
                                      "Small, 256 Base, 2048 Large); sets --update-freq to "
@@ -182,6 +189,13 @@ class ElectraPretrainingTask(FairseqTask):
             ),
             sort_order=[shuffle, src.sizes],
         )
+
+    def build_model(self, cfg, from_checkpoint=False):
+        model = super().build_model(cfg, from_checkpoint)
+        if compile_encoders(model, self.cfg.torch_compile):
+            logger.info(f"--torch-compile {self.cfg.torch_compile}: the encoders compile at "
+                        f"their first batch")
+        return model
 
     @property
     def source_dictionary(self):

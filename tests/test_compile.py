@@ -1,0 +1,69 @@
+"""--torch-compile: the compiled encoders compute what the eager ones do, and batches of
+other sizes, lengths and masked counts reuse the graphs instead of recompiling."""
+
+import json
+import shutil
+import sys
+
+import pytest
+import torch
+
+from conftest import run, train_cmd
+from electra_plugin.models.encoder import attention_mask
+from electra_plugin.speed import compile_encoders
+from test_model import masked_batch, tiny_model
+from test_training import records
+
+# fairseq-train in a process that prints torch.compile's counters when the run is over
+COUNTING_TRAIN = ("import json, sys; from fairseq_cli import train; train.cli_main(); "
+                  "from torch._dynamo.utils import counters; "
+                  "print('COUNTERS', json.dumps({k: dict(v) for k, v in counters.items()}))")
+
+
+def encode_and_grads(model, src, device):
+    model.to(device)
+    hidden, _ = model.discriminator.encode(src.to(device), attention_mask(src.eq(1).to(device)))
+    hidden.square().sum().backward()
+    return hidden.detach().cpu(), [p.grad.cpu() for p in model.discriminator.parameters()]
+
+
+def assert_compiled_matches_eager(device):
+    (eager, task), (compiled, _) = (tiny_model(dropout=0.0, attention_dropout=0.0)
+                                    for _ in range(2))
+    assert compile_encoders(compiled, "inductor")
+    src = masked_batch(task)[0]  # with a padded row: the masked attention graph
+    (h_eager, g_eager), (h_compiled, g_compiled) = (encode_and_grads(m, src, device)
+                                                    for m in (eager, compiled))
+    torch.testing.assert_close(h_compiled, h_eager, rtol=1e-5, atol=1e-5)
+    for a, b in zip(g_compiled, g_eager):  # fp32 sums in another order
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4 * b.abs().max().item())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("g++") is None, reason="inductor on CPU needs a C++ compiler")
+def test_compiled_encoder_matches_eager_on_cpu():
+    assert_compiled_matches_eager("cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_compiled_encoder_matches_eager_on_gpu():
+    assert_compiled_matches_eager("cuda")
+
+
+@pytest.mark.slow
+def test_a_run_compiles_each_encoder_once_per_mask_kind(data_bin, tmp_path):
+    """Sentence-sized samples: every batch has its own length, padding and masked count."""
+    cmd = train_cmd(data_bin, tmp_path, "--max-update", "8", "--no-save",
+                    "--disable-validation", "--sample-break-mode", "complete",
+                    "--batch-size", "5", "--torch-compile", "aot_eager")
+    result = run([sys.executable, "-c", COUNTING_TRAIN, *cmd[3:]])
+    assert result.returncode == 0, result.stderr[-3000:]
+    logs = records(result.stdout)
+    assert [r["num_updates"] for r in logs] == list(range(1, 9))
+    assert len({r["wpb"] for r in logs}) >= 5  # batches of different sizes
+    counters = json.loads(result.stdout.split("COUNTERS ", 1)[1].splitlines()[0])
+    # two encoders, each with or without an attention mask at most; no recompiles
+    assert 2 <= counters["stats"]["unique_graphs"] <= 4, counters
+    assert not counters.get("recompiles"), counters
+    assert "--torch-compile aot_eager" in result.stdout + result.stderr

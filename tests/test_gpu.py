@@ -1,0 +1,106 @@
+"""What only a CUDA GPU can show, run first on a GPU machine with ``pytest -m gpu``: every
+precision against fp32 over a few updates of electra_adam, --amp's update with the real CUDA
+GradScaler, two-stage freezing. (Compile: tests/test_compile.py; evaluation on the GPU:
+the GLUE and SQuAD tests.) Skipped without CUDA; the CPU emulations of each are in
+test_precision.py, test_training.py and test_compile.py."""
+
+import math
+import re
+
+import pytest
+import torch
+from fairseq import optim
+from fairseq.optim.amp_optimizer import AMPOptimizer
+from omegaconf import OmegaConf
+
+from conftest import run, train_cmd
+from test_model import masked_batch, tiny_model
+from test_precision import optimizer_cfg
+from test_training import DISC_WEIGHT, checkpoint, failure, hydra_train, records
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+# a deterministic step (no dropout, argmax sampling), so that precisions differ by rounding
+DETERMINISTIC = ("--dropout", "0", "--attention-dropout", "0", "--temperature", "0",
+                 "--optimizer", "electra_adam", "--weight-decay", "0.01", "--clip-norm", "1.0",
+                 "--max-update", "4", "--disable-validation")
+# how far each precision's logged values may sit from fp32's over 4 updates
+TOLERANCE = {"fp16": {"gen_loss": 0.02, "disc_loss": 0.005, "disc_auc": 0.05},
+             "amp": {"gen_loss": 0.02, "disc_loss": 0.005, "disc_auc": 0.05},
+             "bf16": {"gen_loss": 0.1, "disc_loss": 0.02, "disc_auc": 0.1},
+             "autocast-bf16": {"gen_loss": 0.05, "disc_loss": 0.01, "disc_auc": 0.1}}
+
+
+def gpu_train(data, save_dir, *flags):
+    cmd = [c for c in train_cmd(data, save_dir, *DETERMINISTIC, *flags) if c != "--cpu"]
+    if "--bf16" in flags:  # fairseq-train turns --bf16 into --tpu; electra-train does not
+        cmd[1:3] = ["-m", "electra_plugin.train_cli"]
+    result = run(cmd)
+    assert result.returncode == 0, failure(f"GPU training {flags}", result)
+    assert re.search(r"rank\s+0: capabilities =", result.stdout), "not on CUDA"
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def fp32_run(data_bin, tmp_path_factory):
+    return records(gpu_train(data_bin, tmp_path_factory.mktemp("fp32")))
+
+
+@pytest.mark.parametrize("precision", sorted(TOLERANCE))
+def test_each_precision_trains_like_fp32(precision, fp32_run, data_bin, tmp_path):
+    logs = records(gpu_train(data_bin, tmp_path, f"--{precision}"))
+    assert [r["num_updates"] for r in logs] == [r["num_updates"] for r in fp32_run]
+    for low, full in zip(logs, fp32_run):
+        assert all(math.isfinite(low[k]) for k in ("loss", "gen_loss", "disc_loss")), low
+        assert abs(low["loss"] - (low["gen_loss"] + DISC_WEIGHT * low["disc_loss"])) <= 0.05
+        for key, atol in TOLERANCE[precision].items():
+            assert abs(low[key] - full[key]) <= atol, (precision, key, low, full)
+        assert ("loss_scale" in low) == (precision in ("fp16", "amp")), low
+    state = checkpoint(tmp_path / "checkpoint_last.pt")
+    assert all(torch.isfinite(v).all() for v in state["model"].values())
+    assert state["cfg"]["common"]["tpu"] is False
+
+
+def test_hydra_bf16_on_gpu(data_bin, tmp_path):
+    stdout, save_dir = hydra_train(tmp_path, data_bin, "optimization.max_update=2",
+                                   "common.bf16=true", cpu=False)
+    assert [r["num_updates"] for r in records(stdout)] == [1, 2]
+    assert checkpoint(save_dir / "checkpoint_last.pt")["cfg"]["common"]["bf16"] is True
+
+
+@pytest.mark.parametrize("name", ["electra_adam", "adam"])
+def test_amp_update_equals_fp32_update_with_the_cuda_scaler(name):
+    """test_precision's check with fairseq's AMPOptimizer as it is (its CUDA GradScaler)."""
+    (reference, task), (fixed, _) = (tiny_model(dropout=0.0, attention_dropout=0.0)
+                                     for _ in range(2))
+    src, target, _, _ = (t.cuda() for t in masked_batch(task))
+    reference.cuda(), fixed.cuda()
+    fp32 = optim.build_optimizer(optimizer_cfg(name), list(reference.parameters()))
+    amp = AMPOptimizer.build_optimizer(OmegaConf.create({
+        "optimizer": optimizer_cfg(name), "common": {"fp16_init_scale": 128,
+                                                     "amp_scale_window": None,
+                                                     "min_loss_scale": 1e-4}}),
+        list(fixed.parameters()))
+    for model, optimizer, scaled in ((reference, fp32, False), (fixed, amp, True)):
+        torch.manual_seed(1)
+        loss = model(src, target=target, disc_weight=50.0).loss
+        optimizer.backward(loss) if scaled else loss.backward()
+        optimizer.clip_grad_norm(0.0)
+        task.optimizer_step(optimizer, model, 0)
+    for (key, a), b in zip(reference.named_parameters(), fixed.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-7, msg=key)
+
+
+def test_two_stage_generator_frozen_on_gpu(data_bin, tmp_path):
+    options = ("--generator-size", "1.0", "--two-stage-updates", "2", "--amp")
+    gpu_train(data_bin, tmp_path, *options)  # updates 1-2 stage 1, 3-4 stage 2
+    state = checkpoint(tmp_path / "checkpoint_last.pt")["model"]
+    assert bool(state["second_stage"])
+    # the discriminator started as the generator and trained; the generator did not move:
+    # its copy in the discriminator at the switch is gone, so compare against a stage-1 run
+    stage_one = tmp_path / "stage_one"
+    gpu_train(data_bin, stage_one, *options, "--max-update", "2")
+    before = checkpoint(stage_one / "checkpoint_last.pt")["model"]
+    generator = [k for k in state if k.startswith(("generator.", "generator_head."))]
+    assert all(torch.equal(state[k].cpu(), before[k].cpu()) for k in generator)
