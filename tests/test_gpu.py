@@ -104,3 +104,21 @@ def test_two_stage_generator_frozen_on_gpu(data_bin, tmp_path):
     before = checkpoint(stage_one / "checkpoint_last.pt")["model"]
     generator = [k for k in state if k.startswith(("generator.", "generator_head."))]
     assert all(torch.equal(state[k].cpu(), before[k].cpu()) for k in generator)
+
+
+def test_the_step_does_not_wait_for_the_gpu():
+    """With the collater's masked_positions and has_padding, the pre-training step (forward,
+    loss, backward) makes no host-device synchronisation."""
+    model, task = tiny_model()
+    src, target, _, picked = (t.cuda() for t in masked_batch(task))
+    positions = picked.flatten().nonzero().squeeze(1)
+    model.cuda()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = model(src, target=target, disc_weight=50.0, masked_positions=positions,
+                    has_padding=True)
+        out.loss.backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.isfinite(out.loss)

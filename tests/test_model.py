@@ -305,3 +305,17 @@ def test_mean_pooling_classification_head_reads_every_real_token():
     features, _ = first(src, features_only=True)
     head = first.classification_heads["sentiment"]
     assert torch.allclose(out[0], head.out_proj(F.gelu(head.dense(features[0, 0]))), atol=1e-6)
+
+
+def test_step_with_the_collaters_positions_and_padding_flag_is_the_same_step():
+    """What the task's collater passes (masked_positions, has_padding) spares the step two
+    host syncs and changes nothing else."""
+    model, task = tiny_model(dropout=0.0, attention_dropout=0.0)
+    src, target, _, picked = masked_batch(task)
+    torch.manual_seed(1)
+    found = model(src, target=target, disc_weight=50.0)
+    torch.manual_seed(1)
+    given = model(src, target=target, disc_weight=50.0,
+                  masked_positions=picked.flatten().nonzero().squeeze(1), has_padding=True)
+    assert torch.equal(found.loss, given.loss) and torch.equal(found.main, given.main)
+    assert torch.equal(found.positions, given.positions)

@@ -416,7 +416,8 @@ class ElectraModel(BaseFairseqModel):
         return [p for part in parts for p in part.parameters()]
 
     def forward(self, src_tokens, target=None, features_only=False, return_all_hiddens=False,
-                classification_head_name=None, token_types=None, disc_weight=None, **kwargs):
+                classification_head_name=None, token_types=None, disc_weight=None,
+                masked_positions=None, has_padding=None, **kwargs):
         """Replaced token detection when ``target`` is given, else the discriminator.
 
         src_tokens: B x T. With ``target`` (B x T: the original token at masked positions,
@@ -427,9 +428,12 @@ class ElectraModel(BaseFairseqModel):
         B x T replaced-token logits (pre-training model only).
         Without ``token_types`` every token has type 0, or with ``--segment-token-types``
         BERT's segments (1 after the first ``</s>``, see :func:`segment_ids`).
+        ``masked_positions`` and ``has_padding``: what the ``electra`` task's collater knows
+        of the batch on the host (see :meth:`electra_step`).
         """
         if target is not None:
-            return self.electra_step(src_tokens, target, disc_weight)
+            return self.electra_step(src_tokens, target, disc_weight, masked_positions,
+                                     has_padding)
         if token_types is None and self.cfg.get("segment_token_types", False) and \
                 self.cfg.type_vocab_size > 1:
             token_types = segment_ids(src_tokens, self.separator_idx, self.padding_idx)
@@ -452,22 +456,26 @@ class ElectraModel(BaseFairseqModel):
             x = self.discriminator_head(x)
         return x, {"inner_states": states}
 
-    def electra_step(self, src_tokens, target, disc_weight: float) -> PretrainingOutput:
+    def electra_step(self, src_tokens, target, disc_weight: float, masked_positions=None,
+                     has_padding: Optional[bool] = None) -> PretrainingOutput:
         """One pre-training step, top to bottom as the paper's section 2 tells it.
 
         src_tokens, target: B x T, the ``electra`` task's batch: its dataset has already
         masked the input (:mod:`electra_plugin.data.masking`), target holds the original token
         at the M picked positions and padding elsewhere. ``disc_weight``: lambda.
+        ``masked_positions`` (M flat indices into B x T, ascending) and ``has_padding``, which
+        the task's collater gives, spare the two host-device syncs of finding them here.
         The comments say what the default (``--objective electra``, a masked-LM generator
         trained by maximum likelihood) does; the ablations plug in at two named points:
         ``self.generator_variant`` (:mod:`electra_plugin.generators`) and ``self.objective``
         (:mod:`electra_plugin.objectives`).
         """
         padding_mask = src_tokens.eq(self.padding_idx)
-        attn_mask = attention_mask(padding_mask)  # one host sync, shared by both encoders
+        attn_mask = attention_mask(padding_mask, has_padding)  # shared by both encoders
         # 1. mask: the positions the dataset picked (--mask-prob, <mask> or kept as it says)
         masked = target.ne(self.padding_idx)
-        positions = masked.flatten().nonzero().squeeze(1)  # M flat indices; a sync (M is a shape)
+        positions = masked.flatten().nonzero().squeeze(1) if masked_positions is None \
+            else masked_positions  # M flat indices (found here: a sync, M is a shape)
         masked_targets = target.flatten()[positions]
         original = torch.where(masked, target, src_tokens)
         logs = {"masked": len(positions)}

@@ -180,10 +180,13 @@ class ElectraEncoder(nn.Module):
         return x, states
 
 
-def attention_mask(padding_mask):
+def attention_mask(padding_mask, has_padding: Optional[bool] = None):
     """B x T padding mask -> bool B x 1 x 1 x T "may attend" mask over keys, or None.
 
-    None when nothing is padded lets SDPA pick its fastest kernel; checking costs one
-    host-device sync, which is why the pre-training step computes it once for both encoders.
+    None when nothing is padded lets SDPA pick its fastest kernel (flash attention on GPUs).
+    Checking costs a host-device sync unless ``has_padding`` says it (the electra task's
+    collater knows it on the host).
     """
-    return (~padding_mask)[:, None, None, :] if padding_mask.any() else None
+    if has_padding is None:
+        has_padding = bool(padding_mask.any())
+    return (~padding_mask)[:, None, None, :] if has_padding else None
