@@ -428,14 +428,19 @@ def time_steps(runner, batches, device):
     return (time.perf_counter() - start) / len(batches)
 
 
-def row_specs(impls, precision, device, baseline):
+def row_specs(impls, precision, device, baseline, compile_backend=None):
     """The rows of one precision: (``--impls`` name, row name, plugin flags); "plugin" gives
-    one row per command line of :data:`PLUGIN_MODES`, "baseline" the first of them at REV."""
+    one row per command line of :data:`PLUGIN_MODES` (and the first again with
+    ``--torch-compile`` when ``compile_backend`` is set), "baseline" the first at REV."""
     rows = []
     for impl in impls:
         if impl == "plugin":
             rows += [(impl, f"plugin {name}", flags)
                      for name, flags in plugin_modes(precision, device)]
+            if compile_backend:
+                name, flags = plugin_modes(precision, device)[0]
+                rows.append((impl, f"plugin {name} --torch-compile {compile_backend}",
+                             flags + ["--torch-compile", compile_backend]))
         elif impl == "baseline":
             rows.append((impl, f"plugin@{baseline}", plugin_modes(precision, device)[0][1]))
         else:
@@ -548,7 +553,7 @@ def run_config(args, arch, length, precision, device, data_root):
     config = SimpleNamespace(arch=arch, length=length, precision=precision, device=device,
                              data_dir=data_dir, ref_dir=Path(tempfile.mkdtemp(dir=data_root)),
                              vocab=vocab, pad=pad)
-    specs = row_specs(args.impls, precision, device, args.baseline)
+    specs = row_specs(args.impls, precision, device, args.baseline, args.compile)
     flags = {name: row_flags for _, name, row_flags in specs}
     workers = [Worker(spec, args, config, batches) for spec in specs]
     try:
@@ -835,6 +840,10 @@ def main(argv=None):
     p.add_argument("--breakdown", action="store_true",
                    help="also time the parts of the plugin's step (generator, sampling, "
                         "discriminator, optimizer, data) one at a time")
+    p.add_argument("--compile", nargs="?", const="inductor", default=None,
+                   choices=["inductor", "aot_eager"],
+                   help="also time each precision's first plugin command line with "
+                        "--torch-compile (default backend: inductor)")
     p.add_argument("--plugin-args", nargs=argparse.REMAINDER, default=[],
                    help="extra fairseq options for the plugin (last on the line)")
     p.add_argument("--json", type=Path, help="write all results here")

@@ -158,3 +158,15 @@ def test_two_stage_under_torch_ddp_looks_for_unused_parameters(data_bin, backend
     cfg, _, _ = built_from_command_line(data_bin, "--generator-size", "1.0", "--two-stage-updates", "5",
                            "--distributed-world-size", "2", "--ddp-backend", backend)
     assert cfg.distributed_training.find_unused_parameters is expected
+
+
+@pytest.mark.parametrize("flag, tf32", [((), True), (("--no-tf32",), False)])
+def test_cuda_training_uses_tf32_unless_told_not_to(data_bin, flag, tf32):
+    _, task, _ = built_from_command_line(data_bin, *flag)
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        task.set_up_device("cuda")  # what the first update on a GPU does (flags only)
+        assert torch.backends.cuda.matmul.allow_tf32 is tf32
+        assert torch.backends.cudnn.allow_tf32 is tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
