@@ -24,7 +24,7 @@ def test_loss_is_mean_mlm_plus_lambda_mean_bce():
     sample = sample_for(task)
     torch.manual_seed(5)
     loss, sample_size, log = criterion(model, sample)
-    torch.manual_seed(5)  # same Gumbel noise
+    torch.manual_seed(5)  # the same uniform draws for the inverse-CDF sampling
     out = model(**sample["net_input"], target=sample["target"], disc_weight=50.0)
 
     # by hand: -log softmax at the original token, averaged over the masked positions

@@ -137,7 +137,7 @@ def test_sample_equal_to_original_is_labelled_original():
     assert out.replaced.any() and (picked & original.eq(favourite)).any()
 
 
-def test_gumbel_sampling_follows_the_generator_distribution():
+def test_sampling_follows_the_generator_distribution():
     model, _ = tiny_model()
     logits = torch.log(torch.tensor([[0.7, 0.2, 0.1]])).expand(20000, 3)
     torch.manual_seed(1)
