@@ -22,8 +22,9 @@ def clip_grad_norm_(params, max_norm, aggregate_norm_fn=None) -> torch.Tensor:
     it was before clipping; with ``max_norm > 0`` every gradient, experts' included, is scaled
     by ``min(1, max_norm / (norm + 1e-6))``.
 
-    The norm is fairseq's up to fp32 rounding (bit for bit on CPU). It lands on the first
-    gradient's device, where fairseq puts it on the current CUDA device whenever there is one.
+    The norm is fairseq's up to fp32 rounding (bit for bit on CPU when the gradients share
+    one dtype). It lands on the first gradient's device, where fairseq puts it on the
+    current CUDA device whenever there is one (CPU training on a GPU machine).
     """
     params = list(params)
     with_grad = [p for p in params if p is not None and p.grad is not None]
