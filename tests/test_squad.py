@@ -375,6 +375,43 @@ def test_loss_and_logged_values_against_a_straightforward_computation(squad_bin)
         assert logged[name] == round(100 * 2 * ref[key] / (2 * denominator), 2), name
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_criterion_waits_for_nothing_on_the_gpu(squad_bin):
+    """From the span head's output to the logged meters, no host-device sync (any raises
+    under sync debug mode "error"); loss and logs as on the CPU."""
+    from fairseq import metrics, utils
+
+    from electra_plugin.criterions.squad import SquadCriterion
+    from electra_plugin.tasks.squad import SquadConfig, SquadTask
+
+    task = SquadTask.setup_task(SquadConfig(data=str(squad_bin["2.0"]), seed=1))
+    model = tiny_squad_model(task)
+    sample, _ = hand_built_batch(task, model)
+    criterion = SquadCriterion(task, no_answer_weight=0.5)
+    _, _, cpu_log = criterion(model, sample)
+    model.cuda()
+    sample = utils.move_to_cuda(sample)
+    torch.cuda.synchronize()
+    hook = model.classification_heads["squad"].register_forward_hook(
+        lambda *_: torch.cuda.set_sync_debug_mode("error"))  # after the encoder's own sync
+    try:
+        loss, _, log = criterion(model, sample)
+        with metrics.aggregate() as agg:
+            SquadCriterion.reduce_metrics([log])
+            torch.cuda.set_sync_debug_mode("default")
+            logged = agg.get_smoothed_values()  # (fairseq's .item() on every meter)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+        hook.remove()
+    assert loss.is_cuda and logged["loss"] == pytest.approx(float(cpu_log["loss"]) / 4, abs=2e-3)
+    for key, value in cpu_log.items():
+        if torch.is_tensor(value) and value.is_floating_point():
+            assert float(log[key]) == pytest.approx(float(value), rel=1e-4), key
+        else:
+            assert int(log[key]) == int(value), key
+
+
 # --------------------------------------------------------------------------- end to end
 def finetune_cmd(data, save_dir, pretrained, *extra):
     return [sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
@@ -450,6 +487,31 @@ def test_finetune_then_predict(tmp_path, squad_bin, pretrained, capsys):
     assert squad_cli.main(["evaluate", str(gold), str(out / "predictions.json")]) == 0
     standalone = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert standalone["exact"] == scores["exact"] and standalone["f1"] == scores["f1"]
+
+
+@pytest.mark.slow
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_predict_on_the_gpu_matches_the_cpu(tmp_path, squad_bin, pretrained):
+    save = tmp_path / "ck"
+    proc = run(finetune_cmd(squad_bin["2.0"], save, pretrained, "--disable-validation"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    outputs = {}
+    for device, flags in (("cuda", []), ("cpu", ["--cpu"])):  # the GPU unless --cpu
+        out = tmp_path / device
+        proc = run([*SQUAD, "predict", "--checkpoint", save / "checkpoint_last.pt", "--data",
+                    squad_bin["2.0"], "--out-dir", out, "--batch-size", "3", *flags])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert f"questions ({device})" in proc.stderr, proc.stderr[-2000:]
+        outputs[device] = {name: json.loads((out / f"{name}.json").read_text())
+                           for name in ("predictions", "null_odds", "nbest_predictions")}
+    gpu, cpu = outputs["cuda"], outputs["cpu"]
+    assert gpu["predictions"] == cpu["predictions"]
+    assert gpu["null_odds"] == pytest.approx(cpu["null_odds"], abs=1e-4)
+    for qid, nbest in cpu["nbest_predictions"].items():
+        assert [e["text"] for e in gpu["nbest_predictions"][qid]] == [e["text"] for e in nbest]
+        assert [e["score"] for e in gpu["nbest_predictions"][qid]] == \
+            pytest.approx([e["score"] for e in nbest], abs=1e-4)
 
 
 def test_bad_json_in_process(tmp_path):
