@@ -60,6 +60,19 @@ def test_expert_gradients_stay_out_of_the_norm():
     torch.testing.assert_close(optimizer.clip_grad_norm(0.0), expected, rtol=1e-6, atol=0)
 
 
+def test_fp16_gradients_norm_in_fp32():
+    """--memory-efficient-fp16 clips fp16 gradients: their norm (here ~113,500, above fp16's
+    largest value, 65,504) is taken in fp32, as fairseq's; in fp16 it would be inf."""
+    params = [torch.nn.Parameter(torch.zeros(4096, dtype=torch.float16)) for _ in range(3)]
+    for p in params:
+        p.grad = torch.full_like(p, 1024.0)
+    optimizer = optim.build_optimizer(optimizer_cfg(), params)
+    norm = optimizer.clip_grad_norm(0.0)
+    assert norm.dtype == torch.float32
+    torch.testing.assert_close(norm, utils.clip_grad_norm_(params, 0.0), rtol=1e-6, atol=0)
+    assert norm.item() == pytest.approx(1024.0 * (3 * 4096) ** 0.5, rel=1e-6)
+
+
 def test_zero_and_one_gradient_are_fairseqs():
     for with_grad in (0, 1):
         params = [torch.nn.Parameter(torch.ones(3)) for _ in range(4)]
