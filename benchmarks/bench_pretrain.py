@@ -29,6 +29,7 @@ basis of MFU).
     python benchmarks/bench_pretrain.py                       # CPU: small, fp32 and bf16
     python benchmarks/bench_pretrain.py --models electra_base --batch-size 8 --precisions bf16
     python benchmarks/bench_pretrain.py --fairseq-train       # also time fairseq-train itself
+    python benchmarks/bench_pretrain.py --clip --threads 2    # only the gradient clipping
 
 See docs/benchmarks.md for results and what limits the speed.
 """
@@ -677,6 +678,47 @@ def breakdown(args, arch, length, precision, device, data_root, repeats):
     return result
 
 
+def clip_ms(args, arch, device, data_root, repeats=20, calls=10):
+    """Median ms of fairseq's gradient scaling (``multiply_grads``) and clipping
+    (``clip_grad_norm``, --clip-norm 1) as the trainer runs them each update, over ``arch``'s
+    parameters with random gradients, with ``ELECTRA_SPEED`` on (one ``_foreach_norm``) and
+    off (fairseq's per-tensor norms), interleaved: {switch value: {part: ms}}."""
+    from electra_plugin.speed.switch import VARIABLE
+
+    data_dir = write_dictionary(data_root / f"dict{args.vocab}", args.vocab)
+    trainer = PluginStep(data_dir, arch, 128, args.batch_size, device,
+                         extra=args.plugin_args).trainer
+    params = [p for g in trainer.optimizer.param_groups for p in g["params"]]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    parts = {"multiply_grads": lambda: trainer.optimizer.multiply_grads(1.0),
+             "clip_grad_norm": lambda: trainer.clip_grad_norm(CLIP_NORM)}
+    times = {switch: {part: [] for part in parts} for switch in ("1", "0")}
+    for _ in range(repeats + 1):
+        for switch, by_part in times.items():
+            os.environ[VARIABLE] = switch
+            for part, fn in parts.items():
+                synchronize(device)
+                start = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                synchronize(device)
+                by_part[part].append(1e3 * (time.perf_counter() - start) / calls)
+    del os.environ[VARIABLE]
+    print(f"{arch}: {len(params)} parameter tensors, {sum(p.numel() for p in params):,} "
+          f"values, {device}, {torch.get_num_threads()} threads")
+    result = {switch: {part: statistics.median(t[1:]) for part, t in by_part.items()}
+              for switch, by_part in times.items()}  # first repeat: warm-up
+    for switch, name in (("0", "fairseq (ELECTRA_SPEED=0)"), ("1", "electra_adam")):
+        ms = result[switch]
+        print(f"{name:>26}: multiply_grads {ms['multiply_grads']:.2f} ms, clip_grad_norm "
+              f"{ms['clip_grad_norm']:.2f} ms, both {sum(ms.values()):.2f} ms")
+    print(f"clip_grad_norm fairseq / electra_adam: "
+          f"{result['0']['clip_grad_norm'] / result['1']['clip_grad_norm']:.2f}x; both: "
+          f"{sum(result['0'].values()) / sum(result['1'].values()):.2f}x")
+    return result
+
+
 def data_ms_per_batch(args, arch, length, data_root, batches):
     """ms to mask and collate one batch with the electra task's dataset pipeline."""
     data_dir = write_dictionary(data_root / f"data{args.vocab}", args.vocab)
@@ -844,6 +886,9 @@ def main(argv=None):
                    choices=["inductor", "aot_eager"],
                    help="also time each precision's first plugin command line with "
                         "--torch-compile (default backend: inductor)")
+    p.add_argument("--clip", action="store_true",
+                   help="only time fairseq's gradient scaling and clipping over each model's "
+                        "parameters, ELECTRA_SPEED on and off")
     p.add_argument("--plugin-args", nargs=argparse.REMAINDER, default=[],
                    help="extra fairseq options for the plugin (last on the line)")
     p.add_argument("--json", type=Path, help="write all results here")
@@ -859,6 +904,12 @@ def main(argv=None):
     lengths = args.lengths or [OFFICIAL_LENGTH[m] for m in models]
     if len(lengths) == 1:
         lengths = lengths * len(models)
+    if args.clip:
+        quiet()
+        with tempfile.TemporaryDirectory() as tmp:
+            for arch in models:
+                clip_ms(args, arch, device, Path(tmp))
+        return
     # peer-retained differs from peer only in the CPU allocator setting
     args.impls = args.impls or (["plugin", "peer"] + ([] if gpu else ["peer-retained"])
                                 + (["baseline"] if args.baseline else []))

@@ -426,8 +426,11 @@ def test_speed_switch_off_gives_the_plain_ops(monkeypatch):
 
 @pytest.mark.slow
 def test_a_run_without_the_speed_work_learns_the_same(data_bin, tmp_path, monkeypatch):
-    """fairseq-train with ELECTRA_SPEED=0 and without dropout logs the same losses."""
-    no_dropout = ("--max-update", "5", "--dropout", "0", "--attention-dropout", "0")
+    """fairseq-train with ELECTRA_SPEED=0 and without dropout logs the same losses and
+    gradient norms; electra_adam clips them (fairseq's loop or one _foreach_norm) every
+    update and steps (fairseq's Adam or the fused kernel)."""
+    no_dropout = ("--max-update", "5", "--dropout", "0", "--attention-dropout", "0",
+                  "--optimizer", "electra_adam", "--clip-norm", "0.5")
     fast = run(train_cmd(data_bin, tmp_path / "fast", *no_dropout))
     monkeypatch.setenv("ELECTRA_SPEED", "0")
     plain = run(train_cmd(data_bin, tmp_path / "plain", *no_dropout))
@@ -436,5 +439,6 @@ def test_a_run_without_the_speed_work_learns_the_same(data_bin, tmp_path, monkey
     a, b = records(fast.stdout), records(plain.stdout)
     assert len(a) == len(b) == 5
     for ra, rb in zip(a, b):
-        for key in ("loss", "gen_loss", "disc_loss"):
+        assert ra["clip"] == rb["clip"] == 100.0  # clipped: gnorm above 0.5
+        for key in ("loss", "gen_loss", "disc_loss", "gnorm"):
             assert abs(ra[key] - rb[key]) <= 0.002 + 1e-4 * abs(ra[key]), (key, ra, rb)

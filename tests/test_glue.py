@@ -218,6 +218,27 @@ def test_data_binarized_with_another_dictionary(tmp_path, rte_bin, pretrained):
 
 
 @pytest.mark.slow
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_evaluate_on_the_gpu_matches_the_cpu(tmp_path, rte_bin, pretrained):
+    save = tmp_path / "ck"
+    proc = run(finetune_cmd(rte_bin, pretrained, save))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = {}
+    for device, flags in (("cuda", []), ("cpu", ["--cpu"])):  # the GPU unless --cpu
+        predictions = tmp_path / f"{device}.txt"
+        proc = run([*GLUE, "evaluate", "--task", "RTE", "--checkpoint",
+                    save / "checkpoint_last.pt", "--data", rte_bin, "--json",
+                    "--predictions", predictions, *flags])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert f"predicting valid on {device}" in proc.stderr, proc.stderr[-2000:]
+        results[device] = (json.loads(proc.stdout.strip().splitlines()[-1]),
+                           predictions.read_text().split())
+    assert results["cuda"] == results["cpu"]
+    assert len(results["cpu"][1]) == results["cpu"][0]["n"] == 8
+
+
+@pytest.mark.slow
 def test_head_with_another_class_count(tmp_path, rte_bin, pretrained):
     first = tmp_path / "first"
     assert run(finetune_cmd(rte_bin, pretrained, first)).returncode == 0

@@ -252,13 +252,10 @@ def test_task_batch_and_loss_by_hand(squad_bin):
         assert load_tokenizer(str(squad_bin[version])).pieces(SHORT)
         task = SquadTask.setup_task(SquadConfig(data=str(squad_bin[version]), seed=1))
         assert task.version == version and task.max_positions() == 64
-        args = Namespace(arch="electra_tiny", num_layers=1, hidden_size=16, num_heads=2,
-                         ffn_size=32, embedding_size=8, generator_size=0.5, _name="electra")
-        model = task.build_model(args)
+        model = tiny_squad_model(task)
         assert model.generator is None  # discriminator only outside the electra task
         assert list(model.classification_heads) == ["squad"]
         assert model.classification_heads["squad"].out_proj.weight.shape == (2, 16)
-        model.eval()
         dataset = task.load_dataset("train")
         meta = task.load_metadata("train")
         sample = dataset.collater([dataset[i] for i in range(len(dataset))])
@@ -287,6 +284,132 @@ def test_task_batch_and_loss_by_hand(squad_bin):
                 expected += 0.5 * -torch.log(p if s == 0 else 1 - p)
         assert sample_size == len(ids)
         assert float(loss.detach()) == pytest.approx(float(expected.detach()), rel=1e-4)
+
+
+def tiny_squad_model(task):
+    args = Namespace(arch="electra_tiny", num_layers=1, hidden_size=16, num_heads=2,
+                     ffn_size=32, embedding_size=8, generator_size=0.5, _name="electra")
+    return task.build_model(args).eval()
+
+
+def hand_built_batch(task, model):
+    """Four windows of lengths 9, 6, 4, 7 (padded to 9), targets chosen against the model's
+    own outputs: start and end right, start right and end wrong, and two without an answer
+    (target 0); -> (sample, span logits)."""
+    pad = task.source_dictionary.pad()
+    lengths = [9, 6, 4, 7]
+    g = torch.Generator().manual_seed(3)
+    tokens = torch.full((4, 9), pad)
+    types = torch.zeros(4, 9, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        tokens[row, :n] = torch.randint(4, 40, (n,), generator=g)
+        tokens[row, 0], tokens[row, 3], tokens[row, n - 1] = 0, 2, 2  # <s> q </s> c </s>
+        types[row, 4:n] = 1
+    net_input = {"src_tokens": tokens, "token_types": types,
+                 "src_lengths": torch.tensor(lengths)}
+    with torch.no_grad():
+        out, _ = model(**net_input, classification_head_name="squad")
+    best = [(int(out.start[r, :n].argmax()), int(out.end[r, :n].argmax()))
+            for r, n in enumerate(lengths)]
+    targets = [best[0], (best[1][0], (best[1][1] + 1) % lengths[1]), (0, 0), (0, 0)]
+    sample = {"id": torch.arange(4), "net_input": net_input, "target": torch.tensor(targets),
+              "ntokens": sum(lengths), "nsentences": 4}
+    return sample, out
+
+
+def straightforward_logs(out, sample, no_answer_weight):
+    """The criterion's sums, window by window with Python numbers."""
+    ref = dict.fromkeys(("loss", "start_loss", "end_loss", "no_answer_loss"), 0.0)
+    ref.update(dict.fromkeys(("no_answer_windows", "start_correct", "end_correct",
+                              "no_answer_correct"), 0))
+    for row, (s, e) in enumerate(sample["target"].tolist()):
+        n = sample["net_input"]["src_lengths"][row].item()
+        start, end = out.start[row, :n].double(), out.end[row, :n].double()
+        start_loss = -F.log_softmax(start, -1)[s].item()
+        end_loss = -F.log_softmax(end, -1)[e].item()
+        unanswerable = s == 0
+        p = torch.sigmoid(out.no_answer[row].double()).item()
+        no_answer_loss = -math.log(p if unanswerable else 1 - p)
+        ref["start_loss"] += start_loss
+        ref["end_loss"] += end_loss
+        ref["no_answer_loss"] += no_answer_loss
+        ref["loss"] += (start_loss + end_loss) / 2 + no_answer_weight * no_answer_loss
+        ref["no_answer_windows"] += unanswerable
+        ref["start_correct"] += start.argmax().item() == s
+        ref["end_correct"] += end.argmax().item() == e
+        ref["no_answer_correct"] += (out.no_answer[row].item() > 0) == unanswerable
+    return ref
+
+
+def test_loss_and_logged_values_against_a_straightforward_computation(squad_bin):
+    from fairseq import metrics
+
+    from electra_plugin.criterions.squad import SquadCriterion
+    from electra_plugin.tasks.squad import SquadConfig, SquadTask
+
+    task = SquadTask.setup_task(SquadConfig(data=str(squad_bin["2.0"]), seed=1))
+    model = tiny_squad_model(task)
+    sample, out = hand_built_batch(task, model)
+    ref = straightforward_logs(out, sample, no_answer_weight=0.3)
+    # the targets make the counts neither 0 nor all windows
+    assert all(0 < ref[k] < 4 for k in ("start_correct", "end_correct", "no_answer_windows"))
+
+    loss, sample_size, log = SquadCriterion(task, no_answer_weight=0.3)(model, sample)
+    assert sample_size == log["sample_size"] == log["windows"] == 4
+    assert float(loss.detach()) == pytest.approx(ref["loss"], rel=1e-5)
+    for key, value in ref.items():
+        if isinstance(value, int):
+            assert int(log[key]) == value, key
+        else:
+            assert float(log[key]) == pytest.approx(value, rel=1e-5), key
+
+    with metrics.aggregate() as agg:
+        SquadCriterion.reduce_metrics([log, log])  # two micro-batches: the sums double
+        logged = {k: float(v) for k, v in agg.get_smoothed_values().items()}
+    # what the Python-float arithmetic gives, to the last bit: per window, rounded
+    for key in ("loss", "start_loss", "end_loss", "no_answer_loss"):
+        assert logged[key] == round(float(2 * log[key]) / 8, 3), key
+    for name, key, denominator in (("start_acc", "start_correct", 4),
+                                   ("end_acc", "end_correct", 4),
+                                   ("no_answer_acc", "no_answer_correct", 4)):
+        assert logged[name] == round(100 * 2 * ref[key] / (2 * denominator), 2), name
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_criterion_waits_for_nothing_on_the_gpu(squad_bin):
+    """From the span head's output to the logged meters, no host-device sync (any raises
+    under sync debug mode "error"); loss and logs as on the CPU."""
+    from fairseq import metrics, utils
+
+    from electra_plugin.criterions.squad import SquadCriterion
+    from electra_plugin.tasks.squad import SquadConfig, SquadTask
+
+    task = SquadTask.setup_task(SquadConfig(data=str(squad_bin["2.0"]), seed=1))
+    model = tiny_squad_model(task)
+    sample, _ = hand_built_batch(task, model)
+    criterion = SquadCriterion(task, no_answer_weight=0.5)
+    _, _, cpu_log = criterion(model, sample)
+    model.cuda()
+    sample = utils.move_to_cuda(sample)
+    torch.cuda.synchronize()
+    hook = model.classification_heads["squad"].register_forward_hook(
+        lambda *_: torch.cuda.set_sync_debug_mode("error"))  # after the encoder's own sync
+    try:
+        loss, _, log = criterion(model, sample)
+        with metrics.aggregate() as agg:
+            SquadCriterion.reduce_metrics([log])
+            torch.cuda.set_sync_debug_mode("default")
+            logged = agg.get_smoothed_values()  # (fairseq's .item() on every meter)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+        hook.remove()
+    assert loss.is_cuda and logged["loss"] == pytest.approx(float(cpu_log["loss"]) / 4, abs=2e-3)
+    for key, value in cpu_log.items():
+        if torch.is_tensor(value) and value.is_floating_point():
+            assert float(log[key]) == pytest.approx(float(value), rel=1e-4), key
+        else:
+            assert int(log[key]) == int(value), key
 
 
 # --------------------------------------------------------------------------- end to end
@@ -364,6 +487,31 @@ def test_finetune_then_predict(tmp_path, squad_bin, pretrained, capsys):
     assert squad_cli.main(["evaluate", str(gold), str(out / "predictions.json")]) == 0
     standalone = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert standalone["exact"] == scores["exact"] and standalone["f1"] == scores["f1"]
+
+
+@pytest.mark.slow
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_predict_on_the_gpu_matches_the_cpu(tmp_path, squad_bin, pretrained):
+    save = tmp_path / "ck"
+    proc = run(finetune_cmd(squad_bin["2.0"], save, pretrained, "--disable-validation"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    outputs = {}
+    for device, flags in (("cuda", []), ("cpu", ["--cpu"])):  # the GPU unless --cpu
+        out = tmp_path / device
+        proc = run([*SQUAD, "predict", "--checkpoint", save / "checkpoint_last.pt", "--data",
+                    squad_bin["2.0"], "--out-dir", out, "--batch-size", "3", *flags])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert f"questions ({device})" in proc.stderr, proc.stderr[-2000:]
+        outputs[device] = {name: json.loads((out / f"{name}.json").read_text())
+                           for name in ("predictions", "null_odds", "nbest_predictions")}
+    gpu, cpu = outputs["cuda"], outputs["cpu"]
+    assert gpu["predictions"] == cpu["predictions"]
+    assert gpu["null_odds"] == pytest.approx(cpu["null_odds"], abs=1e-4)
+    for qid, nbest in cpu["nbest_predictions"].items():
+        assert [e["text"] for e in gpu["nbest_predictions"][qid]] == [e["text"] for e in nbest]
+        assert [e["score"] for e in gpu["nbest_predictions"][qid]] == \
+            pytest.approx([e["score"] for e in nbest], abs=1e-4)
 
 
 def test_bad_json_in_process(tmp_path):

@@ -20,7 +20,7 @@ Examples:
   electra-glue preprocess --task RTE --glue-dir glue_data/RTE \\
       --pretrain-data data-bin/news --destdir data-bin/RTE
   electra-glue evaluate --task RTE --checkpoint ck/checkpoint_best.pt \\
-      --data data-bin/RTE [--split valid] [--predictions out.tsv]
+      --data data-bin/RTE [--split valid] [--predictions out.tsv] [--cpu]
   electra-glue configs [--out examples/glue/config]
 """
 
@@ -33,6 +33,7 @@ import tempfile
 
 import torch
 
+from electra_plugin.cli.device import inference_device, net_input_on
 from electra_plugin.data.binarize import check_destdir, fairseq_preprocess
 from electra_plugin.data.tokenizer import load_tokenizer
 from electra_plugin.errors import ElectraUsageError, command_line
@@ -135,24 +136,25 @@ def preprocess(args):
 
 # -------------------------------------------------------------------------------- evaluate
 def predict_split(model, task, split, batch_size=64):
-    """-> (predictions, gold labels): class indices, or floats for regression."""
+    """-> (predictions, gold labels): class indices, or floats for regression. Runs in eval
+    mode on the device the model is on; the predictions come to the host once, at the end."""
+    device = next(model.parameters()).device
+    model.eval()
     task.load_dataset(split)
     itr = task.get_batch_iterator(task.dataset(split), max_sentences=batch_size,
                                   max_positions=model.max_positions(),
                                   ignore_invalid_inputs=False).next_epoch_itr(shuffle=False)
     head = task.cfg.classification_head_name
     ids, preds, gold = [], [], []
-    with torch.no_grad():
+    with torch.inference_mode():
         for sample in itr:
-            logits, _ = model(**sample["net_input"], features_only=True,
+            logits, _ = model(**net_input_on(sample, device), features_only=True,
                               classification_head_name=head)
             # targets come as B x 1 (labels) or B x 1 (one regression value)
-            gold += sample["target"].view(-1).tolist()
-            if task.cfg.regression_target:
-                preds += logits.view(-1).tolist()
-            else:
-                preds += logits.argmax(-1).tolist()
-            ids += sample["id"].tolist()
+            gold.append(sample["target"].view(-1))
+            preds.append(logits.view(-1) if task.cfg.regression_target else logits.argmax(-1))
+            ids.append(sample["id"])
+    ids, preds, gold = (torch.cat(t).tolist() if t else [] for t in (ids, preds, gold))
     order = sorted(range(len(ids)), key=ids.__getitem__)  # back to file order
     return [preds[i] for i in order], [gold[i] for i in order]
 
@@ -162,7 +164,9 @@ def evaluate(args):
     glue_task = get_task(args.task)
     hub = from_pretrained(os.path.dirname(os.path.abspath(args.checkpoint)),
                           os.path.basename(args.checkpoint), os.path.abspath(args.data))
-    preds, gold = predict_split(hub.model, hub.task, args.split)
+    device = inference_device(args.cpu)
+    log(f"predicting {args.split} on {device.type}")
+    preds, gold = predict_split(hub.model.to(device), hub.task, args.split)
     results = score(glue_task, preds, gold)
     if args.predictions:
         with open(args.predictions, "w") as f:
@@ -319,6 +323,8 @@ def parse_args(argv=None):
     ev.add_argument("--split", default="valid", help="valid, valid1 (MNLI mismatched) ...")
     ev.add_argument("--predictions", help="write one prediction per line here")
     ev.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    ev.add_argument("--cpu", action="store_true",
+                    help="run on the CPU (default: the GPU when there is one)")
     ev.set_defaults(run=evaluate)
 
     cf = sub.add_parser("configs", help="write the hydra fine-tuning configs")

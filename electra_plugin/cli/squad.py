@@ -134,6 +134,7 @@ def predict(args):
     from fairseq import checkpoint_utils, utils
 
     import electra_plugin
+    from electra_plugin.cli.device import inference_device, net_input_on
     from electra_plugin.tasks.squad import SquadTask
 
     utils.import_user_module(argparse.Namespace(user_dir=os.path.dirname(electra_plugin.__file__)))
@@ -144,10 +145,8 @@ def predict(args):
         [args.checkpoint], arg_overrides=overrides)
     if not isinstance(task, SquadTask):
         raise ElectraUsageError(f"{args.checkpoint} was not fine-tuned with --task squad")
-    model = models[0].eval()
-    use_cuda = torch.cuda.is_available() and not args.cpu
-    if use_cuda:
-        model.cuda()
+    device = inference_device(args.cpu)
+    model = models[0].eval().to(device)
     head = task.cfg.classification_head_name
     dataset = task.load_dataset(args.split)
     meta = task.load_metadata(args.split)
@@ -156,18 +155,18 @@ def predict(args):
         ignore_invalid_inputs=False, num_workers=0).next_epoch_itr(shuffle=False)
     logits = {}
     log(f"predicting {len(dataset)} windows of {len(meta.examples)} questions "
-        f"({'cuda' if use_cuda else 'cpu'})")
-    with torch.no_grad():
+        f"({device.type})")
+    with torch.inference_mode():
         for sample in batches:
-            if use_cuda:
-                sample = utils.move_to_cuda(sample)
-            out, _ = model(**sample["net_input"], classification_head_name=head)
+            out, _ = model(**net_input_on(sample, device), classification_head_name=head)
+            # one copy to the host per batch, not one per window
+            start, end = (x.float().cpu().numpy() for x in (out.start, out.end))
+            no_answer = None if out.no_answer is None else out.no_answer.float().tolist()
             lengths = sample["net_input"]["src_lengths"].tolist()
             for b, window in enumerate(sample["id"].tolist()):
                 n = lengths[b]
                 logits[window] = sq.WindowLogits(
-                    out.start[b, :n].float().cpu().numpy(), out.end[b, :n].float().cpu().numpy(),
-                    None if out.no_answer is None else float(out.no_answer[b]))
+                    start[b, :n], end[b, :n], None if no_answer is None else no_answer[b])
     preds = sq.predict_answers(meta, logits, args.n_best_size, args.max_answer_len,
                                args.no_answer_threshold)
     answers = {qid: p.answer for qid, p in preds.items()}

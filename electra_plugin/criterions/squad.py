@@ -42,6 +42,8 @@ class SquadCriterion(FairseqCriterion):
             raise ElectraUsageError(f"--criterion squad needs the model's span head "
                                     f"'{self.head}'; use it with --task squad")
         logits, _ = model(**sample["net_input"], classification_head_name=self.head)
+        # No host-device sync from here on: masks, sums and shapes, no indexing by values
+        # (the model's encoder has one, its attention mask: models/encoder.py).
         padding = sample["net_input"]["src_tokens"].eq(self.pad)
         start_target, end_target = sample["target"].unbind(-1)
         start = logits.start.float().masked_fill(padding, float("-inf"))
@@ -71,13 +73,20 @@ class SquadCriterion(FairseqCriterion):
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
+        """The sums stay tensors (no ``float()``, which would wait for the GPU every update),
+        in float64, so they are the values Python floats gave. ``windows`` is an int (a
+        tensor only after fairseq's all-reduce of several workers, itself a sync). The rates
+        are computed only when fairseq reads the meters, where it calls ``.item()`` on every
+        tensor meter anyway."""
+
         def total(key):
             return sum(log.get(key, 0) for log in logging_outputs)
 
         windows = total("sample_size")
         for key in ("loss", "start_loss", "end_loss", "no_answer_loss"):
             if any(key in log for log in logging_outputs):
-                metrics.log_scalar(key, float(total(key)) / max(windows, 1), windows, round=3)
+                metrics.log_scalar(key, total(key).double() / max(windows, 1), windows,
+                                   round=3)
         for key in COUNTS:
             metrics.log_scalar(f"_{key}", total(key))
 

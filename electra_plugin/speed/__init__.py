@@ -18,6 +18,8 @@ part                      fast path                                   plain path
                           or in bf16                                  product_attention``
 ``MultiTensorAdam``       fairseq's Adam as foreach ops (GPU) or      fairseq's per-tensor
                           torch's fused kernel (CPU)                  Adam loop
+``clip_grad_norm_``       norms: one ``_foreach_norm`` per device     fairseq's per-tensor
+                          and dtype                                   ``torch.norm`` loop
 ``retain_freed_memory``   glibc keeps freed memory (mallopt, CPU)     glibc's default
 ``compile_encoders``      ``torch.compile`` of each encoder           eager
                           (``--torch-compile``)
@@ -27,10 +29,12 @@ part                      fast path                                   plain path
 from .adam import MultiTensorAdam
 from .allocator import retain_freed_memory
 from .attention import attention, project_qkv
+from .clip import clip_grad_norm_
 from .compile import BACKENDS as COMPILE_BACKENDS
 from .compile import compile_encoders
 from .dropout import Dropout, dropout
 from .switch import enabled
 
 __all__ = ["Dropout", "dropout", "project_qkv", "attention", "MultiTensorAdam",
-           "retain_freed_memory", "compile_encoders", "COMPILE_BACKENDS", "enabled"]
+           "clip_grad_norm_", "retain_freed_memory", "compile_encoders", "COMPILE_BACKENDS",
+           "enabled"]

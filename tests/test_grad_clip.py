@@ -1,0 +1,104 @@
+"""electra_adam's gradient-norm clipping against fairseq's ``utils.clip_grad_norm_``."""
+
+import pytest
+import torch
+from fairseq import optim, utils
+
+from test_layer_decay import optimizer_cfg
+
+
+def parameters(seed=0):
+    """40 parameters of mixed sizes and dtypes with gradients of mixed scales; two without a
+    gradient, one an ``expert`` (fairseq clips its gradient but leaves it out of the norm)."""
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(), (1,), (3,), (256,), (64, 64), (1000, 7), (2, 3, 5)] * 5 + [(30522, 16)] * 5
+    params = []
+    for i, shape in enumerate(shapes):
+        p = torch.nn.Parameter(torch.randn(shape, generator=g))
+        if i % 13 != 5:
+            p.grad = torch.randn(shape, generator=g) * 10.0 ** (i % 4 - 2)
+        if i in (8, 9):
+            p.data, p.grad = p.data.bfloat16(), p.grad.bfloat16()
+        params.append(p)
+    params[3].expert = True
+    return params
+
+
+def model_parallel_sum(norm):
+    """An aggregate_norm_fn as model parallelism uses it: another rank's squared norm added."""
+    return torch.sqrt(norm ** 2 + 9.0)
+
+
+@pytest.mark.parametrize("aggregate_norm_fn", [None, model_parallel_sum])
+@pytest.mark.parametrize("max_norm", [0.0, 1.0, 1e6])  # norm only; clipping; none needed
+def test_clip_grad_norm_is_fairseqs(max_norm, aggregate_norm_fn):
+    ours, theirs = parameters(), parameters()
+    norm = optim.build_optimizer(optimizer_cfg(), ours).clip_grad_norm(max_norm, aggregate_norm_fn)
+    fairseq_norm = utils.clip_grad_norm_(theirs, max_norm, aggregate_norm_fn)
+    grads, fairseq_grads = [p.grad for p in ours], [p.grad for p in theirs]
+    before = [p.grad for p in parameters()]
+    assert norm.dtype == torch.float32 and norm.shape == ()
+    torch.testing.assert_close(norm, fairseq_norm, rtol=1e-6, atol=0)
+    clips = 0 < max_norm < norm
+    for g, fairseq_g, original in zip(grads, fairseq_grads, before):
+        if original is None:
+            assert g is None and fairseq_g is None
+            continue
+        assert g.dtype == original.dtype
+        torch.testing.assert_close(g, fairseq_g, rtol=1e-6, atol=0)
+        assert torch.equal(g, original) != clips  # scaled exactly when clipping
+    if clips:  # the expert's gradient scaled by the same coefficient as the others
+        ratio = grads[3] / before[3]
+        torch.testing.assert_close(ratio, torch.full_like(ratio, max_norm / norm.item()))
+
+
+def test_expert_gradients_stay_out_of_the_norm():
+    params = parameters()
+    optimizer = optim.build_optimizer(optimizer_cfg(), params)
+    counted = [p.grad.float() for p in params if p.grad is not None and p is not params[3]]
+    expected = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in counted]))
+    torch.testing.assert_close(optimizer.clip_grad_norm(0.0), expected, rtol=1e-6, atol=0)
+
+
+def test_fp16_gradients_norm_in_fp32():
+    """--memory-efficient-fp16 clips fp16 gradients: their norm (here ~113,500, above fp16's
+    largest value, 65,504) is taken in fp32, as fairseq's; in fp16 it would be inf."""
+    params = [torch.nn.Parameter(torch.zeros(4096, dtype=torch.float16)) for _ in range(3)]
+    for p in params:
+        p.grad = torch.full_like(p, 1024.0)
+    optimizer = optim.build_optimizer(optimizer_cfg(), params)
+    norm = optimizer.clip_grad_norm(0.0)
+    assert norm.dtype == torch.float32
+    torch.testing.assert_close(norm, utils.clip_grad_norm_(params, 0.0), rtol=1e-6, atol=0)
+    assert norm.item() == pytest.approx(1024.0 * (3 * 4096) ** 0.5, rel=1e-6)
+
+
+def test_zero_and_one_gradient_are_fairseqs():
+    for with_grad in (0, 1):
+        params = [torch.nn.Parameter(torch.ones(3)) for _ in range(4)]
+        for p in params[:with_grad]:
+            p.grad = torch.full((3,), 2.0)
+        optimizer = optim.build_optimizer(optimizer_cfg(), params)
+        norm = optimizer.clip_grad_norm(1.0)
+        assert norm.item() == pytest.approx(2.0 * 3 ** 0.5 if with_grad else 0.0)
+        if with_grad:
+            torch.testing.assert_close(params[0].grad.norm(), torch.tensor(1.0))
+
+
+def norm_ops(fn):
+    """Names of the norm ops ``fn`` calls (not those they call), in order."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return [e.name for e in prof.events() if "norm" in e.name and e.cpu_parent is None]
+
+
+def test_the_norms_are_one_op_and_the_switch_gives_fairseqs_loop(monkeypatch):
+    params = parameters()
+    optimizer = optim.build_optimizer(optimizer_cfg(), params)
+    counted = sum(p.grad is not None and not hasattr(p, "expert") for p in params)
+    fast = norm_ops(lambda: optimizer.clip_grad_norm(1.0))
+    # one per dtype (fp32, bf16), then the total
+    assert fast == ["aten::_foreach_norm"] * 2 + ["aten::linalg_vector_norm"], fast
+    monkeypatch.setenv("ELECTRA_SPEED", "0")
+    plain = norm_ops(lambda: optimizer.clip_grad_norm(1.0))
+    assert len(plain) == counted + 1 and "aten::_foreach_norm" not in plain, plain
