@@ -85,9 +85,9 @@ def update_freq_for(global_batch: int, batch_size, world_size: int) -> int:
 
 def complete_global_batch(task_cfg) -> None:
     """Set --update-freq from the task's --global-batch-size (0: leave it as given)."""
-    global_batch = task_cfg.get("global_batch_size", 0)
-    run = run_config(task_cfg)
-    if not global_batch or run is None:
+    run = run_config(task_cfg)  # None for a dataclass or a bare group: nothing to set
+    global_batch = run is not None and task_cfg.get("global_batch_size", 0)
+    if not global_batch:
         return
     world = run.distributed_training.get("distributed_world_size", 1) or 1
     freq = update_freq_for(global_batch, run.dataset.get("batch_size"), world)
