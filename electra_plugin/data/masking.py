@@ -4,7 +4,8 @@ import logging
 
 import numpy as np
 import torch
-from fairseq.data import BaseWrapperDataset, FairseqDataset, data_utils
+from fairseq.data import BaseWrapperDataset, FairseqDataset
+from torch.nn.utils.rnn import pad_sequence
 
 from ..splitmix import shift_right, splitmix64
 
@@ -114,8 +115,9 @@ class ElectraMaskingDataset(BaseWrapperDataset):
         """
         if len(samples) == 0:
             return {}
-        tokens = data_utils.collate_tokens([s["source"] for s in samples], self.pad_idx)
-        lengths = torch.tensor([len(s["source"]) for s in samples])
+        sources = [s["source"] for s in samples]
+        tokens = pad_sequence(sources, batch_first=True, padding_value=self.pad_idx)
+        lengths = torch.tensor([s.numel() for s in sources])
         ids = torch.tensor([s["id"] for s in samples])
         streams = self._row_streams(ids)
         candidates = ~torch.isin(tokens, self.special)
