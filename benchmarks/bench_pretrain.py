@@ -20,6 +20,10 @@ FLOP/s and MFU (against the matrix-multiply peak this run measures) for
 - ``peer-retained`` (CPU): the same peer given the plugin's allocator setting (freed memory
   kept in the process), so that the step's speed and the allocator's show separately;
 
+- ``data``: masked sequences/s of one fairseq loader worker on one core (items and the
+  electra task's collater, which masks, on a binarized corpus: ``--data-dir`` or random
+  blocks), with the task's masking and with ``--whole-word-mask`` (and as of ``--baseline``);
+
 and the ratios plugin/peer and plugin/peer-retained per row, whether the CPU has bf16
 matrix units, and an advice line when the plugin's bf16 rows are slower than its fp32 row.
 FLOPs per update are given the way the paper counts them (``electra_plugin.flops.paper_train_flops``, comparable with the
@@ -29,6 +33,7 @@ basis of MFU).
     python benchmarks/bench_pretrain.py                       # CPU: small, fp32 and bf16
     python benchmarks/bench_pretrain.py --models electra_base --batch-size 8 --precisions bf16
     python benchmarks/bench_pretrain.py --fairseq-train       # also time fairseq-train itself
+    python benchmarks/bench_pretrain.py --data-only --baseline e99c820   # the loader only
 
 See docs/benchmarks.md for results and what limits the speed.
 """

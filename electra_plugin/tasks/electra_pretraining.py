@@ -92,7 +92,9 @@ class ElectraPretrainingTask(FairseqTask):
 
     A batch holds ``net_input.src_tokens`` (B x T, the masked input) and ``target`` (B x T,
     the original token at picked positions, ``<pad>`` elsewhere), the same layout as
-    fairseq's ``masked_lm``; the model builds the corrupted input itself.
+    fairseq's ``masked_lm``, plus ``net_input.masked_positions`` and ``has_padding``
+    (:class:`~electra_plugin.data.masking.ElectraMaskingDataset` masks each batch as the
+    loader collates it); the model builds the corrupted input itself.
     """
 
     cfg: ElectraPretrainingConfig
