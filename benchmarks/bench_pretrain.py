@@ -679,7 +679,7 @@ def breakdown(args, arch, length, precision, device, data_root, repeats):
     task = electra_task(data_corpus(args, arch, length, data_root, args.batch_size, repeats),
                         arch, length)
     task.load_dataset("train")
-    result["data"] = statistics.median(loader_seconds(task, args.batch_size, repeats)) * 1e3
+    result["data"] = statistics.median(loader_seconds(task, args.batch_size, repeats)[0]) * 1e3
     return result
 
 
@@ -701,9 +701,10 @@ def data_corpus(args, arch, length, data_root, batch_size, batches):
 
 
 def loader_seconds(task, batch_size, batches):
-    """Seconds per batch of one fairseq loader worker on one core: the items of each batch
-    and the dataset's collater (masking, padding), what torch's DataLoader runs in a
-    worker process (which sets one thread), on the first ``batches`` batches of epoch 1."""
+    """(wall, CPU) seconds per batch of one fairseq loader worker on one core: the items of
+    each batch and the dataset's collater (masking, padding), what torch's DataLoader runs
+    in a worker process (which sets one thread), on the first ``batches`` batches of epoch
+    1. The CPU time (this thread's) is the figure for a core of one's own on a shared host."""
     dataset = task.dataset("train")
     plan = task.get_batch_iterator(dataset, max_sentences=batch_size, seed=1,
                                    epoch=1).frozen_batches
@@ -711,15 +712,16 @@ def loader_seconds(task, batch_size, batches):
         raise RuntimeError(f"the corpus has fewer than {batches} batches of {batch_size}")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    times = []
+    times, cpu_times = [], []
     try:
         for indices in plan[:batches]:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.thread_time()
             dataset.collater([dataset[i] for i in indices])
             times.append(time.perf_counter() - start)
+            cpu_times.append(time.thread_time() - cpu)
     finally:
         torch.set_num_threads(threads)
-    return times
+    return times, cpu_times
 
 
 def data_rows(args, arch, length, data_root):
@@ -743,16 +745,21 @@ def data_rows(args, arch, length, data_root):
             loader_seconds(t, batch_size, 1)  # warm-up: page cache, first-call costs
             tasks[name, " ".join(masking)] = t
     seconds = {key: [] for key in tasks}
+    cpu_seconds = {key: [] for key in tasks}
     for _ in range(args.repeats):
         for key, t in tasks.items():
-            seconds[key].append(statistics.median(loader_seconds(t, batch_size, batches)))
+            wall, cpu = loader_seconds(t, batch_size, batches)
+            seconds[key].append(statistics.median(wall))
+            cpu_seconds[key].append(statistics.median(cpu))
     rows = []
     for (impl, masking), repeats in seconds.items():
+        cpu = statistics.median(cpu_seconds[impl, masking])
         row = dict(arch=arch, length=length, batch_size=batch_size, impl=impl, masking=masking,
                    corpus=str(args.data_dir or "random blocks"),
                    sequences_per_s=batch_size / statistics.median(repeats),
                    ms_per_batch=1e3 * statistics.median(repeats),
-                   ms_per_batch_repeats=[1e3 * t for t in repeats])
+                   ms_per_batch_repeats=[1e3 * t for t in repeats],
+                   sequences_per_cpu_s=batch_size / cpu, cpu_ms_per_batch=1e3 * cpu)
         if impl == "plugin" and (f"plugin@{args.baseline}", masking) in seconds:
             row["vs_baseline"] = statistics.median(
                 b / a for a, b in zip(repeats, seconds[f"plugin@{args.baseline}", masking]))
@@ -767,7 +774,8 @@ def data_table(rows):
         lines.append(f"data {r['arch']} T={r['length']} B={r['batch_size']} {r['impl']}"
                      f"{' ' + r['masking'] if r['masking'] else ''}: "
                      f"{r['sequences_per_s']:.0f} masked sequences/s per loader worker "
-                     f"(1 thread), {r['ms_per_batch']:.1f} ms/batch{speedup}")
+                     f"(1 thread), {r['ms_per_batch']:.1f} ms/batch{speedup}; per CPU "
+                     f"second of the worker {r['sequences_per_cpu_s']:.0f}")
     return "\n".join(lines)
 
 
