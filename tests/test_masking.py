@@ -193,6 +193,19 @@ def test_collated_batch_holds_the_masked_positions_and_whether_it_is_padded():
     assert dataset.collater([]) == {}
 
 
+@pytest.mark.parametrize("mask_prob", [0.15, 0.3])
+def test_the_count_is_pythons_round_of_mask_prob_times_n(mask_prob):
+    """Exactly max(1, round(mask_prob * n)) for every n up to 512 (in float32, 0.15 * 190
+    rounds the other way)."""
+    d = toy_dictionary()
+    items = [torch.cat([torch.tensor([d.bos()]), torch.full((n,), d.index("w0"))])
+             for n in range(1, 512)]
+    dataset = toy_dataset(d, items, mask_prob=mask_prob)
+    batch = collate(dataset, range(len(items)))
+    counts = batch["target"].ne(d.pad()).sum(1)
+    assert counts.tolist() == [max(1, round(mask_prob * n)) for n in range(1, 512)]
+
+
 def test_bert_rates_over_many_rows():
     d = toy_dictionary()
     mask = d.index("<mask>")

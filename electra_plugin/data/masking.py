@@ -57,8 +57,8 @@ class ElectraMaskingDataset(BaseWrapperDataset):
     ``<mask>`` / unchanged / random draw. Specials end a word.
 
     Items are the unmasked blocks; :meth:`collater` pads a batch and masks it with a few
-    whole-batch tensor ops (per-item numpy cost ~0.6 ms a sequence, which would starve a
-    GPU). Every random number is SplitMix64 of (seed, epoch, dataset index, stream,
+    whole-batch tensor ops (masking item by item in numpy cost ~0.6 ms a sequence, enough
+    to starve a GPU). Every random number is SplitMix64 of (seed, epoch, dataset index, stream,
     position), so a sample's mask is a pure function of those, whatever batch or loader
     worker it lands in: runs and resumes repeat exactly.
     """
@@ -143,18 +143,24 @@ class ElectraMaskingDataset(BaseWrapperDataset):
 
     @staticmethod
     def _random(streams, stream, rows, columns):
-        """64 random bits per (row, column) of one stream (B x T, or M for flat pairs)."""
-        return splitmix64(columns, streams[rows, stream] if rows is not None
-                          else streams[:, stream, None])
+        """64 random bits of one stream per (row, column), ``rows`` and ``columns``
+        broadcast (B x 1 and T: the whole batch; M and M: flat positions)."""
+        return splitmix64(columns, streams[rows, stream])
+
+    @classmethod
+    def _keys(cls, streams, stream, length):
+        """B x T non-negative sort keys below :data:`_NEVER`, one per position."""
+        rows, columns = torch.arange(len(streams)).unsqueeze(1), torch.arange(length)
+        return shift_right(cls._random(streams, stream, rows, columns), 2)
 
     def _counts(self, candidates):
         """B: max(1, round(mask_prob * n)) of the n candidates of each row, 0 if none."""
-        n = candidates.sum(1)
-        return torch.where(n > 0, (n * self.mask_prob).round().long().clamp(min=1), 0)
+        n = candidates.sum(1)  # rounded in float64 (half to even) as Python's round()
+        return torch.where(n > 0, (n.double() * self.mask_prob).round().long().clamp(min=1), 0)
 
     def _pick_pieces(self, streams, tokens, candidates):
         """B x T: each row's count candidates with the smallest random keys."""
-        keys = shift_right(self._random(streams, _PICK, None, torch.arange(tokens.size(1))), 2)
+        keys = self._keys(streams, _PICK, tokens.size(1))
         order = keys.masked_fill_(~candidates, _NEVER).argsort(dim=1)
         rank_picked = torch.arange(tokens.size(1)) < self._counts(candidates).unsqueeze(1)
         return torch.zeros_like(candidates).scatter_(1, order, rank_picked)
@@ -170,7 +176,7 @@ class ElectraMaskingDataset(BaseWrapperDataset):
         slot = torch.where(candidates, word, length)  # non-candidates to a spare column
         sizes = torch.zeros(batch, length + 1, dtype=torch.long).scatter_add_(
             1, slot, torch.ones_like(slot))[:, :length]
-        keys = shift_right(self._random(streams, _WORD, None, torch.arange(length)), 2)
+        keys = self._keys(streams, _WORD, length)
         word_keys = torch.full((batch, length + 1), _NEVER).scatter_(
             1, torch.where(starts, word, length), keys)[:, :length]
         order = word_keys.argsort(dim=1)  # words in random order, non-words (size 0) last
