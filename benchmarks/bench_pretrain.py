@@ -20,6 +20,10 @@ FLOP/s and MFU (against the matrix-multiply peak this run measures) for
 - ``peer-retained`` (CPU): the same peer given the plugin's allocator setting (freed memory
   kept in the process), so that the step's speed and the allocator's show separately;
 
+- ``data``: masked sequences/s of one fairseq loader worker on one core (items and the
+  electra task's collater, which masks, on a binarized corpus: ``--data-dir`` or random
+  blocks), with the task's masking and with ``--whole-word-mask`` (and as of ``--baseline``);
+
 and the ratios plugin/peer and plugin/peer-retained per row, whether the CPU has bf16
 matrix units, and an advice line when the plugin's bf16 rows are slower than its fp32 row.
 FLOPs per update are given the way the paper counts them (``electra_plugin.flops.paper_train_flops``, comparable with the
@@ -30,6 +34,7 @@ basis of MFU).
     python benchmarks/bench_pretrain.py --models electra_base --batch-size 8 --precisions bf16
     python benchmarks/bench_pretrain.py --fairseq-train       # also time fairseq-train itself
     python benchmarks/bench_pretrain.py --clip --threads 2    # only the gradient clipping
+    python benchmarks/bench_pretrain.py --data-only --baseline e99c820   # the loader only
 
 See docs/benchmarks.md for results and what limits the speed.
 """
@@ -71,24 +76,27 @@ LR, BETAS, EPS, WEIGHT_DECAY, CLIP_NORM = 5e-4, (0.9, 0.999), 1e-6, 0.01, 1.0
 
 
 def write_dictionary(directory: Path, vocab: int) -> Path:
-    """A dict.txt that, with the task's <mask>, gives ``vocab`` entries (like BERT's 30522)."""
+    """A dict.txt that, with the task's <mask>, gives ``vocab`` entries (like BERT's 30522);
+    every fifth symbol is a WordPiece continuation (``##``), so that random text has words
+    of 1.25 pieces on average for whole-word masking."""
     from fairseq.data import Dictionary
 
     d = Dictionary()
     for i in range(vocab - len(d) - 1):
-        d.add_symbol(f"w{i}", n=vocab - i)
+        d.add_symbol(f"##w{i}" if i % 5 == 4 else f"w{i}", n=vocab - i)
     directory.mkdir(parents=True, exist_ok=True)
     d.save(str(directory / "dict.txt"))
     return directory
 
 
-def electra_task(data_dir, arch, length):
-    """The plugin's electra task on ``data_dir`` (its dict.txt), as fairseq-train sets it up."""
+def electra_task(data_dir, arch, length, extra=()):
+    """The plugin's electra task on ``data_dir`` (its dict.txt), as fairseq-train sets it up
+    (``extra``: more task options)."""
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     argv = [str(data_dir), "--user-dir", str(PLUGIN), "--task", "electra", "--arch", arch,
-            "--criterion", "electra", "--tokens-per-sample", str(length)]
+            "--criterion", "electra", "--tokens-per-sample", str(length), *extra]
     return tasks.setup_task(convert_namespace_to_omegaconf(
         options.parse_args_and_arch(options.get_training_parser(), argv)).task)
 
@@ -674,7 +682,10 @@ def breakdown(args, arch, length, precision, device, data_root, repeats):
 
         timed("optimizer", optimizer)
     result = {k: statistics.median(v[1:]) for k, v in parts.items()}  # first: warm-up
-    result["data"] = data_ms_per_batch(args, arch, length, data_root, repeats)
+    task = electra_task(data_corpus(args, arch, length, data_root, args.batch_size, repeats),
+                        arch, length)
+    task.load_dataset("train")
+    result["data"] = statistics.median(loader_seconds(task, args.batch_size, repeats)[0]) * 1e3
     return result
 
 
@@ -719,22 +730,100 @@ def clip_ms(args, arch, device, data_root, repeats=20, calls=10):
     return result
 
 
-def data_ms_per_batch(args, arch, length, data_root, batches):
-    """ms to mask and collate one batch with the electra task's dataset pipeline."""
+# ------------------------------------------------------------------------------ data loading
+
+
+def data_corpus(args, arch, length, data_root, batch_size, batches):
+    """``--data-dir``, or a train split of random blocks the harness writes (at least
+    ``batches`` batches of ``batch_size``): the binarized corpus the loader rows read."""
+    if args.data_dir:
+        return args.data_dir
     data_dir = write_dictionary(data_root / f"data{args.vocab}", args.vocab)
-    task = electra_task(data_dir, arch, length)
-    if not (data_dir / "train.bin").exists():
-        write_binarized(data_dir, task, args.batch_size * (batches + 2), length)
-    task.load_dataset("train")
-    iterator = task.get_batch_iterator(task.dataset("train"), max_sentences=args.batch_size,
-                                       num_workers=0, seed=1).next_epoch_itr(shuffle=True)
-    next(iterator)
-    times = []
-    for _ in range(batches):
-        start = time.perf_counter()
-        next(iterator)
-        times.append(1e3 * (time.perf_counter() - start))
-    return statistics.median(times)
+    sequences = batch_size * (batches + 1)
+    if not (data_dir / "train.bin").exists() or \
+            int((data_dir / "sequences").read_text()) < sequences:
+        write_binarized(data_dir, electra_task(data_dir, arch, length), sequences, length)
+        (data_dir / "sequences").write_text(str(sequences))
+    return data_dir
+
+
+def loader_seconds(task, batch_size, batches):
+    """(wall, CPU) seconds per batch of one fairseq loader worker on one core: the items of
+    each batch and the dataset's collater (masking, padding), what torch's DataLoader runs
+    in a worker process (which sets one thread), on the first ``batches`` batches of epoch
+    1. The CPU time (this thread's) is the figure for a core of one's own on a shared host."""
+    dataset = task.dataset("train")
+    plan = task.get_batch_iterator(dataset, max_sentences=batch_size, seed=1,
+                                   epoch=1).frozen_batches
+    if len(plan) < batches or len(plan[batches - 1]) < batch_size:
+        raise RuntimeError(f"the corpus has fewer than {batches} batches of {batch_size}")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    times, cpu_times = [], []
+    try:
+        for indices in plan[:batches]:
+            start, cpu = time.perf_counter(), time.thread_time()
+            dataset.collater([dataset[i] for i in indices])
+            times.append(time.perf_counter() - start)
+            cpu_times.append(time.thread_time() - cpu)
+    finally:
+        torch.set_num_threads(threads)
+    return times, cpu_times
+
+
+def data_rows(args, arch, length, data_root):
+    """Masked sequences/s of one loader worker on one core, for the task's masking and
+    --whole-word-mask, with this checkout's task and (``--baseline``) REV's, in interleaved
+    repeats."""
+    batch_size, batches = args.data_batch_size, args.data_batches
+    data_dir = data_corpus(args, arch, length, data_root, batch_size, batches)
+    package = plugin_at_revision(args.baseline, Path(tempfile.mkdtemp(dir=data_root))) \
+        if args.baseline else None
+    tasks = {}
+    for masking in ([], ["--whole-word-mask"]):
+        task = electra_task(data_dir, arch, length, masking)
+        impls = [("plugin", task)]
+        if package is not None:
+            impls.append((f"plugin@{args.baseline}",
+                          package.tasks.electra_pretraining.ElectraPretrainingTask.setup_task(
+                              task.cfg)))
+        for name, t in impls:
+            t.load_dataset("train")
+            loader_seconds(t, batch_size, 1)  # warm-up: page cache, first-call costs
+            tasks[name, " ".join(masking)] = t
+    seconds = {key: [] for key in tasks}
+    cpu_seconds = {key: [] for key in tasks}
+    for _ in range(args.repeats):
+        for key, t in tasks.items():
+            wall, cpu = loader_seconds(t, batch_size, batches)
+            seconds[key].append(statistics.median(wall))
+            cpu_seconds[key].append(statistics.median(cpu))
+    rows = []
+    for (impl, masking), repeats in seconds.items():
+        cpu = statistics.median(cpu_seconds[impl, masking])
+        row = dict(arch=arch, length=length, batch_size=batch_size, impl=impl, masking=masking,
+                   corpus=str(args.data_dir or "random blocks"),
+                   sequences_per_s=batch_size / statistics.median(repeats),
+                   ms_per_batch=1e3 * statistics.median(repeats),
+                   ms_per_batch_repeats=[1e3 * t for t in repeats],
+                   sequences_per_cpu_s=batch_size / cpu, cpu_ms_per_batch=1e3 * cpu)
+        if impl == "plugin" and (f"plugin@{args.baseline}", masking) in seconds:
+            row["vs_baseline"] = statistics.median(
+                b / a for a, b in zip(repeats, seconds[f"plugin@{args.baseline}", masking]))
+        rows.append(row)
+    return rows
+
+
+def data_table(rows):
+    lines = []
+    for r in rows:
+        speedup = f" = {r['vs_baseline']:.1f}x the baseline" if "vs_baseline" in r else ""
+        lines.append(f"data {r['arch']} T={r['length']} B={r['batch_size']} {r['impl']}"
+                     f"{' ' + r['masking'] if r['masking'] else ''}: "
+                     f"{r['sequences_per_s']:.0f} masked sequences/s per loader worker "
+                     f"(1 thread), {r['ms_per_batch']:.1f} ms/batch{speedup}; per CPU "
+                     f"second of the worker {r['sequences_per_cpu_s']:.0f}")
+    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------ fairseq-train
@@ -889,6 +978,15 @@ def main(argv=None):
     p.add_argument("--clip", action="store_true",
                    help="only time fairseq's gradient scaling and clipping over each model's "
                         "parameters, ELECTRA_SPEED on and off")
+    p.add_argument("--data-dir", type=Path,
+                   help="a binarized corpus (dict.txt, train.bin/idx) for the data rows "
+                        "(default: random blocks the harness writes)")
+    p.add_argument("--data-batch-size", type=int, default=128,
+                   help="sequences per batch of the data rows (official electra_small: 128)")
+    p.add_argument("--data-batches", type=int, default=10,
+                   help="batches per timed repeat of the data rows")
+    p.add_argument("--data-only", action="store_true",
+                   help="time only the data rows (masked sequences/s of one loader worker)")
     p.add_argument("--plugin-args", nargs=argparse.REMAINDER, default=[],
                    help="extra fairseq options for the plugin (last on the line)")
     p.add_argument("--json", type=Path, help="write all results here")
@@ -927,6 +1025,8 @@ def main(argv=None):
         python=platform.python_version(), command=" ".join([Path(sys.argv[0]).name] +
                                                            sys.argv[1:]),
         load_average=os.getloadavg(), **({} if gpu else cpu_bf16_units()))
+    if args.data_only:
+        precisions = []
     peaks = {x: matmul_peak(device, x) for x in precisions}
     print(f"{machine['device']}, {machine['threads']} threads, torch {machine['torch']}, "
           f"load average {machine['load_average'][0]:.2f}")
@@ -934,10 +1034,15 @@ def main(argv=None):
         print("CPU bf16 matrix units: " + (", ".join(machine["bf16_units"]) or
                                            "none (no amx_bf16 or avx512_bf16 flag)")
               + f"; torch CPU kernels: {machine['torch_cpu_capability']}")
-    print("matmul peak: " + ", ".join(f"{x} {v / 1e9:.0f} GFLOP/s" for x, v in peaks.items()))
-    rows = []
+    if peaks:
+        print("matmul peak: " + ", ".join(f"{x} {v / 1e9:.0f} GFLOP/s"
+                                          for x, v in peaks.items()))
+    rows, data = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for arch, length in zip(models, lengths):
+            config_data = data_rows(args, arch, length, Path(tmp))
+            data += config_data
+            print(data_table(config_data), flush=True)
             for precision in precisions:
                 config_rows = run_config(args, arch, length, precision, device, Path(tmp))
                 rows += config_rows
@@ -959,7 +1064,9 @@ def main(argv=None):
                         train.append(fairseq_train_check(args, arch, length, precision,
                                                          device, Path(tmp)))
     print()
-    print(table(rows, peaks))
+    if rows:
+        print(table(rows, peaks))
+    print(data_table(data))
     for b in parts:
         named = ("generator", "sampling", "discriminator", "optimizer")
         rest = b["step"] - sum(b[k] for k in named)
@@ -973,7 +1080,7 @@ def main(argv=None):
     print("\n".join(advice))
     if args.json:
         args.json.write_text(json.dumps(dict(machine=machine, matmul_peak_flops=peaks,
-                                             rows=rows, breakdown=parts,
+                                             rows=rows, data=data, breakdown=parts,
                                              fairseq_train=train, advice=advice), indent=1))
 
 

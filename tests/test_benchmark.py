@@ -19,7 +19,8 @@ def test_harness_times_plugin_command_lines_and_peers_in_their_own_processes(tmp
         [sys.executable, str(REPO / "benchmarks" / "bench_pretrain.py"), "--models",
          "electra_tiny", "--lengths", "32", "--batch-size", "4", "--vocab", "500",
          "--precisions", "fp32", "bf16", "--steps", "2", "--warmup", "1", "--repeats", "2",
-         "--threads", "1", "--json", str(out)],
+         "--threads", "1", "--data-batch-size", "8", "--data-batches", "2",
+         "--json", str(out)],
         capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
@@ -48,6 +49,14 @@ def test_harness_times_plugin_command_lines_and_peers_in_their_own_processes(tmp
     plugin = rows["fp32", "plugin fp32"]
     assert rows["fp32", "peer"]["executed_flops_per_update"] > \
         plugin["executed_flops_per_update"]
+    # the data rows: one loader worker's masked sequences/s, both maskings
+    data = {r["masking"]: r for r in result["data"]}
+    assert set(data) == {"", "--whole-word-mask"}
+    for row in data.values():
+        assert row["impl"] == "plugin" and row["batch_size"] == 8 and row["length"] == 32
+        assert row["sequences_per_s"] == pytest.approx(8e3 / row["ms_per_batch"])
+        assert len(row["ms_per_batch_repeats"]) == 2
+        assert f"data electra_tiny T=32 B=8 plugin {row['masking']}".strip() in proc.stdout
     assert set(result["matmul_peak_flops"]) == {"fp32", "bf16"}
     assert all(v > 0 for v in result["matmul_peak_flops"].values())
     assert "electra_tiny T=32 B=4 bf16" in proc.stdout

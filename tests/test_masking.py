@@ -1,17 +1,19 @@
 """Masking rates and reproducibility of the electra task on a real binarized batch stream."""
 
 import math
+import pickle
 import sys
 
 import numpy as np
 import pytest
 import torch
 from conftest import OBJECTS, SUBJECTS, TAILS, VERBS, run, train_cmd, write_corpus
-from fairseq.data import Dictionary
+from fairseq.data import Dictionary, ListDataset
 from test_training import failure, records
 
 import electra_plugin  # noqa: F401  (registers the task)
-from electra_plugin.data.masking import word_starts
+from electra_plugin.data.masking import ElectraMaskingDataset, word_starts
+from electra_plugin.speed.switch import VARIABLE
 from electra_plugin.tasks.electra_pretraining import (
     ElectraPretrainingConfig,
     ElectraPretrainingTask,
@@ -96,6 +98,22 @@ def test_masks_are_a_function_of_seed_epoch_and_index(data_bin, task):
     assert same < 0.1 * sum(len(b["id"]) for b in first)
 
 
+def test_loader_workers_give_the_batches_of_the_main_process(task):
+    def stream(workers):
+        itr = task.get_batch_iterator(task.dataset("train"), max_sentences=16, seed=7,
+                                      epoch=1, num_workers=workers)
+        return list(itr.next_epoch_itr(shuffle=True))
+
+    alone, workers = stream(0), stream(2)
+    assert len(alone) == len(workers) > 5
+    for a, b in zip(alone, workers):
+        assert torch.equal(a["id"], b["id"])
+        assert torch.equal(a["target"], b["target"])
+        for key in ("src_tokens", "src_lengths", "masked_positions", "has_padding"):
+            assert torch.equal(torch.as_tensor(a["net_input"][key]),
+                               torch.as_tensor(b["net_input"][key])), key
+
+
 def test_dictionary_gets_mask_appended_like_sentence_prediction(data_bin, task):
     plain = Dictionary.load(str(data_bin / "dict.txt"))
     assert "<mask>" not in plain.indices
@@ -103,6 +121,192 @@ def test_dictionary_gets_mask_appended_like_sentence_prediction(data_bin, task):
     assert task.mask_idx == plain.add_symbol("<mask>") == len(plain) - 1
     assert len(task.dictionary) == len(plain)
     assert np.all([task.dictionary[i] == plain[i] for i in range(len(plain))])
+
+
+# --------------------------------------------------------------------------- the collater
+def toy_dictionary(words=60):
+    d = Dictionary()
+    for i in range(words):
+        d.add_symbol(f"w{i}")
+    d.add_symbol("<mask>")
+    return d
+
+
+def toy_items(d, count, seed, min_length=3, max_length=40):
+    """Blocks as the task's dataset gives them: <s> first, ordinary tokens, a </s> or two."""
+    g = torch.Generator().manual_seed(seed)
+    items = []
+    for _ in range(count):
+        length = int(torch.randint(min_length, max_length + 1, (), generator=g))
+        item = torch.randint(d.nspecial, len(d) - 1, (length,), generator=g)
+        item[0] = d.bos()
+        item[torch.rand(length, generator=g) < 0.05] = d.eos()
+        items.append(item)
+    return items
+
+
+def toy_dataset(d, items, **options):
+    dataset = ElectraMaskingDataset(ListDataset(items, np.array([len(i) for i in items])), d,
+                                    d.index("<mask>"), seed=3, **options)
+    dataset.set_epoch(1)
+    return dataset
+
+
+def collate(dataset, indices):
+    return dataset.collater([dataset[i] for i in indices])
+
+
+def rows_by_id(batches):
+    """id -> (shown tokens, target), without padding."""
+    rows = {}
+    for b in batches:
+        for i, n, src, tgt in zip(b["id"].tolist(), b["net_input"]["src_lengths"],
+                                  b["net_input"]["src_tokens"], b["target"]):
+            rows[i] = (src[:n], tgt[:n])
+    return rows
+
+
+def test_collated_batch_holds_the_masked_positions_and_whether_it_is_padded():
+    d = toy_dictionary()
+    items = toy_items(d, 9, seed=1) + [torch.tensor([d.bos(), d.eos()])]  # nothing to pick
+    dataset = toy_dataset(d, items)
+    batch = collate(dataset, range(len(items)))
+    src, tgt, net = batch["net_input"]["src_tokens"], batch["target"], batch["net_input"]
+    assert src.shape == tgt.shape == (10, max(len(i) for i in items))
+    assert batch["id"].tolist() == list(range(10)) and batch["nsentences"] == 10
+    assert net["src_lengths"].tolist() == [len(i) for i in items]
+    assert batch["ntokens"] == sum(len(i) for i in items)
+    positions = net["masked_positions"]
+    assert positions.dtype == torch.int64 and len(positions) > 0
+    assert torch.equal(positions, tgt.ne(d.pad()).flatten().nonzero().squeeze(1))
+    assert net["has_padding"] is True
+    # the original tokens, right-padded, are the input outside the picked positions
+    for row, item in enumerate(items):
+        original = torch.where(tgt[row].ne(d.pad()), tgt[row], src[row])
+        assert torch.equal(original[:len(item)], item)
+        assert original[len(item):].eq(d.pad()).all()
+    assert tgt[-1].eq(d.pad()).all() and torch.equal(src[-1, :2], items[-1])
+    full = collate(toy_dataset(d, toy_items(d, 4, seed=2, min_length=20, max_length=20)),
+                   range(4))
+    assert full["net_input"]["has_padding"] is False
+    assert full["net_input"]["src_tokens"].ne(d.pad()).all()
+    assert dataset.collater([]) == {}
+
+
+@pytest.mark.parametrize("mask_prob", [0.15, 0.3])
+def test_the_count_is_pythons_round_of_mask_prob_times_n(mask_prob):
+    """Exactly max(1, round(mask_prob * n)) for every n up to 512 (in float32, 0.15 * 190
+    rounds the other way)."""
+    d = toy_dictionary()
+    items = [torch.cat([torch.tensor([d.bos()]), torch.full((n,), d.index("w0"))])
+             for n in range(1, 512)]
+    dataset = toy_dataset(d, items, mask_prob=mask_prob)
+    batch = collate(dataset, range(len(items)))
+    counts = batch["target"].ne(d.pad()).sum(1)
+    assert counts.tolist() == [max(1, round(mask_prob * n)) for n in range(1, 512)]
+
+
+def test_bert_rates_over_many_rows():
+    d = toy_dictionary()
+    mask = d.index("<mask>")
+    dataset = toy_dataset(d, toy_items(d, 4000, seed=3), leave_unmasked_prob=0.1,
+                          random_token_prob=0.1)
+    special = torch.tensor([d.bos(), d.eos(), d.pad(), mask])
+    picked = candidates = masked = kept = randomized = 0
+    for start in range(0, len(dataset), 100):
+        batch = collate(dataset, range(start, start + 100))
+        src, tgt = batch["net_input"]["src_tokens"], batch["target"]
+        is_picked = tgt.ne(d.pad())
+        original = torch.where(is_picked, tgt, src)
+        is_candidate = ~torch.isin(original, special)
+        assert not (is_picked & ~is_candidate).any(), "a special token was picked"
+        n = is_candidate.sum(1)
+        assert torch.equal(is_picked.sum(1), torch.where(
+            n > 0, torch.tensor([max(1, round(0.15 * int(k))) for k in n]), 0))
+        assert torch.equal(src[~is_picked], original[~is_picked])
+        shown, truth = src[is_picked], tgt[is_picked]
+        other = shown.ne(mask) & shown.ne(truth)
+        assert not torch.isin(shown[other], special).any()
+        picked += int(is_picked.sum())
+        candidates += int(is_candidate.sum())
+        masked += int(shown.eq(mask).sum())
+        kept += int(shown.eq(truth).sum())
+        randomized += int(other.sum())
+    assert picked > 10000
+    assert abs(picked / candidates - 0.15) < 0.005
+    # 80% <mask>, 10% unchanged (+ random draws of the original, 1/60 of 10%), 10% random;
+    # binomial std over >10000 picks is < 0.004
+    assert abs(masked / picked - 0.8) < 0.015
+    assert abs(kept / picked - 0.1 - 0.1 / 60) < 0.012
+    assert abs(randomized / picked - 0.1 * 59 / 60) < 0.012
+
+
+@pytest.mark.parametrize("whole_words", [False, True])
+def test_a_mask_depends_on_seed_epoch_and_index_only(whole_words, monkeypatch):
+    d = toy_dictionary()
+    items = toy_items(d, 60, seed=4)
+    starts = np.arange(len(d)) % 3 != 1 if whole_words else None
+    dataset = toy_dataset(d, items, word_starts=starts)
+    reference = rows_by_id([collate(dataset, range(i, i + 8)) for i in range(0, 56, 8)])
+    # other batches, in another order: other neighbours, another padded length
+    order = np.random.default_rng(0).permutation(56)
+    shuffled = [collate(dataset, order[i:i + 5]) for i in range(0, 55, 5)]
+    # a loader worker gets a pickled copy; the speed switch must not matter
+    worker = pickle.loads(pickle.dumps(dataset))
+    monkeypatch.setenv(VARIABLE, "0")
+    alone = [collate(worker, [i]) for i in range(55)]
+    for batches in (shuffled, alone):
+        for i, (src, tgt) in rows_by_id(batches).items():
+            assert torch.equal(src, reference[i][0]) and torch.equal(tgt, reference[i][1]), i
+
+    def picks(dataset, epoch):
+        dataset.set_epoch(epoch)
+        return rows_by_id([collate(dataset, range(56))])
+
+    # another epoch or another seed: other masks
+    other_seed = ElectraMaskingDataset(dataset.dataset, d, d.index("<mask>"), seed=4,
+                                       word_starts=starts)
+    for other in (picks(dataset, 2), picks(other_seed, 1)):
+        same = sum(torch.equal(other[i][1], reference[i][1]) for i in range(56))
+        assert same < 10, same
+
+
+def test_whole_words_are_taken_greedily_in_random_order():
+    """Per row: no word half picked, and the picked words are what the greedy rule leaves:
+    at most the count, every other word too long for the room left; or, when every word is
+    longer than the count, one word."""
+    d = toy_dictionary()
+    starts = np.arange(len(d)) % 3 != 1  # a third of the pieces continue a word
+    dataset = toy_dataset(d, toy_items(d, 600, seed=5), word_starts=starts)
+    special = torch.tensor([d.bos(), d.eos(), d.pad(), d.index("<mask>")])
+    picked = candidates = long_words = 0
+    for start in range(0, len(dataset), 100):
+        batch = collate(dataset, range(start, start + 100))
+        is_picked = batch["target"].ne(d.pad())
+        original = torch.where(is_picked, batch["target"], batch["net_input"]["src_tokens"])
+        for row, row_picked in zip(original.tolist(), is_picked.tolist()):
+            words, previous = [], None
+            for i, token in enumerate(row):
+                if token in special:
+                    continue
+                if starts[token] or previous != i - 1:
+                    words.append([])
+                words[-1].append(i)
+                previous = i
+            count = max(1, round(0.15 * sum(map(len, words)))) if words else 0
+            taken = [w for w in words if row_picked[w[0]]]
+            assert all(all(row_picked[i] for i in w) for w in taken)
+            assert not any(row_picked[i] for w in words if w not in taken for i in w)
+            size = sum(map(len, taken))
+            if size <= count:
+                assert all(len(w) > count - size for w in words if w not in taken)
+            else:
+                assert len(taken) == 1 and all(len(w) > count for w in words)
+            picked += size
+            candidates += sum(map(len, words))
+            long_words += sum(len(w) > 1 for w in taken)
+    assert long_words > 300
+    assert abs(picked / candidates - 0.15) < 0.01
 
 
 # --------------------------------------------------------------------------- whole words

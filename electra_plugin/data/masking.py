@@ -1,11 +1,13 @@
-"""ELECTRA's input masking, deterministic per (seed, epoch, index)."""
+"""ELECTRA's input masking, a whole batch at once in the collater, counter-based random."""
 
 import logging
-from functools import lru_cache
 
 import numpy as np
 import torch
-from fairseq.data import BaseWrapperDataset, data_utils
+from fairseq.data import BaseWrapperDataset, FairseqDataset
+from torch.nn.utils.rnn import pad_sequence
+
+from ..splitmix import shift_right, splitmix64
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +34,11 @@ def word_starts(dictionary) -> np.ndarray:
     return np.ones(len(dictionary), dtype=bool)
 
 
+# the independent random streams of a row: (seed, epoch, index, stream, position) -> 64 bits
+_PICK, _DRAW, _TOKEN, _WORD = range(4)
+_NEVER = torch.iinfo(torch.int64).max  # the sort key of what must not be picked
+
+
 class ElectraMaskingDataset(BaseWrapperDataset):
     """Picks ``mask_prob`` of the non-special tokens of each sample, as the official code does.
 
@@ -40,7 +47,8 @@ class ElectraMaskingDataset(BaseWrapperDataset):
     ``1 - leave_unmasked_prob - random_token_prob`` (official: 0.85), keeps its token with
     probability ``leave_unmasked_prob`` (official: 0.15) and becomes a random non-special
     token with probability ``random_token_prob`` (official: 0; BERT: 0.1 and 0.1).
-    ``<s>``, ``</s>``, ``<pad>`` and ``<mask>`` are never picked.
+    ``<s>``, ``</s>``, ``<pad>`` and ``<mask>`` are never picked; a sample without any other
+    token is left unmasked.
 
     With ``word_starts`` (:func:`word_starts` of the dictionary) whole words are picked
     instead, as BERT's whole-word masking does: words in random order, each taken with all
@@ -48,33 +56,29 @@ class ElectraMaskingDataset(BaseWrapperDataset):
     the first is taken), so a word is never half masked; each picked piece then gets its own
     ``<mask>`` / unchanged / random draw. Specials end a word.
 
-    Build the input and target views with :meth:`apply_mask`; both recompute the same mask
-    from ``(seed, epoch, index)``, which is what makes runs and resumes reproducible.
+    Items are the unmasked blocks; :meth:`collater` pads a batch and masks it with a few
+    whole-batch tensor ops (masking item by item in numpy cost ~0.6 ms a sequence, enough
+    to starve a GPU). Every random number is SplitMix64 of (seed, epoch, dataset index, stream,
+    position), so a sample's mask is a pure function of those, whatever batch or loader
+    worker it lands in: runs and resumes repeat exactly.
     """
 
-    @classmethod
-    def apply_mask(cls, dataset, *args, **kwargs):
-        return (cls(dataset, *args, **kwargs, return_target=False),
-                cls(dataset, *args, **kwargs, return_target=True))
-
     def __init__(self, dataset, dictionary, mask_idx, seed=1, mask_prob=0.15,
-                 leave_unmasked_prob=0.15, random_token_prob=0.0, word_starts=None,
-                 return_target=False):
+                 leave_unmasked_prob=0.15, random_token_prob=0.0, word_starts=None):
         super().__init__(dataset)
         assert 0.0 < mask_prob < 1.0 and 0.0 <= leave_unmasked_prob + random_token_prob <= 1.0
         self.pad_idx = dictionary.pad()
         self.mask_idx = mask_idx
-        self.special = np.array(sorted({dictionary.bos(), dictionary.eos(), dictionary.pad(),
-                                        mask_idx}))
+        self.special = torch.tensor(sorted({dictionary.bos(), dictionary.eos(),
+                                            dictionary.pad(), mask_idx}))
         self.seed = seed
         self.mask_prob = mask_prob
         self.leave_unmasked_prob = leave_unmasked_prob
         self.random_token_prob = random_token_prob
-        self.word_starts = word_starts
+        self.word_starts = None if word_starts is None else torch.from_numpy(word_starts)
         # random replacements are drawn from the ordinary tokens: not specials, not <mask>
-        self.random_ids = np.setdiff1d(np.arange(dictionary.nspecial, len(dictionary)),
-                                       self.special)
-        self.return_target = return_target
+        self.random_ids = torch.from_numpy(np.setdiff1d(
+            np.arange(dictionary.nspecial, len(dictionary)), self.special.numpy()))
         self.epoch = 0
 
     @property
@@ -85,52 +89,122 @@ class ElectraMaskingDataset(BaseWrapperDataset):
         super().set_epoch(epoch)
         self.epoch = epoch
 
+    # sizes: the wrapped blocks' (<s> included); fairseq's own batching and filtering on them
+    # (the wrapped blocks cannot count tokens by index)
+    def num_tokens(self, index):
+        return self.sizes[index]
+
+    def num_tokens_vec(self, indices):
+        return self.sizes[indices]
+
+    size = num_tokens
+    batch_by_size = FairseqDataset.batch_by_size
+    filter_indices_by_size = FairseqDataset.filter_indices_by_size
+
     def __getitem__(self, index):
-        return self._masked(self.seed, self.epoch, index)[int(self.return_target)]
+        return {"id": index, "source": self.dataset[index]}
 
-    @lru_cache(maxsize=8)
-    def _masked(self, seed, epoch, index):
-        """-> (input with masks, target: original token at picked positions, pad elsewhere)."""
-        tokens = self.dataset[index]
-        item = tokens.numpy()
-        candidates = np.flatnonzero(~np.isin(item, self.special))
-        picked = np.zeros(len(item), dtype=bool)
-        if len(candidates) > 0:
-            with data_utils.numpy_seed(seed, epoch, index):
-                count = min(len(candidates), max(1, int(round(self.mask_prob * len(candidates)))))
-                if self.word_starts is None:
-                    chosen = np.random.choice(candidates, count, replace=False)
-                else:
-                    chosen = self._whole_words(item, candidates, count)
-                    count = len(chosen)
-                draw = np.random.rand(count)
-                keep = draw < self.leave_unmasked_prob
-                randomize = ~keep & (draw < self.leave_unmasked_prob + self.random_token_prob)
-                random_tokens = np.random.choice(self.random_ids, int(randomize.sum()))
-            picked[chosen] = True
-            masked_input = item.copy()
-            masked_input[chosen[~keep & ~randomize]] = self.mask_idx
-            masked_input[chosen[randomize]] = random_tokens
-        else:
-            masked_input = item
-        target = np.where(picked, item, self.pad_idx)
-        return torch.from_numpy(masked_input), torch.from_numpy(target)
+    def collater(self, samples):
+        """Items -> the batch fairseq's ``masked_lm`` layout has, plus two keys for the step.
 
-    def _whole_words(self, item, candidates, count):
-        """Positions of whole words drawn at random until ``count`` pieces (within the seed)."""
+        ``net_input``: ``src_tokens`` (B x T, masked, right-padded), ``src_lengths`` (B),
+        ``masked_positions`` (M, ascending flat indices into B x T of the picked positions)
+        and ``has_padding`` (a bool: whether ``src_tokens`` holds ``<pad>``), so that the
+        model needs no device-to-host sync to find either; ``target`` (B x T: the original
+        token at picked positions, ``<pad>`` elsewhere), ``id``, ``nsentences``, ``ntokens``.
+        """
+        if len(samples) == 0:
+            return {}
+        sources = [s["source"] for s in samples]
+        tokens = pad_sequence(sources, batch_first=True, padding_value=self.pad_idx)
+        lengths = torch.tensor([s.numel() for s in sources])
+        ids = torch.tensor([s["id"] for s in samples])
+        streams = self._row_streams(ids)
+        candidates = ~torch.isin(tokens, self.special)
+        picked = (self._pick_pieces if self.word_starts is None else self._pick_words)(
+            streams, tokens, candidates)
+        positions = picked.flatten().nonzero().squeeze(1)
+        src = tokens.clone()
+        src.view(-1)[positions] = self._replacements(streams, tokens, positions)
+        return {
+            "id": ids,
+            "net_input": {"src_tokens": src, "src_lengths": lengths,
+                          "masked_positions": positions,
+                          "has_padding": bool(src.eq(self.pad_idx).any())},
+            "target": tokens.masked_fill(~picked, self.pad_idx),
+            "nsentences": len(samples),
+            "ntokens": int(lengths.sum()),
+        }
+
+    def _row_streams(self, ids):
+        """B x streams: the state of each random stream of each row."""
+        row = splitmix64(ids, splitmix64(self.epoch, self.seed))
+        return splitmix64(torch.arange(4), row.unsqueeze(1))
+
+    @staticmethod
+    def _random(streams, stream, rows, columns):
+        """64 random bits of one stream per (row, column), ``rows`` and ``columns``
+        broadcast (B x 1 and T: the whole batch; M and M: flat positions)."""
+        return splitmix64(columns, streams[rows, stream])
+
+    @classmethod
+    def _keys(cls, streams, stream, length):
+        """B x T non-negative sort keys below :data:`_NEVER`, one per position."""
+        rows, columns = torch.arange(len(streams)).unsqueeze(1), torch.arange(length)
+        return shift_right(cls._random(streams, stream, rows, columns), 2)
+
+    def _counts(self, candidates):
+        """B: max(1, round(mask_prob * n)) of the n candidates of each row, 0 if none."""
+        n = candidates.sum(1)  # rounded in float64 (half to even) as Python's round()
+        return torch.where(n > 0, (n.double() * self.mask_prob).round().long().clamp(min=1), 0)
+
+    def _pick_pieces(self, streams, tokens, candidates):
+        """B x T: each row's count candidates with the smallest random keys."""
+        keys = self._keys(streams, _PICK, tokens.size(1))
+        order = keys.masked_fill_(~candidates, _NEVER).argsort(dim=1)
+        rank_picked = torch.arange(tokens.size(1)) < self._counts(candidates).unsqueeze(1)
+        return torch.zeros_like(candidates).scatter_(1, order, rank_picked)
+
+    def _pick_words(self, streams, tokens, candidates):
+        """B x T: whole words in random order, each taken if it fits the row's count."""
+        batch, length = tokens.shape
         # a word starts at a piece that begins one or that follows a special (<s>, </s>)
-        starts = self.word_starts[item[candidates]] | (np.diff(candidates, prepend=-2) != 1)
-        word = np.cumsum(starts) - 1
-        sizes = np.bincount(word)
-        taken = np.zeros(len(sizes), dtype=bool)
-        room = count
-        order = np.random.permutation(len(sizes))
-        for w in order:
-            if sizes[w] <= room:
-                taken[w] = True
-                room -= sizes[w]
-                if room == 0:
-                    break
-        if room == count:  # every word is longer than the count
-            taken[order[0]] = True
-        return candidates[taken[word]]
+        after_special = torch.ones_like(candidates)
+        after_special[:, 1:] = ~candidates[:, :-1]
+        starts = candidates & (self.word_starts[tokens] | after_special)
+        word = starts.cumsum(1).sub_(1)
+        slot = torch.where(candidates, word, length)  # non-candidates to a spare column
+        sizes = torch.zeros(batch, length + 1, dtype=torch.long).scatter_add_(
+            1, slot, torch.ones_like(slot))[:, :length]
+        keys = self._keys(streams, _WORD, length)
+        word_keys = torch.full((batch, length + 1), _NEVER).scatter_(
+            1, torch.where(starts, word, length), keys)[:, :length]
+        order = word_keys.argsort(dim=1)  # words in random order, non-words (size 0) last
+        in_order = sizes.gather(1, order).numpy()
+        count = self._counts(candidates).numpy()
+        room = count.copy()
+        taken = np.zeros(in_order.shape, dtype=bool)
+        for j in range(int(starts.sum(1).max())):  # the greedy skip, all rows at once
+            if not room.any():
+                break
+            fits = in_order[:, j] <= room
+            taken[:, j] = fits
+            room -= np.where(fits, in_order[:, j], 0)
+        taken[:, 0] |= (room == count) & (count > 0)  # none fitted: the first word
+        taken_words = torch.zeros(batch, length, dtype=torch.bool).scatter_(
+            1, order, torch.from_numpy(taken))
+        return candidates & taken_words.gather(1, word.clamp(min=0))
+
+    def _replacements(self, streams, tokens, positions):
+        """M: what each picked position shows: <mask>, its own token or a random one."""
+        rows, columns = positions // tokens.size(1), positions % tokens.size(1)
+        draw = shift_right(self._random(streams, _DRAW, rows, columns), 11).double() * 2.0**-53
+        shown = torch.where(draw < self.leave_unmasked_prob, tokens.view(-1)[positions],
+                            self.mask_idx)
+        randomize = (draw >= self.leave_unmasked_prob) & \
+            (draw < self.leave_unmasked_prob + self.random_token_prob)
+        if self.random_token_prob > 0:
+            at = randomize.nonzero().squeeze(1)
+            choice = self._random(streams, _TOKEN, rows[at], columns[at])
+            shown[at] = self.random_ids[shift_right(choice, 1) % len(self.random_ids)]
+        return shown

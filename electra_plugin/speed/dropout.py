@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..splitmix import splitmix64
 from .switch import enabled
 
 
@@ -71,11 +72,6 @@ def _bits_of(value: float, dtype, as_int) -> int:
     return torch.tensor(value, dtype=dtype).view(as_int).item()
 
 
-# SplitMix64 (Steele, Lea and Flood 2014; Vigna's constants), as two's-complement int64
-_GOLDEN = 0x9E3779B97F4A7C15 - 2**64
-_MULTIPLIERS = ((30, 0xBF58476D1CE4E5B9 - 2**64), (27, 0x94D049BB133111EB - 2**64))
-
-
 def random_int16(n: int) -> torch.Tensor:
     """n uniformly random int16 values from SplitMix64 over a counter.
 
@@ -85,12 +81,4 @@ def random_int16(n: int) -> torch.Tensor:
     integer ops run vectorised on every thread, at about half the time or less.
     """
     seed = torch.empty((), dtype=torch.int64).random_().item()
-    z = torch.arange((n + 3) // 4, dtype=torch.int64).mul_(_GOLDEN).add_(seed)
-    for shift, multiplier in _MULTIPLIERS:
-        _xor_shifted_right_(z, shift).mul_(multiplier)
-    return _xor_shifted_right_(z, 31).view(torch.int16)[:n]
-
-
-def _xor_shifted_right_(z, shift):
-    """z ^= z >> shift, the shift logical: the arithmetic one, sign-extended bits cleared."""
-    return z.bitwise_xor_(z.bitwise_right_shift(shift).bitwise_and_(2 ** (64 - shift) - 1))
+    return splitmix64(torch.arange((n + 3) // 4, dtype=torch.int64), seed).view(torch.int16)[:n]

@@ -10,12 +10,7 @@ import torch
 from fairseq import utils
 from fairseq.data import (
     Dictionary,
-    IdDataset,
-    NestedDictionaryDataset,
-    NumelDataset,
-    NumSamplesDataset,
     PrependTokenDataset,
-    RightPadDataset,
     SortDataset,
     TokenBlockDataset,
     data_utils,
@@ -118,7 +113,9 @@ class ElectraPretrainingTask(FairseqTask):
 
     A batch holds ``net_input.src_tokens`` (B x T, the masked input) and ``target`` (B x T,
     the original token at picked positions, ``<pad>`` elsewhere), the same layout as
-    fairseq's ``masked_lm``; the model builds the corrupted input itself.
+    fairseq's ``masked_lm``, plus ``net_input.masked_positions`` and ``has_padding``
+    (:class:`~electra_plugin.data.masking.ElectraMaskingDataset` masks each batch as the
+    loader collates it); the model builds the corrupted input itself.
     """
 
     cfg: ElectraPretrainingConfig
@@ -166,29 +163,13 @@ class ElectraPretrainingTask(FairseqTask):
         dataset = PrependTokenDataset(dataset, self.dictionary.bos())
         logger.info(f"loaded {len(dataset)} blocks from {os.path.join(data_path, split)}")
 
-        src, tgt = ElectraMaskingDataset.apply_mask(
+        dataset = ElectraMaskingDataset(
             dataset, self.dictionary, self.mask_idx, seed=self.cfg.seed,
             mask_prob=self.cfg.mask_prob, leave_unmasked_prob=self.cfg.leave_unmasked_prob,
             random_token_prob=self.cfg.random_token_prob, word_starts=self.word_starts)
-        pad = self.dictionary.pad()
         with data_utils.numpy_seed(self.cfg.seed + epoch):
-            shuffle = np.random.permutation(len(src))
-        self.datasets[split] = SortDataset(
-            NestedDictionaryDataset(
-                {
-                    "id": IdDataset(),
-                    "net_input": {
-                        "src_tokens": RightPadDataset(src, pad_idx=pad),
-                        "src_lengths": NumelDataset(src, reduce=False),
-                    },
-                    "target": RightPadDataset(tgt, pad_idx=pad),
-                    "nsentences": NumSamplesDataset(),
-                    "ntokens": NumelDataset(src, reduce=True),
-                },
-                sizes=[src.sizes],
-            ),
-            sort_order=[shuffle, src.sizes],
-        )
+            shuffle = np.random.permutation(len(dataset))
+        self.datasets[split] = SortDataset(dataset, sort_order=[shuffle, dataset.sizes])
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
