@@ -23,7 +23,9 @@ COUNTING_TRAIN = ("import json, sys; from fairseq_cli import train; train.cli_ma
 def encode_and_grads(model, src, device):
     model.to(device)
     hidden, _ = model.discriminator.encode(src.to(device), attention_mask(src.eq(1).to(device)))
-    hidden.square().sum().backward()
+    # a loss the last LayerNorm does not absorb (a sum of squares would leave rounding noise)
+    weights = torch.randn(hidden.shape, generator=torch.Generator().manual_seed(0))
+    (hidden * weights.to(device)).sum().backward()
     return hidden.detach().cpu(), [p.grad.cpu() for p in model.discriminator.parameters()]
 
 
@@ -35,8 +37,11 @@ def assert_compiled_matches_eager(device):
     (h_eager, g_eager), (h_compiled, g_compiled) = (encode_and_grads(m, src, device)
                                                     for m in (eager, compiled))
     torch.testing.assert_close(h_compiled, h_eager, rtol=1e-5, atol=1e-5)
-    for a, b in zip(g_compiled, g_eager):  # fp32 sums in another order
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4 * b.abs().max().item())
+    # fp32 sums in another order; gradients that are 0 in exact arithmetic (the key bias)
+    # are rounding noise in both, judged against the largest gradient
+    scale = max(g.abs().max().item() for g in g_eager)
+    for a, b in zip(g_compiled, g_eager):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6 * scale)
 
 
 @pytest.mark.slow
