@@ -90,7 +90,8 @@ class ElectraMaskingDataset(BaseWrapperDataset):
         self.epoch = epoch
 
     # sizes: the wrapped blocks' (<s> included); fairseq's own batching and filtering on them
-    # (the wrapped blocks cannot count tokens by index)
+    # (the wrapped blocks cannot count tokens by index, and an indexed dataset read whole, as
+    # --sample-break-mode eos does, has no batch shapes to give)
     def num_tokens(self, index):
         return self.sizes[index]
 
@@ -99,6 +100,7 @@ class ElectraMaskingDataset(BaseWrapperDataset):
 
     size = num_tokens
     batch_by_size = FairseqDataset.batch_by_size
+    get_batch_shapes = FairseqDataset.get_batch_shapes
     filter_indices_by_size = FairseqDataset.filter_indices_by_size
 
     def __getitem__(self, index):
