@@ -84,9 +84,9 @@ def main(argv=None):
         print(f"wrote {result.discriminator_dir} ({result.architecture})")
         if result.generator_dir:
             print(f"wrote {result.generator_dir} (ElectraForMaskedLM)")
-        if not result.wordpiece_vocab:
-            print("note: no WordPiece vocab.txt for this dictionary; ids are fairseq "
-                  "dictionary ids (see VOCABULARY.md)")
+        if not result.hf_tokenizer:
+            print("note: no tokenizer description next to this dictionary, so no tokenizer "
+                  "files; ids are fairseq dictionary ids (see VOCABULARY.md)")
 
 
 def cli():

@@ -21,11 +21,12 @@ Decisions:
 * Export needs the dictionary the model was trained with (``--data``, default: the
   checkpoint's ``task.data``). When the dictionary came from a WordPiece vocab.txt (found
   through ``electra_tokenizer.json``, as ``vocab.txt`` next to ``dict.txt``, or given
-  explicitly) the HF rows follow that vocab.txt and the export is a complete HF model with
-  tokenizer files. Otherwise (a sentencepiece or other dictionary) the rows stay in fairseq
-  order, ``dict.txt`` (and ``spm.model`` when the data directory has one) is copied, a note
-  explains that token ids are fairseq dictionary ids, and no vocab.txt is written: a BERT
-  tokenizer over those pieces would give wrong ids.
+  explicitly) the HF rows follow that vocab.txt and the tokenizer is transformers'
+  ``BertTokenizerFast``. A sentencepiece dictionary keeps fairseq's row order and gets a
+  ``tokenizer.json`` in those ids (:mod:`electra_plugin.data.fast_tokenizer`) with
+  ``<s> </s> <pad> <unk> <mask>`` as transformers' special tokens, next to ``dict.txt``
+  and ``spm.model``. Only a dictionary with no tokenizer description exports without
+  tokenizer files (a note, VOCABULARY.md, says how ids are numbered).
 * A model without token types (``type_vocab_size=0``) is exported with one all-zero token
   type row, which HF adds to every token: the same numbers.
 """
@@ -45,7 +46,8 @@ from tokenizers.models import WordPiece
 from tokenizers.normalizers import BertNormalizer
 
 from ..checkpoint import load_checkpoint, write_checkpoint
-from ..data.tokenizer import METADATA_FILE, WordPieceTextTokenizer
+from ..data.fast_tokenizer import FAIRSEQ_SPECIALS
+from ..data.tokenizer import METADATA_FILE, WordPieceTextTokenizer, tokenizer_from_metadata
 from ..data.wordpiece import BERT_SPECIAL_TOKENS, load_vocab, vocab_to_fairseq_indices
 from ..data.wordpiece import write_fairseq_dict
 from ..errors import ElectraUsageError, first_line
@@ -59,7 +61,9 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["from_hf", "to_hf", "model_cli_args"]
 
-DEFAULT_HEAD = "sentence_classification_head"  # fairseq's --classification-head-name default
+DEFAULT_HEAD = "sentence_classification_head"
+# transformers' names of the roles of ids 0-3 and of <mask>, in fast_tokenizer's order
+_SPECIAL_ROLES = ("bos_token", "pad_token", "eos_token", "unk_token", "mask_token")  # fairseq's --classification-head-name default
 # Non-persistent buffers that transformers 4.x wrote into some checkpoints: not parameters.
 _HF_BUFFERS = ("electra.embeddings.position_ids", "electra.embeddings.token_type_ids")
 _TIED_LM_WEIGHT = ("generator_lm_head.weight", "electra.embeddings.word_embeddings.weight")
@@ -544,6 +548,7 @@ class ExportResult:
     architecture: str
     generator_dir: Optional[str]
     wordpiece_vocab: bool  # False: rows in fairseq dictionary order, no vocab.txt
+    hf_tokenizer: bool  # False: no tokenizer files (see VOCABULARY.md)
 
 
 def _find_dictionary(cfg, data: Optional[str]):
@@ -598,7 +603,7 @@ def _find_vocab(dict_dir: str, vocab: Optional[str]):
 
 
 def _write_model_dir(model_dir, hf_state, config, vocab_path, tokenizer_settings,
-                     dict_dir, meta):
+                     dict_dir, meta, fast_tokenizer=None):
     from safetensors.torch import save_file
 
     os.makedirs(model_dir, exist_ok=True)
@@ -618,16 +623,23 @@ def _write_model_dir(model_dir, hf_state, config, vocab_path, tokenizer_settings
     spm = os.path.join(dict_dir, meta.get("model", "spm.model"))
     if meta.get("type") == "sentencepiece" and os.path.isfile(spm):
         shutil.copyfile(spm, os.path.join(model_dir, "spm.model"))
+    if fast_tokenizer is not None:
+        # tokenizer.json in fairseq ids (the rows' order): AutoTokenizer needs no mapping
+        _transformers().PreTrainedTokenizerFast(
+            tokenizer_object=fast_tokenizer, model_max_length=config.max_position_embeddings,
+            **dict(zip(_SPECIAL_ROLES, FAIRSEQ_SPECIALS)),
+            cls_token=FAIRSEQ_SPECIALS[0], sep_token=FAIRSEQ_SPECIALS[2],
+        ).save_pretrained(model_dir)
+        return
     with open(os.path.join(model_dir, "VOCABULARY.md"), "w", encoding="utf-8") as f:
         f.write(
             "# Vocabulary of this model\n\n"
-            "Exported from a fairseq ELECTRA checkpoint whose dictionary did not come from a\n"
-            "WordPiece vocab.txt, so no Hugging Face tokenizer is included. Embedding rows\n"
-            "follow the fairseq dictionary: id 0 <s>, 1 <pad>, 2 </s>, 3 <unk>, then the\n"
-            "entries of dict.txt in order, then <mask> (the last id). Encode text with the\n"
-            "tokenizer the data was prepared with (spm.model when present: its piece ids\n"
-            "equal these ids if it was trained by electra-prepare), or look pieces\n"
-            "up in dict.txt, and start each sequence with <s> (0).\n")
+            "Exported from a fairseq ELECTRA checkpoint whose data directory has no tokenizer\n"
+            "description (electra_tokenizer.json), so no Hugging Face tokenizer is included.\n"
+            "Embedding rows follow the fairseq dictionary: id 0 <s>, 1 <pad>, 2 </s>, 3 <unk>,\n"
+            "then the entries of dict.txt in order, then <mask> (the last id). Encode text with\n"
+            "the tokenizer the data was prepared with, or look pieces up in dict.txt, and start\n"
+            "each sequence with <s> (0).\n")
 
 
 def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] = None,
@@ -697,10 +709,16 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
         index = torch.tensor(vocab_to_fairseq_indices(tokens))
         _check_dictionary(dictionary, tokens, index, os.path.join(dict_dir, "dict.txt"))
         pad_token_id = tokens.index("[PAD]")
-    else:
-        logger.warning(f"{dict_dir}/dict.txt did not come from a WordPiece vocab.txt: rows stay "
-                       f"in fairseq order and no HF tokenizer is written (see VOCABULARY.md)")
+    else:  # rows stay in fairseq order; a sentencepiece tokenizer.json uses the same ids
         pad_token_id = dictionary.pad()
+    fast = None
+    if vocab_path is None and meta.get("type") == "sentencepiece":
+        # pairs as the model reads them: type 1 after the first </s> with segment types
+        pair_type = int(bool(cfg.get("segment_token_types")) and cfg.type_vocab_size > 1)
+        fast = tokenizer_from_metadata(dict_dir, meta).fast(pair_type)
+    elif vocab_path is None:
+        logger.warning(f"{dict_dir} has no tokenizer description ({METADATA_FILE}): rows stay "
+                       f"in fairseq order and no HF tokenizer is written (see VOCABULARY.md)")
     rows = weights["discriminator.embeddings.word_embeddings.weight"].size(0)
     if rows != len(dictionary):
         raise ElectraUsageError(f"{checkpoint} has {rows} embedding rows but {dict_dir}/dict.txt "
@@ -755,7 +773,7 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
     _write_model_dir(out_dir, hf_state,
                      _hf_config(fields, architecture, len(dictionary), pad_token_id, dtype,
                                 labels),
-                     vocab_path, tokenizer_settings, dict_dir, meta)
+                     vocab_path, tokenizer_settings, dict_dir, meta, fast)
 
     if gen_dir is not None:
         gen_fields = _generator_fields(fields, cfg.generator_size, cfg.generator_layers)
@@ -768,10 +786,11 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
         _write_model_dir(gen_dir, gen_hf,
                          _hf_config(gen_fields, "ElectraForMaskedLM", len(dictionary),
                                     pad_token_id, dtype),
-                         vocab_path, tokenizer_settings, dict_dir, meta)
+                         vocab_path, tokenizer_settings, dict_dir, meta, fast)
     logger.info(f"exported {checkpoint} -> {out_dir} ({architecture})"
                 f"{' + generator/ (ElectraForMaskedLM)' if gen_dir else ''}")
-    return ExportResult(out_dir, architecture, gen_dir, vocab_path is not None)
+    return ExportResult(out_dir, architecture, gen_dir, vocab_path is not None,
+                        vocab_path is not None or fast is not None)
 
 
 def _label_names(dict_dir: str, num_classes: int) -> List[str]:

@@ -1,0 +1,217 @@
+"""tokenizer.json in fairseq ids: the same ids as the plugin's encoder, byte-identical
+binarizing, and sentencepiece models that work in transformers after export."""
+
+import unicodedata
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from fairseq.data import Dictionary, data_utils
+from tokenizers import Tokenizer
+
+from electra_plugin.cli import prepare
+from electra_plugin.data import fast_tokenizer
+from electra_plugin.data import tokenizer as tokmod
+from electra_plugin.data.binarize import fairseq_preprocess
+
+from conftest import PLUGIN, run
+from test_data_prep import PREPARE, VARIED, python_docs_paragraphs, vocab_for
+
+import random
+import sys
+
+# Real Korean and Japanese text: articles of the constitutions of the Republic of Korea
+# (1987) and of Japan (1946), both public documents.
+KOREAN = [
+    "대한민국은 민주공화국이다.",
+    "대한민국의 주권은 국민에게 있고, 모든 권력은 국민으로부터 나온다.",
+    "대한민국의 국민이 되는 요건은 법률로 정한다.",
+    "국가는 법률이 정하는 바에 의하여 재외국민을 보호할 의무를 진다.",
+    "대한민국의 영토는 한반도와 그 부속도서로 한다.",
+    "대한민국은 통일을 지향하며, 자유민주적 기본질서에 입각한 평화적 통일 정책을 수립하고 이를 추진한다.",
+    "대한민국은 국제평화의 유지에 노력하고 침략적 전쟁을 부인한다.",
+    "공무원은 국민전체에 대한 봉사자이며, 국민에 대하여 책임을 진다.",
+    "정당의 설립은 자유이며, 복수정당제는 보장된다.",
+    "국가는 전통문화의 계승·발전과 민족문화의 창달에 노력하여야 한다.",
+    "모든 국민은 인간으로서의 존엄과 가치를 가지며, 행복을 추구할 권리를 가진다.",
+    "모든 국민은 법 앞에 평등하다. 누구든지 성별·종교 또는 사회적 신분에 의하여 차별을 받지 아니한다.",
+    "모든 국민은 신체의 자유를 가진다.",
+    "모든 국민은 거주·이전의 자유를 가진다.",
+    "모든 국민은 직업선택의 자유를 가진다.",
+    "모든 국민은 주거의 자유를 침해받지 아니한다.",
+    "모든 국민은 사생활의 비밀과 자유를 침해받지 아니한다.",
+    "모든 국민은 통신의 비밀을 침해받지 아니한다.",
+    "모든 국민은 양심의 자유를 가진다.",
+    "모든 국민은 종교의 자유를 가진다. 국교는 인정되지 아니하며, 종교와 정치는 분리된다.",
+    "모든 국민은 언론·출판의 자유와 집회·결사의 자유를 가진다.",
+    "모든 국민은 학문과 예술의 자유를 가진다.",
+    "모든 국민의 재산권은 보장된다. 그 내용과 한계는 법률로 정한다.",
+    "모든 국민은 법률이 정하는 바에 의하여 선거권을 가진다.",
+    "모든 국민은 능력에 따라 균등하게 교육을 받을 권리를 가진다.",
+    "모든 국민은 근로의 권리를 가진다.",
+    "모든 국민은 인간다운 생활을 할 권리를 가진다.",
+    "모든 국민은 건강하고 쾌적한 환경에서 생활할 권리를 가지며, 국가와 국민은 환경보전을 위하여 노력하여야 한다.",
+]
+JAPANESE = [
+    "日本国民は、正当に選挙された国会における代表者を通じて行動し、われらとわれらの子孫のために、"
+    "諸国民との協和による成果と、わが国全土にわたつて自由のもたらす恵沢を確保する。",
+    "天皇は、日本国の象徴であり日本国民統合の象徴であつて、この地位は、主権の存する日本国民の総意に基く。",
+    "すべて国民は、個人として尊重される。",
+    "思想及び良心の自由は、これを侵してはならない。",
+    "信教の自由は、何人に対してもこれを保障する。",
+    "学問の自由は、これを保障する。",
+    "すべて国民は、健康で文化的な最低限度の生活を営む権利を有する。",
+]
+# Beyond the corpus: digits, whitespace runs, a text longer than any model, literal specials.
+EXTRA = [
+    "모든 권력은 국민으로부터 나온다.",
+    "In 2024, 3,141,592 people paid $12.50 (about ₩16,000) on 2024-03-01T12:00:00Z.",
+    "  leading   and\t\ttrailing \u00a0 whitespace\u3000runs  ",
+    "a <s> b </s> <pad> <unk> <mask> c",
+    " ".join(python_docs_paragraphs(40)),
+]
+
+
+def corpus_lines():
+    """English (Python's help topics), Korean and Japanese, documents of a few lines."""
+    english = [" ".join(p.split()) for p in python_docs_paragraphs(600)]
+    lines = []
+    for i in range(0, len(english), 6):
+        lines += english[i:i + 6] + [""]
+    for block in (KOREAN, JAPANESE, VARIED[:13]):
+        for i in range(0, len(block), 4):
+            lines += block[i:i + 4] + [""]
+    return lines
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("multiscript")
+    (root / "train.txt").write_text("\n".join(corpus_lines()) + "\n", encoding="utf-8")
+    (root / "valid.txt").write_text("\n".join(KOREAN[:6] + [""] + EXTRA[1:4]) + "\n",
+                                    encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="module")
+def spm_dir(corpus):
+    dest = corpus / "spm"
+    assert prepare.main(["--train", str(corpus / "train.txt"), "--valid",
+                         str(corpus / "valid.txt"), "--destdir", str(dest),
+                         "--sentencepiece-vocab-size", "700", "--workers", "1"]) == 0
+    return dest
+
+
+@pytest.fixture(scope="module")
+def wordpiece_dir(corpus):
+    rng = random.Random(3)
+    vocab = vocab_for(corpus_lines() + EXTRA, True, rng)
+    vocab.append(vocab[12])  # a repeated entry: fairseq's overwrite flag, the last row's id
+    (corpus / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    dest = corpus / "wp"
+    assert prepare.main(["--train", str(corpus / "train.txt"), "--valid",
+                         str(corpus / "valid.txt"), "--destdir", str(dest),
+                         "--wordpiece-vocab", str(corpus / "vocab.txt"), "--workers", "1"]) == 0
+    return dest
+
+
+def file_ids(data_dir, kind, texts):
+    """ids and offsets from tokenizer.json alone, with the two documented hand-written
+    steps (literal specials: text for sentencepiece, <unk> for WordPiece; trimmed offsets)."""
+    tok = Tokenizer.from_file(str(data_dir / "tokenizer.json"))
+    tok.encode_special_tokens = kind == "sentencepiece"
+    specials = fast_tokenizer.special_ids(tok)
+    out = []
+    for text, enc in zip(texts, tok.encode_batch(texts, add_special_tokens=False)):
+        ids = fast_tokenizer.unk_specials(np.array(enc.ids, dtype=np.int64), specials).tolist()
+        out.append((ids, fast_tokenizer.trim_offsets(text, enc.tokens, enc.offsets)))
+    return out
+
+
+def offsets_comparable(text):
+    """Text whose characters the normaliser keeps one for one (no NFKC expansion or
+    composition, no removed format characters): there the offsets must agree exactly."""
+    return unicodedata.is_normalized("NFKC", text) and not any(
+        unicodedata.category(c) in ("Cf", "Cc") or c == "\ufffd" for c in text)
+
+
+@pytest.mark.parametrize("kind", ["sentencepiece", "wordpiece"])
+def test_tokenizer_json_gives_the_plugins_ids_and_offsets(kind, spm_dir, wordpiece_dir):
+    data_dir = spm_dir if kind == "sentencepiece" else wordpiece_dir
+    plugin = tokmod.load_tokenizer(str(data_dir))
+    assert plugin.kind == kind
+    d = Dictionary.load(str(data_dir / "dict.txt"))
+    d.add_symbol("<mask>")
+    texts = corpus_lines() + KOREAN + JAPANESE + VARIED + EXTRA
+    assert max(map(len, texts)) > 4 * 512  # longer than the model
+    ties = checked = 0
+    for text, (ids, spans) in zip(texts, file_ids(data_dir, kind, texts)):
+        pieces = plugin.pieces_with_offsets(text)
+        want = [d.index(p) for p, _, _ in pieces]
+        if ids != want:
+            # Only sentencepiece, only a tie: two segmentations of equal score (up to float32
+            # rounding, which sentencepiece's Viterbi sums in) broken differently.
+            assert kind == "sentencepiece", (text[:80], ids, want)
+            sp = plugin.sp
+            score = [sum(sp.get_score(sp.piece_to_id(d[i])) for i in seq) for seq in (ids, want)]
+            assert abs(score[0] - score[1]) < 1e-4, (text[:80], score)
+            ties += 1
+            continue
+        if offsets_comparable(text):
+            assert spans == [(s, e) for _, s, e in pieces], text[:80]
+            checked += 1
+    assert ties <= len(texts) // 100
+    assert checked > 0.9 * len(texts)
+
+
+def test_tokenizer_json_ids_are_the_dictionarys(spm_dir, wordpiece_dir):
+    for data_dir, names in ((spm_dir, fast_tokenizer.FAIRSEQ_SPECIALS),
+                            (wordpiece_dir, fast_tokenizer.BERT_NAMES)):
+        tok = Tokenizer.from_file(str(data_dir / "tokenizer.json"))
+        d = Dictionary.load(str(data_dir / "dict.txt"))
+        d.add_symbol("<mask>")
+        vocab = tok.get_vocab()
+        assert [vocab[n] for n in names] == [0, 1, 2, 3, len(d) - 1]
+        rows = [line.split()[0] for line in (data_dir / "dict.txt").read_text().splitlines()]
+        assert all(vocab[row] == d.index(row) for row in rows)  # repeated rows: the last
+        pair = tok.encode("모든 국민은", "법 앞에 평등하다.")
+        assert pair.ids[0] == 0 and pair.ids.count(2) == 2 and pair.ids[-1] == 2
+
+
+def old_binarize(raw_lines, tokenizer, work, name):
+    """What electra-prepare wrote before: pieces text from the plugin's Python encoder
+    (lines without pieces dropped, one empty line per document break), then
+    fairseq-preprocess."""
+    out, pending, wrote = [], False, False
+    for line in raw_lines:
+        pieces = tokenizer.encode_line(line) if line else ""
+        if not pieces:
+            pending = wrote
+            continue
+        if pending:
+            out.append("")
+            pending = False
+        out.append(pieces)
+        wrote = True
+    (work / f"{name}.pieces").write_text("\n".join(out) + "\n", encoding="utf-8")
+    fairseq_preprocess(str(work / "bin"), str(work / "dict.txt"),
+                       {"trainpref": str(work / f"{name}.pieces")})
+    return work / "bin"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["sentencepiece", "wordpiece"])
+def test_binarizing_is_byte_identical_to_fairseq_preprocess(kind, corpus, spm_dir,
+                                                            wordpiece_dir, tmp_path):
+    data_dir = spm_dir if kind == "sentencepiece" else wordpiece_dir
+    plugin = tokmod.load_tokenizer(str(data_dir))
+    (tmp_path / "dict.txt").write_text((data_dir / "dict.txt").read_text(encoding="utf-8"),
+                                       encoding="utf-8")
+    raw = tmp_path / "raw.txt"
+    prepare.copy_docs([str(corpus / "train.txt")], str(raw))  # what electra-prepare encodes
+    ref = old_binarize(raw.read_text(encoding="utf-8").split("\n")[:-1], plugin, tmp_path,
+                       "train")
+    for suffix in (".bin", ".idx"):
+        assert (data_dir / f"train{suffix}").read_bytes() == \
+            (ref / f"train{suffix}").read_bytes(), suffix
