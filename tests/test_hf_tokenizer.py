@@ -215,3 +215,72 @@ def test_binarizing_is_byte_identical_to_fairseq_preprocess(kind, corpus, spm_di
     for suffix in (".bin", ".idx"):
         assert (data_dir / f"train{suffix}").read_bytes() == \
             (ref / f"train{suffix}").read_bytes(), suffix
+
+
+# ------------------------------------------------------------ export: transformers end to end
+@pytest.fixture(scope="module")
+def spm_model(spm_dir, tmp_path_factory):
+    """A few pre-training updates on the Korean + English sentencepiece data, exported."""
+    from conftest import train_cmd
+    from electra_plugin.convert.hf import to_hf
+
+    save = tmp_path_factory.mktemp("spm_model")
+    proc = run(train_cmd(spm_dir, save, "--max-update", "4", "--no-epoch-checkpoints",
+                         "--disable-validation"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = to_hf(save / "checkpoint_last.pt", save / "hf")
+    assert result.hf_tokenizer and result.generator_dir
+    return save, Path(result.discriminator_dir)
+
+
+def hub_of(save, checkpoint, data):
+    from electra_plugin.models.electra import ElectraModel
+
+    return ElectraModel.from_pretrained(str(save), checkpoint, str(data))
+
+
+HF_TEXTS = [KOREAN[1], "모든 권력은 국민으로부터 나온다.", EXTRA[1], VARIED[1], JAPANESE[2]]
+
+
+@pytest.mark.slow
+def test_exported_sentencepiece_model_in_transformers(spm_model, spm_dir):
+    from transformers import AutoModel, AutoTokenizer, pipeline
+
+    save, out = spm_model
+    hub = hub_of(save, "checkpoint_last.pt", spm_dir)
+    tok = AutoTokenizer.from_pretrained(out)
+    assert (tok.bos_token, tok.pad_token, tok.eos_token, tok.unk_token, tok.mask_token) == \
+        fast_tokenizer.FAIRSEQ_SPECIALS
+    assert (tok.cls_token, tok.sep_token) == ("<s>", "</s>")
+    assert tok.mask_token_id == len(hub.task.source_dictionary) - 1
+    model = AutoModel.from_pretrained(out).eval()
+    for text in HF_TEXTS:
+        assert tok(text)["input_ids"] == hub.encode(text).tolist(), text
+    assert 3 not in tok(KOREAN[1])["input_ids"]  # not all <unk>, as a BERT tokenizer gives
+    pair = tok(KOREAN[0], EXTRA[1])
+    assert pair["input_ids"] == hub.encode(KOREAN[0], EXTRA[1]).tolist()
+    assert set(pair["token_type_ids"]) == {0}  # the model was trained without segment types
+    batch = tok(HF_TEXTS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        theirs = model(**batch).last_hidden_state
+    largest = 0.0
+    for i, text in enumerate(HF_TEXTS):
+        ours = hub.extract_features(hub.encode(text))[0]
+        n = len(ours)
+        assert bool(batch["attention_mask"][i, :n].all()) and not batch["attention_mask"][i, n:].any()
+        largest = max(largest, float((ours - theirs[i, :n]).abs().max()))
+    assert largest < 1e-5, largest
+
+    # fill-mask on the generator: the same top predictions and probabilities as the plugin's
+    fill = pipeline("fill-mask", model=str(out / "generator"), top_k=5)
+    gen = hub.model
+    for text in ("대한민국의 주권은 <mask>에게 있고", "The <mask> of the function is returned."):
+        got = fill(text)
+        ids = torch.tensor([tok(text)["input_ids"]])
+        at = int((ids[0] == tok.mask_token_id).nonzero())
+        with torch.no_grad():
+            hidden, _ = gen.generator(ids)
+            probs = gen.generator_head(hidden)[0, at].float().softmax(-1)
+        top = probs.topk(5)
+        assert [g["token"] for g in got] == top.indices.tolist()
+        assert np.allclose([g["score"] for g in got], top.values.tolist(), atol=1e-5)

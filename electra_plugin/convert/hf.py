@@ -575,6 +575,17 @@ def _find_dictionary(cfg, data: Optional[str]):
                             f"dict.txt the checkpoint was trained with (--data)")
 
 
+def _tokenizer_dir(dict_dir: str) -> str:
+    """Where the tokenizer description of a dictionary is: next to it, or for fine-tuning
+    data (input0/dict.txt) one level up, where electra-glue and electra-squad put it."""
+    parent = os.path.dirname(os.path.normpath(dict_dir))
+    if not os.path.isfile(os.path.join(dict_dir, METADATA_FILE)) and \
+            os.path.basename(os.path.normpath(dict_dir)) == "input0" and \
+            os.path.isfile(os.path.join(parent, METADATA_FILE)):
+        return parent
+    return dict_dir
+
+
 def _find_vocab(dict_dir: str, vocab: Optional[str]):
     """(vocab.txt path or None, tokenizer settings, electra_tokenizer.json contents).
 
@@ -603,7 +614,7 @@ def _find_vocab(dict_dir: str, vocab: Optional[str]):
 
 
 def _write_model_dir(model_dir, hf_state, config, vocab_path, tokenizer_settings,
-                     dict_dir, meta, fast_tokenizer=None):
+                     dict_dir, spm_path=None, fast_tokenizer=None):
     from safetensors.torch import save_file
 
     os.makedirs(model_dir, exist_ok=True)
@@ -620,15 +631,15 @@ def _write_model_dir(model_dir, hf_state, config, vocab_path, tokenizer_settings
         shutil.copyfile(vocab_path, os.path.join(model_dir, "vocab.txt"))
         return
     shutil.copyfile(os.path.join(dict_dir, "dict.txt"), os.path.join(model_dir, "dict.txt"))
-    spm = os.path.join(dict_dir, meta.get("model", "spm.model"))
-    if meta.get("type") == "sentencepiece" and os.path.isfile(spm):
-        shutil.copyfile(spm, os.path.join(model_dir, "spm.model"))
+    if spm_path is not None and os.path.isfile(spm_path):
+        shutil.copyfile(spm_path, os.path.join(model_dir, "spm.model"))
     if fast_tokenizer is not None:
         # tokenizer.json in fairseq ids (the rows' order): AutoTokenizer needs no mapping
         _transformers().PreTrainedTokenizerFast(
             tokenizer_object=fast_tokenizer, model_max_length=config.max_position_embeddings,
             **dict(zip(_SPECIAL_ROLES, FAIRSEQ_SPECIALS)),
             cls_token=FAIRSEQ_SPECIALS[0], sep_token=FAIRSEQ_SPECIALS[2],
+            model_input_names=["input_ids", "token_type_ids", "attention_mask"],  # as BERT's
         ).save_pretrained(model_dir)
         return
     with open(os.path.join(model_dir, "VOCABULARY.md"), "w", encoding="utf-8") as f:
@@ -702,7 +713,8 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
                                 f"head, electra-extract)")
 
     dictionary, dict_dir = _find_dictionary(state["cfg"], data)
-    vocab_path, tokenizer_settings, meta = _find_vocab(dict_dir, vocab)
+    tok_dir = _tokenizer_dir(dict_dir)
+    vocab_path, tokenizer_settings, meta = _find_vocab(tok_dir, vocab)
     index = None
     if vocab_path is not None:
         tokens = load_vocab(vocab_path)
@@ -711,11 +723,12 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
         pad_token_id = tokens.index("[PAD]")
     else:  # rows stay in fairseq order; a sentencepiece tokenizer.json uses the same ids
         pad_token_id = dictionary.pad()
-    fast = None
+    fast = spm_path = None
     if vocab_path is None and meta.get("type") == "sentencepiece":
         # pairs as the model reads them: type 1 after the first </s> with segment types
         pair_type = int(bool(cfg.get("segment_token_types")) and cfg.type_vocab_size > 1)
-        fast = tokenizer_from_metadata(dict_dir, meta).fast(pair_type)
+        fast = tokenizer_from_metadata(tok_dir, meta).fast(pair_type)
+        spm_path = os.path.join(tok_dir, meta.get("model", "spm.model"))
     elif vocab_path is None:
         logger.warning(f"{dict_dir} has no tokenizer description ({METADATA_FILE}): rows stay "
                        f"in fairseq order and no HF tokenizer is written (see VOCABULARY.md)")
@@ -773,7 +786,7 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
     _write_model_dir(out_dir, hf_state,
                      _hf_config(fields, architecture, len(dictionary), pad_token_id, dtype,
                                 labels),
-                     vocab_path, tokenizer_settings, dict_dir, meta, fast)
+                     vocab_path, tokenizer_settings, dict_dir, spm_path, fast)
 
     if gen_dir is not None:
         gen_fields = _generator_fields(fields, cfg.generator_size, cfg.generator_layers)
@@ -786,7 +799,7 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
         _write_model_dir(gen_dir, gen_hf,
                          _hf_config(gen_fields, "ElectraForMaskedLM", len(dictionary),
                                     pad_token_id, dtype),
-                         vocab_path, tokenizer_settings, dict_dir, meta, fast)
+                         vocab_path, tokenizer_settings, dict_dir, spm_path, fast)
     logger.info(f"exported {checkpoint} -> {out_dir} ({architecture})"
                 f"{' + generator/ (ElectraForMaskedLM)' if gen_dir else ''}")
     return ExportResult(out_dir, architecture, gen_dir, vocab_path is not None,

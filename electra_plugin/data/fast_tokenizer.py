@@ -76,7 +76,8 @@ def sentencepiece_tokenizer(model_path: str, lowercase: bool = False,
         raise ElectraUsageError("a tokenizer.json for sentencepiece needs transformers "
                                 "(pip install -e '.[hf]')") from None
     # The converter reads the model proto and builds sentencepiece's normaliser and
-    # pre-tokeniser; its original_tokenizer only has to name the file.
+    # pre-tokeniser; its original_tokenizer only has to name the file. (Its non-legacy "▁"
+    # only at the very start loses it when the text starts with spaces: not used.)
     converter = SpmConverter(SimpleNamespace(vocab_file=model_path))
     proto = converter.proto
     if proto.trainer_spec.model_type != 1:
