@@ -1,6 +1,8 @@
 """tokenizer.json in fairseq ids: the same ids as the plugin's encoder, byte-identical
 binarizing, and sentencepiece models that work in transformers after export."""
 
+import random
+import sys
 import unicodedata
 from pathlib import Path
 
@@ -16,10 +18,7 @@ from electra_plugin.data import tokenizer as tokmod
 from electra_plugin.data.binarize import fairseq_preprocess
 
 from conftest import PLUGIN, run
-from test_data_prep import PREPARE, VARIED, python_docs_paragraphs, vocab_for
-
-import random
-import sys
+from test_data_prep import VARIED, python_docs_paragraphs, vocab_for
 
 # Real Korean and Japanese text: articles of the constitutions of the Republic of Korea
 # (1987) and of Japan (1946), both public documents.
@@ -284,3 +283,46 @@ def test_exported_sentencepiece_model_in_transformers(spm_model, spm_dir):
         top = probs.topk(5)
         assert [g["token"] for g in got] == top.indices.tolist()
         assert np.allclose([g["score"] for g in got], top.values.tolist(), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_exported_classifier_in_a_transformers_pipeline(spm_model, spm_dir, tmp_path):
+    """Fine-tune on RTE-format pairs with named labels, export, and classify through
+    pipeline("text-classification"): the plugin's labels and probabilities."""
+    from transformers import pipeline
+
+    from electra_plugin.convert.hf import to_hf
+    from test_glue import preprocess, write_rte
+
+    save, _ = spm_model
+    proc = run([sys.executable, "-m", "electra_plugin.cli.extract", save / "checkpoint_last.pt",
+                "--out", tmp_path / "disc.pt"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rte = write_rte(tmp_path / "RTE", 16, 8)
+    assert preprocess("RTE", rte, spm_dir, tmp_path / "data").returncode == 0
+    proc = run([sys.executable, "-m", "fairseq_cli.train", tmp_path / "data", "--user-dir", PLUGIN,
+                "--task", "sentence_prediction", "--arch", "electra_tiny", "--cpu",
+                "--num-layers", "2", "--hidden-size", "64", "--num-heads", "4",
+                "--ffn-size", "128", "--embedding-size", "32",
+                "--criterion", "sentence_prediction", "--num-classes", "2", "--init-token", "0",
+                "--finetune-from-model", tmp_path / "disc.pt", "--optimizer", "adam",
+                "--lr", "1e-3", "--batch-size", "8", "--max-update", "3",
+                "--save-dir", tmp_path / "ft", "--num-workers", "0", "--data-buffer-size", "0",
+                "--no-epoch-checkpoints", "--seed", "1"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = to_hf(tmp_path / "ft" / "checkpoint_last.pt", tmp_path / "hf")
+    assert result.architecture == "ElectraForSequenceClassification" and result.hf_tokenizer
+
+    hub = hub_of(tmp_path / "ft", "checkpoint_last.pt", tmp_path / "data")
+    labels = hub.task.label_dictionary
+    names = [labels[i + labels.nspecial] for i in range(2)]
+    assert sorted(names) == ["entailment", "not_entailment"]
+    classify = pipeline("text-classification", model=str(tmp_path / "hf"), top_k=None)
+    rows = [line.split("\t") for line in (rte / "dev.tsv").read_text().splitlines()[1:]]
+    rows += [["0", KOREAN[0], KOREAN[1], "-"]]
+    for _, premise, hypothesis, _ in rows:
+        got = {g["label"]: g["score"] for g in classify({"text": premise, "text_pair": hypothesis})}
+        ours = hub.predict("sentence_classification_head",
+                           hub.encode(premise, hypothesis)).exp()[0]
+        assert sorted(got) == sorted(names)
+        assert np.allclose([got[n] for n in names], ours.tolist(), atol=1e-5), (got, ours)
