@@ -176,6 +176,11 @@ def test_tokenizer_json_ids_are_the_dictionarys(spm_dir, wordpiece_dir):
         assert all(vocab[row] == d.index(row) for row in rows)  # repeated rows: the last
         pair = tok.encode("모든 국민은", "법 앞에 평등하다.")
         assert pair.ids[0] == 0 and pair.ids.count(2) == 2 and pair.ids[-1] == 2
+        assert set(pair.type_ids) == {0}
+        # a model trained with --segment-token-types reads type 1 after the first </s>
+        typed = tokmod.load_tokenizer(str(data_dir)).fast(pair_type=1).encode("모든", "법")
+        first_sep = typed.ids.index(2)
+        assert typed.type_ids == [0] * (first_sep + 1) + [1] * (len(typed.ids) - first_sep - 1)
 
 
 def old_binarize(raw_lines, tokenizer, work, name):

@@ -107,12 +107,12 @@ def binarize_text(raw_path: str, out_prefix: str, tokenizer, n_symbols: int, thr
             line_starts = np.cumsum(sizes[sizes > 0]) - sizes[sizes > 0]
             out[np.repeat(firsts - line_starts, sizes[sizes > 0]) + np.arange(len(ids))] = ids
             data.write(out.tobytes(order="C"))
-            all_sizes.append(item_sizes)
+            all_sizes.append(item_sizes.astype(np.int32))  # the index's own type
             stats["lines"] += int(line_items.sum())
             stats["breaks"] += int((~line_items).sum())
             stats["pieces"] += len(ids)
             stats["unk"] += int(np.count_nonzero(ids == unk))
-    sizes = np.concatenate(all_sizes) if all_sizes else np.zeros(0, dtype=np.int64)
+    sizes = np.concatenate(all_sizes) if all_sizes else np.zeros(0, dtype=np.int32)
     _write_index(out_prefix + ".idx", dtype, sizes)
     if log is not None:
         seconds = max(time.time() - start, 1e-9)

@@ -2,8 +2,8 @@
 
 A data directory made by ``electra-prepare`` holds, next to ``dict.txt`` and the
 binarized splits, the tokenizer it was encoded with and a small metadata file,
-``electra_tokenizer.json`` (deliberately not ``tokenizer.json``, which Hugging Face tools would
-try to parse as their own format)::
+``electra_tokenizer.json`` (the plugin's own description; ``tokenizer.json`` beside it is the
+same tokenizer in Hugging Face's format)::
 
     {"format": "electra_plugin.tokenizer", "version": 1,
      "type": "sentencepiece", "model": "spm.model", "lowercase": false}
