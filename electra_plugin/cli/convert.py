@@ -10,7 +10,8 @@ import: HF directories (config.json, model.safetensors or pytorch_model.bin, voc
 
 export: a checkpoint -> OUT (discriminator: ElectraForPreTraining, ElectraModel or
         ElectraForSequenceClassification) and OUT/generator (ElectraForMaskedLM), each with
-        config.json, model.safetensors, vocab.txt and the transformers tokenizer files
+        config.json, model.safetensors and the transformers tokenizer files (vocab.txt for
+        WordPiece; tokenizer.json in the model's own ids for sentencepiece)
   electra-convert export checkpoints/checkpoint_best.pt --out hf/ \\
       [--data data-bin/news] [--vocab vocab.txt] [--head NAME] [--overwrite]
 
