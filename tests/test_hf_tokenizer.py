@@ -331,3 +331,97 @@ def test_exported_classifier_in_a_transformers_pipeline(spm_model, spm_dir, tmp_
                            hub.encode(premise, hypothesis)).exp()[0]
         assert sorted(got) == sorted(names)
         assert np.allclose([got[n] for n in names], ours.tolist(), atol=1e-5), (got, ours)
+
+
+# ------------------------------------------------------------ import: non-WordPiece checkpoints
+def hf_checkpoint(path, kind, corpus_text):
+    """A transformers ELECTRA discriminator (random weights) with a Unigram or BPE tokenizer
+    trained by ``tokenizers``, specials where such tokenizers put them (not fairseq's)."""
+    from tokenizers import models, pre_tokenizers, trainers
+    from transformers import ElectraConfig, ElectraForPreTraining, PreTrainedTokenizerFast
+
+    if kind == "unigram":  # ALBERT-like: [PAD] [UNK] [CLS] [SEP] [MASK] first
+        names = dict(pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+                     sep_token="[SEP]", mask_token="[MASK]")
+        tok = Tokenizer(models.Unigram())
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        trainer = trainers.UnigramTrainer(vocab_size=600, special_tokens=list(names.values()),
+                                          unk_token="[UNK]")
+    else:  # RoBERTa-like byte-level BPE: <s> <pad> </s> <unk> <mask>
+        names = dict(bos_token="<s>", pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
+                     mask_token="<mask>", cls_token="<s>", sep_token="</s>")
+        tok = Tokenizer(models.BPE(unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=list(dict.fromkeys(
+            names.values())), initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus_text, trainer)
+    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, **names)
+    hf_tok.save_pretrained(path)
+    config = ElectraConfig(vocab_size=tok.get_vocab_size(), embedding_size=32, hidden_size=64,
+                           num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                           max_position_embeddings=128)
+    model = ElectraForPreTraining(config)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # every tensor random, so that no row is trivially equal
+        for name, p in model.named_parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.05
+                    + (1.0 if name.endswith("LayerNorm.weight") else 0.0))
+    model.eval().save_pretrained(path)
+    return hf_tok, model
+
+
+@pytest.mark.parametrize("kind", ["unigram", "bpe"])
+def test_import_of_non_wordpiece_checkpoints(kind, tmp_path):
+    from fairseq import checkpoint_utils
+    from safetensors.torch import load_file
+
+    from electra_plugin.checkpoint import load_checkpoint
+    from electra_plugin.convert.hf import from_hf, to_hf
+
+    text = [" ".join(p.split()) for p in python_docs_paragraphs(200)] + KOREAN + JAPANESE
+    hf_tok, hf_model = hf_checkpoint(tmp_path / "hf", kind, text)
+    result = from_hf(tmp_path / "hf", out_dir=tmp_path / "imported")
+    plugin = tokmod.load_tokenizer(str(tmp_path / "imported"))
+    assert plugin.kind == "tokenizers"
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [result.checkpoint], arg_overrides={"data": str(tmp_path / "imported")})
+    model, d = models[0].eval(), task.source_dictionary
+    assert [d.symbols[i] for i in range(4)] == ["<s>", "<pad>", "</s>", "<unk>"]
+    samples = [KOREAN[1], EXTRA[1], text[3][:300], JAPANESE[2], VARIED[1]]
+    for sample in samples:
+        theirs = [hf_tok.cls_token_id] + hf_tok(sample, add_special_tokens=False)["input_ids"] \
+            + [hf_tok.sep_token_id]
+        ours = [0] + [d.index(p) for p in plugin.pieces(sample)] + [2]
+        # every token keeps its row: the same text reads the same embedding rows
+        stored = load_checkpoint(result.checkpoint)["model"][
+            "discriminator.embeddings.word_embeddings.weight"]
+        assert torch.equal(stored[ours], hf_model.electra.embeddings.word_embeddings.weight[theirs])
+        with torch.no_grad():
+            want = hf_model.electra(torch.tensor([theirs])).last_hidden_state
+            got, _ = model(torch.tensor([ours]), features_only=True)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+    # export then import: every tensor back bit for bit, and AutoTokenizer on the export
+    # gives the fairseq ids
+    from transformers import AutoTokenizer
+
+    exported = to_hf(result.checkpoint, tmp_path / "exported")
+    assert exported.hf_tokenizer
+    auto = AutoTokenizer.from_pretrained(tmp_path / "exported")
+    for sample in samples:
+        assert auto(sample)["input_ids"] == [0] + [d.index(p) for p in plugin.pieces(sample)] + [2]
+    again = from_hf(tmp_path / "exported", out_dir=tmp_path / "again")
+    first = load_checkpoint(result.checkpoint)["model"]
+    second = load_checkpoint(again.checkpoint)["model"]
+    assert sorted(first) == sorted(second)
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    # import then export: the same tensors, embedding rows in fairseq's order
+    original = load_file(tmp_path / "hf" / "model.safetensors")
+    ours = load_file(tmp_path / "exported" / "model.safetensors")
+    index = torch.tensor([auto.convert_tokens_to_ids(t) for t in
+                          hf_tok.convert_ids_to_tokens(list(range(len(hf_tok))))])
+    for key, value in original.items():
+        if key.endswith("word_embeddings.weight"):
+            assert torch.equal(ours[key][index], value)
+        else:
+            assert torch.equal(ours[key], value), key

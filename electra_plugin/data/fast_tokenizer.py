@@ -22,6 +22,7 @@ Two pieces stay hand-written, each for one reason:
 
 from __future__ import annotations
 
+import json
 import sys
 from types import SimpleNamespace
 from typing import List, Sequence, Tuple
@@ -34,7 +35,7 @@ from electra_plugin.data.wordpiece import bert_wordpiece
 from electra_plugin.errors import ElectraUsageError
 
 __all__ = ["FAIRSEQ_SPECIALS", "BERT_NAMES", "sentencepiece_tokenizer", "wordpiece_tokenizer",
-           "special_ids", "unk_specials", "trim_offsets"]
+           "renumbered", "set_templates", "special_ids", "unk_specials", "trim_offsets"]
 
 # Names of ids 0-3 and of <mask> (the last id).
 FAIRSEQ_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
@@ -53,7 +54,7 @@ def _collapse_whitespace() -> List[normalizers.Normalizer]:
     return [normalizers.Replace(_WHITESPACE_RUN, " "), normalizers.Strip()]
 
 
-def _templates(tokenizer: Tokenizer, names: Sequence[str], pair_type: int) -> None:
+def set_templates(tokenizer: Tokenizer, names: Sequence[str], pair_type: int) -> None:
     """``<s> A </s>`` and ``<s> A </s> B </s>`` (B's type ``pair_type``), as the hub
     interface and the fine-tuning data build them."""
     bos, _, eos = names[:3]
@@ -103,7 +104,7 @@ def sentencepiece_tokenizer(model_path: str, lowercase: bool = False,
     tokenizer.add_tokens([AddedToken(p.piece, normalized=False, special=False)
                           for p in proto.pieces if p.type == 4])
     tokenizer.add_special_tokens(list(FAIRSEQ_SPECIALS))
-    _templates(tokenizer, FAIRSEQ_SPECIALS, pair_type)
+    set_templates(tokenizer, FAIRSEQ_SPECIALS, pair_type)
     return tokenizer
 
 
@@ -119,7 +120,7 @@ def wordpiece_tokenizer(dict_tokens: Sequence[str], lowercase: bool = True,
     names = list(BERT_NAMES[:4]) + list(dict_tokens) + [BERT_NAMES[4]]
     tokenizer = bert_wordpiece(names, lowercase, strip_accents, tokenize_chinese_chars)
     tokenizer.decoder = decoders.WordPiece(prefix="##", cleanup=False)
-    _templates(tokenizer, BERT_NAMES, pair_type)
+    set_templates(tokenizer, BERT_NAMES, pair_type)
     return tokenizer
 
 
@@ -147,3 +148,39 @@ def trim_offsets(text: str, tokens: Sequence[str], offsets) -> List[Tuple[int, i
             end -= 1
         spans.append((start, start) if token.strip("\u2581") == "" else (start, end))
     return spans
+
+
+def renumbered(tokenizer: Tokenizer, roles: Sequence[int],
+               pair_type: int = 0) -> Tuple[Tokenizer, List[int]]:
+    """Any ``tokenizers`` tokenizer in fairseq's order: (the tokenizer, old id -> new id).
+
+    ``roles``: the old ids of <s>, <pad>, </s>, <unk> and <mask> (transformers' cls or bos,
+    pad, sep or eos, unk and mask tokens); they become 0-3 and the last id, every other id
+    keeps its order. The pair template becomes the plugin's ``<s> A </s> B </s>``.
+    """
+    spec = json.loads(tokenizer.to_str())
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    model = spec["model"]
+    in_model = len(model["vocab"])
+    if len(set(roles)) != 5 or any(r >= in_model for r in roles[:4]) or \
+            size - in_model > (roles[4] >= in_model):
+        raise ElectraUsageError(
+            "the tokenizer's special tokens must be five different tokens of its vocabulary "
+            "(<mask> may be an added one) and it may add no other tokens")
+    order = list(roles[:4]) + [i for i in range(size) if i not in roles] + [roles[4]]
+    new_of = [0] * size
+    for new, old in enumerate(order):
+        new_of[old] = new
+    if isinstance(model["vocab"], list):  # Unigram: the list position is the id
+        model["vocab"] = [model["vocab"][old] for old in order if old < in_model]
+        if model.get("unk_id") is not None:
+            model["unk_id"] = new_of[model["unk_id"]]
+    else:  # BPE, WordPiece, WordLevel: token -> id
+        model["vocab"] = {token: new_of[i] for token, i in model["vocab"].items()}
+    for added in spec.get("added_tokens") or []:
+        added["id"] = new_of[added["id"]]
+    spec["post_processor"] = None
+    out = Tokenizer.from_str(json.dumps(spec))
+    names = [out.id_to_token(i) for i in (0, 1, 2, 3, size - 1)]
+    set_templates(out, names, pair_type)
+    return out, new_of

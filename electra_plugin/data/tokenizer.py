@@ -44,6 +44,7 @@ __all__ = [
     "TextTokenizer",
     "SentencePieceTokenizer",
     "WordPieceTextTokenizer",
+    "TokenizersTextTokenizer",
     "load_tokenizer",
     "normalize_whitespace",
     "sentencepiece_dict_lines",
@@ -307,6 +308,69 @@ class WordPieceTextTokenizer(TextTokenizer):
         }
 
 
+class TokenizersTextTokenizer(TextTokenizer):
+    """A ``tokenizer.json`` whose ids are already the dictionary's (a sentencepiece, BPE or
+    other tokenizer imported from a Hugging Face checkpoint, see ``electra_plugin.convert``).
+    Special tokens in the output (a literal ``</s>`` of the text) become ``<unk>``."""
+
+    kind = "tokenizers"
+
+    def __init__(self, path: str, file: Optional[str] = None):
+        super().__init__(lowercase=False)
+        from tokenizers import Tokenizer
+
+        self.path = path
+        self.file = file or os.path.basename(path)
+        try:
+            self.tok = Tokenizer.from_file(path)
+        except Exception as e:  # tokenizers raises a plain Exception for a malformed file
+            raise ElectraUsageError(f"cannot read tokenizer {path!r}: {first_line(e)}")
+        size = self.tok.get_vocab_size(with_added_tokens=True)
+        self.symbols = (list(FAIRSEQ_RESERVED[:4])
+                        + [self.tok.id_to_token(i) for i in range(4, size - 1)] + ["<mask>"])
+        self._index = {piece: i for i, piece in enumerate(self.symbols)}
+        self._specials = np.array([0, 1, 2, size - 1])  # <s> <pad> </s> <mask>
+
+    def _ids(self, encodings) -> Tuple[np.ndarray, np.ndarray]:
+        ids, sizes = _flatten(e.ids for e in encodings)
+        return fast_tokenizer.unk_specials(ids, self._specials), sizes
+
+    def pieces_with_offsets(self, text: str) -> List[PieceSpan]:
+        enc = self.tok.encode(text, add_special_tokens=False)
+        ids, _ = self._ids([enc])
+        spans = fast_tokenizer.trim_offsets(text, enc.tokens, enc.offsets)
+        return [(self.symbols[i], s, e) for i, (s, e) in zip(ids.tolist(), spans)]
+
+    def pieces(self, text: str) -> List[str]:
+        return [p for p, _, _ in self.pieces_with_offsets(text)]
+
+    def encode_ids(self, lines: Sequence[str], threads: int = 1) -> Tuple[np.ndarray, np.ndarray]:
+        return self._ids(self.tok.encode_batch_fast(list(lines), add_special_tokens=False))
+
+    def fast(self, pair_type: int = 0):
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_str(self.tok.to_str())
+        fast_tokenizer.set_templates(tok, [tok.id_to_token(i) for i in (0, 1, 2)], pair_type)
+        return tok
+
+    def detokenize(self, pieces: List[str]) -> str:
+        return self.tok.decode([self._index.get(p, 3) for p in pieces])
+
+    def files(self) -> List[str]:
+        return [self.path]
+
+    def dict_lines(self) -> List[str]:
+        for piece in self.symbols[4:-1]:
+            if not piece or any(c.isspace() for c in piece) or piece in FAIRSEQ_RESERVED:
+                raise ElectraUsageError(f"{self.path}: token {piece!r} cannot be a fairseq "
+                                        f"dictionary entry (empty, whitespace or reserved)")
+        return [f"{piece} 1" for piece in self.symbols[4:-1]]
+
+    def metadata(self) -> Dict[str, Any]:
+        return {"type": self.kind, "file": self.file}
+
+
 def _flatten(rows) -> Tuple[np.ndarray, np.ndarray]:
     """Lists of ids -> (all ids in one int64 array, the length of each list)."""
     rows = list(rows)
@@ -357,6 +421,9 @@ def tokenizer_from_metadata(data_dir: str, meta: Dict[str, Any]) -> TextTokenize
             tokenize_chinese_chars=bool(meta.get("tokenize_chinese_chars", True)),
             vocab_file=vocab,
         )
+    if kind == "tokenizers":
+        name = meta.get("file", "tokenizer.json")
+        return TokenizersTextTokenizer(os.path.join(data_dir, name), file=name)
     raise ElectraUsageError(f"{os.path.join(data_dir, METADATA_FILE)}: unknown tokenizer type {kind!r}")
 
 
