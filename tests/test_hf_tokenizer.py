@@ -425,3 +425,47 @@ def test_import_of_non_wordpiece_checkpoints(kind, tmp_path):
             assert torch.equal(ours[key][index], value)
         else:
             assert torch.equal(ours[key], value), key
+
+
+@pytest.mark.slow
+def test_continue_pretraining_an_hf_pair_on_text_in_its_own_tokenizer(tmp_path):
+    """HF generator + discriminator (Unigram tokenizer) -> electra-convert import ->
+    electra-prepare --tokenizer-from -> fairseq-train --task electra from the import."""
+    from transformers import ElectraConfig, ElectraForMaskedLM
+
+    from electra_plugin.convert.hf import from_hf
+    from test_hf_convert import assert_one_update_from, train
+
+    text = [" ".join(p.split()) for p in python_docs_paragraphs(200)] + KOREAN + JAPANESE
+    hf_tok, disc = hf_checkpoint(tmp_path / "disc", "unigram", text)
+    gen = ElectraForMaskedLM(ElectraConfig(
+        vocab_size=len(hf_tok), embedding_size=32, hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=2, intermediate_size=64, max_position_embeddings=128))
+    with torch.no_grad():
+        for name, p in gen.named_parameters():
+            p.normal_(0, 0.05)
+        gen.electra.embeddings.load_state_dict(disc.electra.embeddings.state_dict())
+    gen.eval().save_pretrained(tmp_path / "gen")
+    hf_tok.save_pretrained(tmp_path / "gen")
+    result = from_hf(tmp_path / "disc", tmp_path / "gen", out_dir=tmp_path / "imported")
+    assert result.task == "electra"
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(text[:150] + [""] + text[150:]) + "\n", encoding="utf-8")
+    proc = run([sys.executable, "-m", "electra_plugin.cli.prepare", "--train", corpus,
+                "--destdir", tmp_path / "data", "--tokenizer-from", tmp_path / "imported",
+                "--workers", "1"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "data" / "dict.txt").read_bytes() == \
+        (tmp_path / "imported" / "dict.txt").read_bytes()
+    # the corpus was encoded by the checkpoint's own tokenizer: its ids, not <unk>
+    d = Dictionary.load(str(tmp_path / "data" / "dict.txt"))
+    first = data_utils.load_indexed_dataset(str(tmp_path / "data" / "train"), d)[0]
+    want = [hf_tok.convert_tokens_to_ids(t) for t in hf_tok.tokenize(text[0])]
+    plugin = tokmod.load_tokenizer(str(tmp_path / "data"))
+    assert first.tolist() == [d.index(p) for p in plugin.pieces(text[0])] + [2]
+    assert [d[i] for i in first.tolist()[:-1]] == hf_tok.convert_ids_to_tokens(want)
+
+    proc = train(tmp_path / "data", tmp_path / "ck", result.model_cfg, "--restore-file",
+                 result.checkpoint, "--reset-optimizer", "--reset-dataloader", "--reset-meters")
+    assert_one_update_from(proc, tmp_path / "ck", result.checkpoint)

@@ -1,7 +1,9 @@
 """Convert ELECTRA checkpoints between this fairseq plugin and Hugging Face transformers.
 
-import: HF directories (config.json, model.safetensors or pytorch_model.bin, vocab.txt) ->
-        OUT/checkpoint.pt, OUT/dict.txt, OUT/vocab.txt, OUT/electra_tokenizer.json
+import: HF directories (config.json, model.safetensors or pytorch_model.bin, and vocab.txt or a
+        WordPiece, Unigram (sentencepiece) or BPE tokenizer.json) -> OUT/checkpoint.pt,
+        OUT/dict.txt, OUT/electra_tokenizer.json and OUT/vocab.txt or OUT/tokenizer.json
+        (renumbered to the dictionary's order)
   electra-convert import --discriminator electra-small-discriminator \\
       [--generator electra-small-generator] --out imported/
   With --generator the checkpoint is for continued pre-training (--task electra); without
@@ -71,7 +73,9 @@ def main(argv=None):
                          head_name=args.head_name, overwrite=args.overwrite)
         print(f"wrote {result.checkpoint} (task {result.task}) and {result.dictionary}")
         if result.task == "electra":
-            how = "continue pre-training (binarize text with --srcdict " + result.dictionary + ")"
+            print(f"to prepare text with this checkpoint's tokenizer: electra-prepare --train "
+                  f"TEXT --destdir DATA --tokenizer-from {args.out}")
+            how = "continue pre-training"
             flags = "--task electra --criterion electra"
         else:
             how = "fine-tune"

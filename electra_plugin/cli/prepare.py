@@ -16,6 +16,8 @@ Vocabulary, one of:
                                  piece has the same id in spm.model and dict.txt
   --spm-model FILE               reuse an existing sentencepiece model
   --wordpiece-vocab vocab.txt    a BERT WordPiece vocabulary (lower-cased unless --no-lowercase)
+  --tokenizer-from DIR           the tokenizer of a data directory or an imported checkpoint
+                                 (electra-convert import --out DIR): continued pre-training
 
 Examples:
   electra-prepare --train news.txt --destdir data-bin/news --sentencepiece-vocab-size 8000
@@ -250,6 +252,10 @@ def parse_args(argv):
                      help="train a sentencepiece unigram model with N pieces (specials included)")
     voc.add_argument("--spm-model", metavar="FILE", help="use this sentencepiece model")
     voc.add_argument("--wordpiece-vocab", metavar="VOCAB_TXT", help="use this BERT WordPiece vocab.txt")
+    voc.add_argument("--tokenizer-from", metavar="DIR",
+                     help="use the tokenizer (and so the dictionary) of a data directory, e.g. "
+                          "an imported HF checkpoint (electra-convert import --out DIR), so "
+                          "that the ids are the ones its weights know")
     p.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=None,
                    help="lower-case text (default: yes for --wordpiece-vocab, no for sentencepiece)")
     p.add_argument("--valid-fraction", type=float, default=0.01,
@@ -380,7 +386,12 @@ def main(argv=None):
     lowercase = resolve_lowercase(args)
 
     # Load a given tokenizer early, so a bad vocabulary fails before any real work.
-    if args.wordpiece_vocab:
+    if args.tokenizer_from:
+        if args.lowercase is not None:
+            raise ElectraUsageError("--lowercase comes from the tokenizer of --tokenizer-from; "
+                                    "leave it out")
+        tokmod.load_tokenizer(args.tokenizer_from).dict_lines()
+    elif args.wordpiece_vocab:
         tokmod.WordPieceTextTokenizer(args.wordpiece_vocab, lowercase=lowercase).dict_lines()
     elif args.spm_model:
         tokmod.SentencePieceTokenizer(args.spm_model, lowercase=lowercase).dict_lines()
@@ -439,9 +450,12 @@ def _prepare(args, destdir, work, lowercase):
         log(f"training a sentencepiece unigram model, {args.sentencepiece_vocab_size} pieces"
             f"{', lower-cased' if lowercase else ''}")
         source = train_sentencepiece(raw["train"], os.path.join(work, "spm"), args, lowercase)
-    else:
+    elif not args.tokenizer_from:
         source = os.path.abspath(args.spm_model or args.wordpiece_vocab)
-    if args.wordpiece_vocab:
+    if args.tokenizer_from:  # its files and description, as they are
+        tokmod.load_tokenizer(args.tokenizer_from).save_to(staged)
+        tokenizer = tokmod.load_tokenizer(staged)
+    elif args.wordpiece_vocab:
         install_file(source, os.path.join(staged, WORDPIECE_VOCAB_FILE))
         tokenizer = tokmod.WordPieceTextTokenizer(os.path.join(staged, WORDPIECE_VOCAB_FILE),
                                                   lowercase=lowercase)
