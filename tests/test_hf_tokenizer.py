@@ -469,3 +469,33 @@ def test_continue_pretraining_an_hf_pair_on_text_in_its_own_tokenizer(tmp_path):
     proc = train(tmp_path / "data", tmp_path / "ck", result.model_cfg, "--restore-file",
                  result.checkpoint, "--reset-optimizer", "--reset-dataloader", "--reset-meters")
     assert_one_update_from(proc, tmp_path / "ck", result.checkpoint)
+
+
+@pytest.mark.slow
+def test_finetune_an_imported_bpe_checkpoint(tmp_path):
+    """An HF discriminator with a BPE tokenizer fine-tunes through electra-glue preprocess
+    and fairseq-train, and the result exports with that tokenizer."""
+    from transformers import AutoTokenizer
+
+    from electra_plugin.convert.hf import from_hf, model_cli_args, to_hf
+    from test_glue import preprocess, write_rte
+
+    text = [" ".join(p.split()) for p in python_docs_paragraphs(200)]
+    hf_checkpoint(tmp_path / "hf", "bpe", text)
+    result = from_hf(tmp_path / "hf", out_dir=tmp_path / "imported")
+    rte = write_rte(tmp_path / "RTE", 16, 8)
+    assert preprocess("RTE", rte, tmp_path / "imported", tmp_path / "data").returncode == 0
+    proc = run([sys.executable, "-m", "fairseq_cli.train", tmp_path / "data", "--user-dir",
+                PLUGIN, "--task", "sentence_prediction", *model_cli_args(result.model_cfg),
+                "--cpu", "--criterion", "sentence_prediction", "--num-classes", "2",
+                "--init-token", "0", "--finetune-from-model", result.checkpoint,
+                "--optimizer", "adam", "--lr", "1e-4", "--batch-size", "8", "--max-update", "1",
+                "--save-dir", tmp_path / "ft", "--num-workers", "0", "--data-buffer-size", "0",
+                "--no-epoch-checkpoints"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    exported = to_hf(tmp_path / "ft" / "checkpoint_last.pt", tmp_path / "out")
+    assert exported.architecture == "ElectraForSequenceClassification" and exported.hf_tokenizer
+    auto = AutoTokenizer.from_pretrained(tmp_path / "out")
+    premise, hypothesis = (rte / "dev.tsv").read_text().splitlines()[1].split("\t")[1:3]
+    hub = hub_of(tmp_path / "ft", "checkpoint_last.pt", tmp_path / "data")
+    assert auto(premise, hypothesis)["input_ids"] == hub.encode(premise, hypothesis).tolist()
