@@ -69,8 +69,8 @@ def binarize_text(raw_path: str, out_prefix: str, tokenizer, n_symbols: int, thr
 
     Each line becomes its ids + ``</s>``; one ``</s>``-only item marks a document break
     (before the next line, never at the start or end); lines that give no ids at all are
-    dropped (and count as a break, as in the pieces text fairseq-preprocess read). ``n_symbols`` (dict.txt entries + 4 specials) picks the dtype,
-    as in fairseq-preprocess.
+    dropped (and count as a break, as in the pieces text fairseq-preprocess read).
+    ``n_symbols`` (dict.txt entries + 4 specials) picks the dtype, as in fairseq-preprocess.
     """
     from fairseq.data.indexed_dataset import best_fitting_int_dtype
     from tqdm import tqdm

@@ -16,7 +16,10 @@ the space-separated pieces that fairseq's ``Dictionary.encode_line`` (or fairseq
 turns into ids.  Pieces never contain whitespace, and anything the tokenizer cannot represent
 comes out as fairseq's ``<unk>``.  ``tok.fast()`` is the same tokenizer as a ``tokenizers``
 one whose ids are the dictionary's (:mod:`electra_plugin.data.fast_tokenizer`): what
-electra-prepare binarizes with and writes as ``tokenizer.json``.
+electra-prepare writes as ``tokenizer.json``. ``pieces`` stays on the original libraries
+(sentencepiece, the BERT WordPiece of ``tokenizers``) because they are the reference the
+tokenizer.json is tested against, and sentencepiece's float32 Viterbi is what the corpus
+was binarized with (``encode_ids``).
 """
 
 from __future__ import annotations
