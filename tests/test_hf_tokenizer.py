@@ -499,3 +499,21 @@ def test_finetune_an_imported_bpe_checkpoint(tmp_path):
     premise, hypothesis = (rte / "dev.tsv").read_text().splitlines()[1].split("\t")[1:3]
     hub = hub_of(tmp_path / "ft", "checkpoint_last.pt", tmp_path / "data")
     assert auto(premise, hypothesis)["input_ids"] == hub.encode(premise, hypothesis).tolist()
+
+
+def test_tokenizer_from_errors_are_one_line(spm_dir, corpus, tmp_path):
+    from electra_plugin.errors import ElectraUsageError
+
+    base = ["--train", str(corpus / "valid.txt"), "--destdir", str(tmp_path / "out")]
+    for extra, phrase in ((["--tokenizer-from", str(tmp_path)], "has no electra_tokenizer.json"),
+                          (["--tokenizer-from", str(spm_dir), "--lowercase"],
+                           "--lowercase comes from the tokenizer")):
+        with pytest.raises(ElectraUsageError) as e:
+            prepare.main(base + extra)
+        message = str(e.value)
+        assert "\n" not in message and phrase in message, message
+    assert not (tmp_path / "out").exists()
+    # and a directory prepared from another one has its dictionary and tokenizer
+    assert prepare.main(base + ["--tokenizer-from", str(spm_dir), "--workers", "1"]) == 0
+    for name in ("dict.txt", "spm.model", "tokenizer.json", "electra_tokenizer.json"):
+        assert (tmp_path / "out" / name).read_bytes() == (spm_dir / name).read_bytes(), name
