@@ -1,7 +1,9 @@
 """Convert ELECTRA checkpoints between this fairseq plugin and Hugging Face transformers.
 
-import: HF directories (config.json, model.safetensors or pytorch_model.bin, vocab.txt) ->
-        OUT/checkpoint.pt, OUT/dict.txt, OUT/vocab.txt, OUT/electra_tokenizer.json
+import: HF directories (config.json, model.safetensors or pytorch_model.bin, and vocab.txt or a
+        WordPiece, Unigram (sentencepiece) or BPE tokenizer.json) -> OUT/checkpoint.pt,
+        OUT/dict.txt, OUT/electra_tokenizer.json and OUT/vocab.txt or OUT/tokenizer.json
+        (renumbered to the dictionary's order)
   electra-convert import --discriminator electra-small-discriminator \\
       [--generator electra-small-generator] --out imported/
   With --generator the checkpoint is for continued pre-training (--task electra); without
@@ -10,7 +12,8 @@ import: HF directories (config.json, model.safetensors or pytorch_model.bin, voc
 
 export: a checkpoint -> OUT (discriminator: ElectraForPreTraining, ElectraModel or
         ElectraForSequenceClassification) and OUT/generator (ElectraForMaskedLM), each with
-        config.json, model.safetensors, vocab.txt and the transformers tokenizer files
+        config.json, model.safetensors and the transformers tokenizer files (vocab.txt for
+        WordPiece; tokenizer.json in the model's own ids for sentencepiece)
   electra-convert export checkpoints/checkpoint_best.pt --out hf/ \\
       [--data data-bin/news] [--vocab vocab.txt] [--head NAME] [--overwrite]
 
@@ -70,7 +73,9 @@ def main(argv=None):
                          head_name=args.head_name, overwrite=args.overwrite)
         print(f"wrote {result.checkpoint} (task {result.task}) and {result.dictionary}")
         if result.task == "electra":
-            how = "continue pre-training (binarize text with --srcdict " + result.dictionary + ")"
+            print(f"to prepare text with this checkpoint's tokenizer: electra-prepare --train "
+                  f"TEXT --destdir DATA --tokenizer-from {args.out}")
+            how = "continue pre-training"
             flags = "--task electra --criterion electra"
         else:
             how = "fine-tune"
@@ -84,9 +89,9 @@ def main(argv=None):
         print(f"wrote {result.discriminator_dir} ({result.architecture})")
         if result.generator_dir:
             print(f"wrote {result.generator_dir} (ElectraForMaskedLM)")
-        if not result.wordpiece_vocab:
-            print("note: no WordPiece vocab.txt for this dictionary; ids are fairseq "
-                  "dictionary ids (see VOCABULARY.md)")
+        if not result.hf_tokenizer:
+            print("note: no tokenizer description next to this dictionary, so no tokenizer "
+                  "files; ids are fairseq dictionary ids (see VOCABULARY.md)")
 
 
 def cli():

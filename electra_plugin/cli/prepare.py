@@ -3,7 +3,12 @@
 Input: plain text, one sentence or paragraph per line, an empty line between documents.
 Output (--destdir): dict.txt, train.bin/.idx, valid.bin/.idx, the tokenizer (spm.model or
 vocab.txt) and electra_tokenizer.json, which ``electra_plugin.data.tokenizer.load_tokenizer``
-reads to encode further text (fine-tuning data) the same way.
+reads to encode further text (fine-tuning data) the same way, and tokenizer.json: the same
+tokenizer for the ``tokenizers`` library (and transformers), whose ids are dict.txt's.
+
+The text is encoded in batches by ``tokenizers`` straight into dictionary ids and written
+as .bin/.idx (fairseq's mmap format), with a progress bar; the files are the ones
+fairseq-preprocess would write from the pieces of the same tokenizer.
 
 Vocabulary, one of:
   --sentencepiece-vocab-size N   train a sentencepiece unigram model on the training split;
@@ -11,6 +16,8 @@ Vocabulary, one of:
                                  piece has the same id in spm.model and dict.txt
   --spm-model FILE               reuse an existing sentencepiece model
   --wordpiece-vocab vocab.txt    a BERT WordPiece vocabulary (lower-cased unless --no-lowercase)
+  --tokenizer-from DIR           the tokenizer of a data directory or an imported checkpoint
+                                 (electra-convert import --out DIR): continued pre-training
 
 Examples:
   electra-prepare --train news.txt --destdir data-bin/news --sentencepiece-vocab-size 8000
@@ -30,14 +37,15 @@ import tempfile
 import time
 
 from electra_plugin.data import tokenizer as tokmod
-from electra_plugin.data.binarize import STAGING_PREFIX, fairseq_preprocess
+from electra_plugin.data.binarize import STAGING_PREFIX, binarize_text
 from electra_plugin.errors import ElectraUsageError, command_line
 
 SPM_MODEL_FILE = "spm.model"
 WORDPIECE_VOCAB_FILE = "vocab.txt"
 # Files this script writes into --destdir; any of them already there needs --force.
+TOKENIZER_JSON = "tokenizer.json"
 OUTPUT_FILES = ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx", SPM_MODEL_FILE,
-                WORDPIECE_VOCAB_FILE, tokmod.METADATA_FILE, "preprocess.log")
+                WORDPIECE_VOCAB_FILE, tokmod.METADATA_FILE, TOKENIZER_JSON, "preprocess.log")
 
 # With fewer documents than this, the validation split is made of single lines.
 MIN_DOCUMENTS_TO_SPLIT = 10
@@ -163,64 +171,6 @@ def copy_docs(paths, out):
     return write_splits(paths, set(), False, out, None)["train"]
 
 
-# --------------------------------------------------------------------------- encoding
-_WORKER_TOKENIZER = None
-
-
-def _make_tokenizer(spec):
-    kind, path, opts = spec
-    if kind == "sentencepiece":
-        return tokmod.SentencePieceTokenizer(path, lowercase=opts["lowercase"])
-    return tokmod.WordPieceTextTokenizer(path, lowercase=opts["lowercase"])
-
-
-def _init_worker(spec):
-    global _WORKER_TOKENIZER
-    _WORKER_TOKENIZER = _make_tokenizer(spec)
-
-
-def _encode_chunk(lines):
-    tok = _WORKER_TOKENIZER
-    return [tok.encode_line(line) if line else "" for line in lines]
-
-
-def _chunks(path, size=2000):
-    buf = []
-    for line in iter_lines(path):
-        buf.append(line)
-        if len(buf) >= size:
-            yield buf
-            buf = []
-    if buf:
-        yield buf
-
-
-def encode_file(raw_path, out_path, pool):
-    """Encode a raw split into pieces, one line per non-empty line, keeping one empty line
-    between documents; lines that give no pieces at all are dropped."""
-    n_lines = n_pieces = n_unk = n_breaks = 0
-    pending_break = False
-    wrote_any = False
-    results = pool.imap(_encode_chunk, _chunks(raw_path)) if pool else map(_encode_chunk, _chunks(raw_path))
-    with open(out_path, "w", encoding="utf-8", newline="\n") as out:
-        for encoded in results:
-            for line in encoded:
-                if not line:
-                    pending_break = wrote_any
-                    continue
-                if pending_break:
-                    out.write("\n")
-                    n_breaks += 1
-                    pending_break = False
-                out.write(line + "\n")
-                wrote_any = True
-                pieces = line.split(" ")
-                n_lines += 1
-                n_pieces += len(pieces)
-                n_unk += pieces.count(tokmod.UNK_PIECE)
-    return {"lines": n_lines, "pieces": n_pieces, "unk": n_unk, "breaks": n_breaks}
-
-
 # --------------------------------------------------------------------------- tokenizers
 def train_sentencepiece(train_txt, prefix, args, lowercase):
     import sentencepiece as spm
@@ -302,6 +252,10 @@ def parse_args(argv):
                      help="train a sentencepiece unigram model with N pieces (specials included)")
     voc.add_argument("--spm-model", metavar="FILE", help="use this sentencepiece model")
     voc.add_argument("--wordpiece-vocab", metavar="VOCAB_TXT", help="use this BERT WordPiece vocab.txt")
+    voc.add_argument("--tokenizer-from", metavar="DIR",
+                     help="use the tokenizer (and so the dictionary) of a data directory, e.g. "
+                          "an imported HF checkpoint (electra-convert import --out DIR), so "
+                          "that the ids are the ones its weights know")
     p.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=None,
                    help="lower-case text (default: yes for --wordpiece-vocab, no for sentencepiece)")
     p.add_argument("--valid-fraction", type=float, default=0.01,
@@ -310,7 +264,7 @@ def parse_args(argv):
                    help="hold out at least this many lines (default 10)")
     p.add_argument("--seed", type=int, default=1, help="seed of the split and of sentencepiece")
     p.add_argument("--workers", type=int, default=default_workers(),
-                   help="processes for encoding and fairseq-preprocess (default: CPUs available)")
+                   help="threads for sentencepiece training and encoding (default: CPUs available)")
     p.add_argument("--input-sentence-size", type=int, default=1_000_000,
                    help="sentencepiece trains on at most this many randomly sampled lines")
     p.add_argument("--character-coverage", type=float, default=1.0,
@@ -320,7 +274,7 @@ def parse_args(argv):
     p.add_argument("--force", action="store_true",
                    help="overwrite the output files of an earlier run in --destdir")
     p.add_argument("--keep-text", action="store_true",
-                   help="keep the encoded text (train.pieces.txt, valid.pieces.txt) in --destdir")
+                   help="also write the encoded text (train.pieces.txt, valid.pieces.txt) to --destdir")
     args = p.parse_args(argv)
     if args.sentencepiece_vocab_size is not None and args.sentencepiece_vocab_size < 5:
         p.error("--sentencepiece-vocab-size must be at least 5")
@@ -386,6 +340,18 @@ def resolve_lowercase(args):
     return False
 
 
+def write_pieces_text(destdir):
+    """The pieces of the binarized splits as text (train.pieces.txt, valid.pieces.txt)."""
+    from fairseq.data import Dictionary, data_utils
+
+    d = Dictionary.load(os.path.join(destdir, "dict.txt"))
+    for split in ("train", "valid"):
+        items = data_utils.load_indexed_dataset(os.path.join(destdir, split), d)
+        with open(os.path.join(destdir, f"{split}.pieces.txt"), "w", encoding="utf-8") as out:
+            for item in items:
+                out.write(d.string(item[:-1]) + "\n")
+
+
 def verify_output(destdir, dict_lines, stats):
     """Read the result back with fairseq, as the electra task will."""
     import logging
@@ -420,7 +386,12 @@ def main(argv=None):
     lowercase = resolve_lowercase(args)
 
     # Load a given tokenizer early, so a bad vocabulary fails before any real work.
-    if args.wordpiece_vocab:
+    if args.tokenizer_from:
+        if args.lowercase is not None:
+            raise ElectraUsageError("--lowercase comes from the tokenizer of --tokenizer-from; "
+                                    "leave it out")
+        tokmod.load_tokenizer(args.tokenizer_from).dict_lines()
+    elif args.wordpiece_vocab:
         tokmod.WordPieceTextTokenizer(args.wordpiece_vocab, lowercase=lowercase).dict_lines()
     elif args.spm_model:
         tokmod.SentencePieceTokenizer(args.spm_model, lowercase=lowercase).dict_lines()
@@ -446,6 +417,8 @@ def main(argv=None):
 
 
 def _prepare(args, destdir, work, lowercase):
+    # tokenizers' thread pool, made on first use: as many threads as --workers
+    os.environ.setdefault("RAYON_NUM_THREADS", str(args.workers))
     raw = {s: os.path.join(work, f"{s}.txt") for s in ("train", "valid")}
     staged = os.path.join(work, "out")
     os.makedirs(staged)
@@ -472,65 +445,46 @@ def _prepare(args, destdir, work, lowercase):
             log(f"train {st['train'][0]} documents, {st['train'][1]} lines; valid (held out, seed "
                 f"{args.seed}) {st['valid'][0]} documents, {st['valid'][1]} lines")
 
-    # 2. the tokenizer
+    # 2. the tokenizer, in --destdir
     if args.sentencepiece_vocab_size is not None:
         log(f"training a sentencepiece unigram model, {args.sentencepiece_vocab_size} pieces"
             f"{', lower-cased' if lowercase else ''}")
-        model = train_sentencepiece(raw["train"], os.path.join(work, "spm"), args, lowercase)
-        spec = ("sentencepiece", model, {"lowercase": lowercase})
-    elif args.spm_model:
-        spec = ("sentencepiece", os.path.abspath(args.spm_model), {"lowercase": lowercase})
+        source = train_sentencepiece(raw["train"], os.path.join(work, "spm"), args, lowercase)
+    elif not args.tokenizer_from:
+        source = os.path.abspath(args.spm_model or args.wordpiece_vocab)
+    if args.tokenizer_from:  # its files and description, as they are
+        tokmod.load_tokenizer(args.tokenizer_from).save_to(staged)
+        tokenizer = tokmod.load_tokenizer(staged)
+    elif args.wordpiece_vocab:
+        install_file(source, os.path.join(staged, WORDPIECE_VOCAB_FILE))
+        tokenizer = tokmod.WordPieceTextTokenizer(os.path.join(staged, WORDPIECE_VOCAB_FILE),
+                                                  lowercase=lowercase)
     else:
-        spec = ("wordpiece", os.path.abspath(args.wordpiece_vocab), {"lowercase": lowercase})
-    tokenizer = _make_tokenizer(spec)
+        install_file(source, os.path.join(staged, SPM_MODEL_FILE))
+        tokenizer = tokmod.SentencePieceTokenizer(os.path.join(staged, SPM_MODEL_FILE),
+                                                  lowercase=lowercase)
     dict_lines = tokenizer.dict_lines()
-    with open(os.path.join(work, "dict.txt"), "w", encoding="utf-8", newline="\n") as f:
+    with open(os.path.join(staged, "dict.txt"), "w", encoding="utf-8", newline="\n") as f:
         f.writelines(line + "\n" for line in dict_lines)
-    log(f"{spec[0]} tokenizer: {len(dict_lines)} dict.txt entries "
+    log(f"{tokenizer.kind} tokenizer: {len(dict_lines)} dict.txt entries "
         f"({len(dict_lines) + 5} symbols with fairseq's 4 specials and <mask>)")
 
-    # 3. encode
+    # 3. encode and binarize
     stats = {}
-    pool = None
-    if args.workers > 1:
-        import multiprocessing
+    for split in ("train", "valid"):
+        s = binarize_text(raw[split], os.path.join(staged, split), tokenizer,
+                          len(dict_lines) + 4, args.workers, log=log)
+        stats[split] = s
+        rate = 100.0 * s["unk"] / max(1, s["pieces"])
+        log(f"encoded {split}: {s['lines']} lines, {s['pieces']} pieces, {s['unk']} <unk> ({rate:.3f}%)")
+        if s["lines"] == 0:
+            raise ElectraUsageError(f"the {split} text gives no tokens at all after tokenization")
 
-        pool = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None).Pool(
-            args.workers, initializer=_init_worker, initargs=(spec,))
-    else:
-        _init_worker(spec)
-    try:
-        for split in ("train", "valid"):
-            s = encode_file(raw[split], os.path.join(work, f"{split}.pieces"), pool)
-            stats[split] = s
-            rate = 100.0 * s["unk"] / max(1, s["pieces"])
-            log(f"encoded {split}: {s['lines']} lines, {s['pieces']} pieces, {s['unk']} <unk> ({rate:.3f}%)")
-            if s["lines"] == 0:
-                raise ElectraUsageError(f"the {split} text gives no tokens at all after tokenization")
-    finally:
-        if pool:
-            pool.close()
-            pool.join()
-
-    # 4. binarize
-    fairseq_preprocess(staged, os.path.join(work, "dict.txt"),
-                       {"trainpref": os.path.join(work, "train.pieces"),
-                        "validpref": os.path.join(work, "valid.pieces")}, args.workers, log)
-    # fairseq-preprocess re-saves dict.txt, dropping '#fairseq:overwrite' flags;
-    # put ours back so that a vocabulary with repeated entries still loads.
-    shutil.copyfile(os.path.join(work, "dict.txt"), os.path.join(staged, "dict.txt"))
-
-    # 5. tokenizer files and metadata
-    if spec[0] == "sentencepiece":
-        install_file(spec[1], os.path.join(staged, SPM_MODEL_FILE))
-        final = tokmod.SentencePieceTokenizer(os.path.join(staged, SPM_MODEL_FILE), lowercase=lowercase)
-    else:
-        install_file(spec[1], os.path.join(staged, WORDPIECE_VOCAB_FILE))
-        final = tokmod.WordPieceTextTokenizer(os.path.join(staged, WORDPIECE_VOCAB_FILE), lowercase=lowercase)
-    final.save_metadata(staged)
+    # 4. how to encode more text the same way
+    tokenizer.save_metadata(staged)
+    tokenizer.fast().save(os.path.join(staged, TOKENIZER_JSON))
     if args.keep_text:
-        for split in ("train", "valid"):
-            shutil.move(os.path.join(work, f"{split}.pieces"), os.path.join(staged, f"{split}.pieces.txt"))
+        write_pieces_text(staged)
 
     n_symbols = verify_output(staged, dict_lines, stats)
     sizes = {f: os.path.getsize(os.path.join(staged, f)) for f in ("train.bin", "valid.bin")}

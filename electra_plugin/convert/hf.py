@@ -21,11 +21,12 @@ Decisions:
 * Export needs the dictionary the model was trained with (``--data``, default: the
   checkpoint's ``task.data``). When the dictionary came from a WordPiece vocab.txt (found
   through ``electra_tokenizer.json``, as ``vocab.txt`` next to ``dict.txt``, or given
-  explicitly) the HF rows follow that vocab.txt and the export is a complete HF model with
-  tokenizer files. Otherwise (a sentencepiece or other dictionary) the rows stay in fairseq
-  order, ``dict.txt`` (and ``spm.model`` when the data directory has one) is copied, a note
-  explains that token ids are fairseq dictionary ids, and no vocab.txt is written: a BERT
-  tokenizer over those pieces would give wrong ids.
+  explicitly) the HF rows follow that vocab.txt and the tokenizer is transformers'
+  ``BertTokenizerFast``. A sentencepiece dictionary keeps fairseq's row order and gets a
+  ``tokenizer.json`` in those ids (:mod:`electra_plugin.data.fast_tokenizer`) with
+  ``<s> </s> <pad> <unk> <mask>`` as transformers' special tokens, next to ``dict.txt``
+  and ``spm.model``. Only a dictionary with no tokenizer description exports without
+  tokenizer files (a note, VOCABULARY.md, says how ids are numbered).
 * A model without token types (``type_vocab_size=0``) is exported with one all-zero token
   type row, which HF adds to every token: the same numbers.
 """
@@ -45,7 +46,9 @@ from tokenizers.models import WordPiece
 from tokenizers.normalizers import BertNormalizer
 
 from ..checkpoint import load_checkpoint, write_checkpoint
-from ..data.tokenizer import METADATA_FILE, WordPieceTextTokenizer
+from ..data import fast_tokenizer
+from ..data.tokenizer import (METADATA_FILE, TokenizersTextTokenizer, WordPieceTextTokenizer,
+                              tokenizer_from_metadata)
 from ..data.wordpiece import BERT_SPECIAL_TOKENS, load_vocab, vocab_to_fairseq_indices
 from ..data.wordpiece import write_fairseq_dict
 from ..errors import ElectraUsageError, first_line
@@ -59,7 +62,9 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["from_hf", "to_hf", "model_cli_args"]
 
-DEFAULT_HEAD = "sentence_classification_head"  # fairseq's --classification-head-name default
+DEFAULT_HEAD = "sentence_classification_head"
+# transformers' names of the roles of ids 0-3 and of <mask> (the last id)
+_SPECIAL_ROLES = ("bos_token", "pad_token", "eos_token", "unk_token", "mask_token")  # fairseq's --classification-head-name default
 # Non-persistent buffers that transformers 4.x wrote into some checkpoints: not parameters.
 _HF_BUFFERS = ("electra.embeddings.position_ids", "electra.embeddings.token_type_ids")
 _TIED_LM_WEIGHT = ("generator_lm_head.weight", "electra.embeddings.word_embeddings.weight")
@@ -312,6 +317,32 @@ def _tokenizer_json_vocab(model_dir: str) -> List[str]:
     return tokens
 
 
+def _renumbered_tokenizer(model_dir: str):
+    """(tokenizer.json renumbered to fairseq's order, HF id -> fairseq row) of a checkpoint
+    whose tokenizer is not WordPiece (sentencepiece/Unigram, BPE, ...), or None."""
+    tokenizer = _fast_tokenizer(model_dir)
+    if tokenizer is None or isinstance(tokenizer.model, WordPiece) or \
+            os.path.isfile(os.path.join(model_dir, "vocab.txt")):
+        return None
+    try:
+        hf = _transformers().AutoTokenizer.from_pretrained(model_dir)
+    except (OSError, ValueError) as e:
+        raise ElectraUsageError(f"cannot load the tokenizer of {model_dir}: {first_line(e)}")
+    roles = [hf.cls_token_id if hf.cls_token_id is not None else hf.bos_token_id,
+             hf.pad_token_id,
+             hf.sep_token_id if hf.sep_token_id is not None else hf.eos_token_id,
+             hf.unk_token_id, hf.mask_token_id]
+    if any(r is None for r in roles):
+        raise ElectraUsageError(f"{model_dir}: the tokenizer needs cls (or bos), pad, sep (or "
+                                f"eos), unk and mask tokens to map onto fairseq's <s> <pad> "
+                                f"</s> <unk> <mask>")
+    try:
+        renumbered, new_of = fast_tokenizer.renumbered(tokenizer, roles)
+    except ElectraUsageError as e:
+        raise ElectraUsageError(f"{model_dir}: {e}") from None
+    return renumbered, torch.tensor(new_of)
+
+
 def _check_dictionary(dictionary, tokens: Sequence[str], index: torch.Tensor, where: str):
     """The fairseq dictionary must hold vocab.txt's rows at ``index`` (specials by role)."""
     role = {"[CLS]": dictionary.bos_word, "[PAD]": dictionary.pad_word,
@@ -402,7 +433,12 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
         raise ElectraUsageError(
             f"{discriminator_dir} is a generator (ElectraForMaskedLM); give the discriminator "
             f"(ElectraForPreTraining) first and the generator as the generator")
-    tokens, index = _read_vocab(discriminator_dir)
+    other = _renumbered_tokenizer(discriminator_dir)  # None: WordPiece
+    if other is None:
+        tokens, index = _read_vocab(discriminator_dir)
+    else:
+        index = other[1]
+        tokens = [other[0].id_to_token(i) for i in range(len(index))]
     vocab_size = len(tokens)
     if disc.config["vocab_size"] != vocab_size:
         raise ElectraUsageError(f"{discriminator_dir}: config.json has vocab_size "
@@ -438,26 +474,33 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
                               for k in gen_state if k.startswith("generator.embeddings.")})
         state.update(gen_state)
 
-    managed = ("checkpoint.pt", "dict.txt", "vocab.txt", METADATA_FILE)
+    managed = ("checkpoint.pt", "dict.txt", "vocab.txt", "tokenizer.json", METADATA_FILE)
     _prepare_out_dir(out_dir, overwrite, managed)
     dict_path = os.path.join(out_dir, "dict.txt")
     vocab_path = os.path.join(out_dir, "vocab.txt")
-    if os.path.isfile(os.path.join(discriminator_dir, "vocab.txt")):
+    if other is not None:  # the renumbered tokenizer.json describes the dictionary
+        other[0].save(os.path.join(out_dir, "tokenizer.json"))
+        described = TokenizersTextTokenizer(os.path.join(out_dir, "tokenizer.json"))
+        with open(dict_path, "w", encoding="utf-8", newline="\n") as f:
+            f.writelines(line + "\n" for line in described.dict_lines())
+        described.save_metadata(out_dir)
+    elif os.path.isfile(os.path.join(discriminator_dir, "vocab.txt")):
         shutil.copyfile(os.path.join(discriminator_dir, "vocab.txt"), vocab_path)
     else:
         with open(vocab_path, "w", encoding="utf-8", newline="\n") as f:
             f.write("".join(token + "\n" for token in tokens))
-    write_fairseq_dict(vocab_path, dict_path)
-    from fairseq.data import Dictionary
+    if other is None:
+        write_fairseq_dict(vocab_path, dict_path)
+        from fairseq.data import Dictionary
 
-    dictionary = Dictionary.load(dict_path)
-    dictionary.add_symbol("<mask>")
-    _check_dictionary(dictionary, tokens, index, dict_path)
-    tok_cfg = _tokenizer_settings(discriminator_dir)
-    WordPieceTextTokenizer(vocab_path, lowercase=tok_cfg["do_lower_case"],
-                           strip_accents=tok_cfg["strip_accents"],
-                           tokenize_chinese_chars=tok_cfg["tokenize_chinese_chars"],
-                           vocab_file="vocab.txt").save_metadata(out_dir)
+        dictionary = Dictionary.load(dict_path)
+        dictionary.add_symbol("<mask>")
+        _check_dictionary(dictionary, tokens, index, dict_path)
+        tok_cfg = _tokenizer_settings(discriminator_dir)
+        WordPieceTextTokenizer(vocab_path, lowercase=tok_cfg["do_lower_case"],
+                               strip_accents=tok_cfg["strip_accents"],
+                               tokenize_chinese_chars=tok_cfg["tokenize_chinese_chars"],
+                               vocab_file="vocab.txt").save_metadata(out_dir)
 
     pretraining = generator_dir is not None
     task_cfg = {"_name": "electra" if pretraining else "masked_lm",
@@ -480,7 +523,10 @@ def _import_generator(generator_dir, disc: _HFModel, fields: dict, tokens, index
                                 f"(ElectraForMaskedLM)")
     if any(os.path.isfile(os.path.join(generator_dir, name))
            for name in ("vocab.txt", "tokenizer.json")):
-        if _read_vocab(generator_dir)[0] != list(tokens):
+        other = _renumbered_tokenizer(generator_dir)
+        theirs = _read_vocab(generator_dir)[0] if other is None else \
+            [other[0].id_to_token(i) for i in range(len(other[1]))]
+        if theirs != list(tokens):
             raise ElectraUsageError(f"{generator_dir}: the generator's vocabulary differs from "
                                     f"the discriminator's")
     if gen.config["vocab_size"] != len(tokens):
@@ -544,6 +590,7 @@ class ExportResult:
     architecture: str
     generator_dir: Optional[str]
     wordpiece_vocab: bool  # False: rows in fairseq dictionary order, no vocab.txt
+    hf_tokenizer: bool  # False: no tokenizer files (see VOCABULARY.md)
 
 
 def _find_dictionary(cfg, data: Optional[str]):
@@ -568,6 +615,17 @@ def _find_dictionary(cfg, data: Optional[str]):
             return dictionary, candidate
     raise ElectraUsageError(f"{data}/dict.txt does not exist; pass the directory with the "
                             f"dict.txt the checkpoint was trained with (--data)")
+
+
+def _tokenizer_dir(dict_dir: str) -> str:
+    """Where the tokenizer description of a dictionary is: next to it, or for fine-tuning
+    data (input0/dict.txt) one level up, where electra-glue and electra-squad put it."""
+    parent = os.path.dirname(os.path.normpath(dict_dir))
+    if not os.path.isfile(os.path.join(dict_dir, METADATA_FILE)) and \
+            os.path.basename(os.path.normpath(dict_dir)) == "input0" and \
+            os.path.isfile(os.path.join(parent, METADATA_FILE)):
+        return parent
+    return dict_dir
 
 
 def _find_vocab(dict_dir: str, vocab: Optional[str]):
@@ -598,7 +656,7 @@ def _find_vocab(dict_dir: str, vocab: Optional[str]):
 
 
 def _write_model_dir(model_dir, hf_state, config, vocab_path, tokenizer_settings,
-                     dict_dir, meta):
+                     dict_dir, spm_path=None, fast=None):
     from safetensors.torch import save_file
 
     os.makedirs(model_dir, exist_ok=True)
@@ -615,19 +673,27 @@ def _write_model_dir(model_dir, hf_state, config, vocab_path, tokenizer_settings
         shutil.copyfile(vocab_path, os.path.join(model_dir, "vocab.txt"))
         return
     shutil.copyfile(os.path.join(dict_dir, "dict.txt"), os.path.join(model_dir, "dict.txt"))
-    spm = os.path.join(dict_dir, meta.get("model", "spm.model"))
-    if meta.get("type") == "sentencepiece" and os.path.isfile(spm):
-        shutil.copyfile(spm, os.path.join(model_dir, "spm.model"))
+    if spm_path is not None and os.path.isfile(spm_path):
+        shutil.copyfile(spm_path, os.path.join(model_dir, "spm.model"))
+    if fast is not None:
+        # tokenizer.json in fairseq ids (the rows' order): AutoTokenizer needs no mapping
+        size = fast.get_vocab_size(with_added_tokens=True)
+        names = [fast.id_to_token(i) for i in (0, 1, 2, 3, size - 1)]
+        _transformers().PreTrainedTokenizerFast(
+            tokenizer_object=fast, model_max_length=config.max_position_embeddings,
+            **dict(zip(_SPECIAL_ROLES, names)), cls_token=names[0], sep_token=names[2],
+            model_input_names=["input_ids", "token_type_ids", "attention_mask"],  # as BERT's
+        ).save_pretrained(model_dir)
+        return
     with open(os.path.join(model_dir, "VOCABULARY.md"), "w", encoding="utf-8") as f:
         f.write(
             "# Vocabulary of this model\n\n"
-            "Exported from a fairseq ELECTRA checkpoint whose dictionary did not come from a\n"
-            "WordPiece vocab.txt, so no Hugging Face tokenizer is included. Embedding rows\n"
-            "follow the fairseq dictionary: id 0 <s>, 1 <pad>, 2 </s>, 3 <unk>, then the\n"
-            "entries of dict.txt in order, then <mask> (the last id). Encode text with the\n"
-            "tokenizer the data was prepared with (spm.model when present: its piece ids\n"
-            "equal these ids if it was trained by electra-prepare), or look pieces\n"
-            "up in dict.txt, and start each sequence with <s> (0).\n")
+            "Exported from a fairseq ELECTRA checkpoint whose data directory has no tokenizer\n"
+            "description (electra_tokenizer.json), so no Hugging Face tokenizer is included.\n"
+            "Embedding rows follow the fairseq dictionary: id 0 <s>, 1 <pad>, 2 </s>, 3 <unk>,\n"
+            "then the entries of dict.txt in order, then <mask> (the last id). Encode text with\n"
+            "the tokenizer the data was prepared with, or look pieces up in dict.txt, and start\n"
+            "each sequence with <s> (0).\n")
 
 
 def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] = None,
@@ -690,17 +756,26 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
                                 f"head, electra-extract)")
 
     dictionary, dict_dir = _find_dictionary(state["cfg"], data)
-    vocab_path, tokenizer_settings, meta = _find_vocab(dict_dir, vocab)
+    tok_dir = _tokenizer_dir(dict_dir)
+    vocab_path, tokenizer_settings, meta = _find_vocab(tok_dir, vocab)
     index = None
     if vocab_path is not None:
         tokens = load_vocab(vocab_path)
         index = torch.tensor(vocab_to_fairseq_indices(tokens))
         _check_dictionary(dictionary, tokens, index, os.path.join(dict_dir, "dict.txt"))
         pad_token_id = tokens.index("[PAD]")
-    else:
-        logger.warning(f"{dict_dir}/dict.txt did not come from a WordPiece vocab.txt: rows stay "
-                       f"in fairseq order and no HF tokenizer is written (see VOCABULARY.md)")
+    else:  # rows stay in fairseq order; a sentencepiece tokenizer.json uses the same ids
         pad_token_id = dictionary.pad()
+    fast = spm_path = None
+    if vocab_path is None and meta.get("type") in ("sentencepiece", "tokenizers"):
+        # pairs as the model reads them: type 1 after the first </s> with segment types
+        pair_type = int(bool(cfg.get("segment_token_types")) and cfg.type_vocab_size > 1)
+        fast = tokenizer_from_metadata(tok_dir, meta).fast(pair_type)
+        if meta["type"] == "sentencepiece":
+            spm_path = os.path.join(tok_dir, meta.get("model", "spm.model"))
+    elif vocab_path is None:
+        logger.warning(f"{dict_dir} has no tokenizer description ({METADATA_FILE}): rows stay "
+                       f"in fairseq order and no HF tokenizer is written (see VOCABULARY.md)")
     rows = weights["discriminator.embeddings.word_embeddings.weight"].size(0)
     if rows != len(dictionary):
         raise ElectraUsageError(f"{checkpoint} has {rows} embedding rows but {dict_dir}/dict.txt "
@@ -755,7 +830,7 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
     _write_model_dir(out_dir, hf_state,
                      _hf_config(fields, architecture, len(dictionary), pad_token_id, dtype,
                                 labels),
-                     vocab_path, tokenizer_settings, dict_dir, meta)
+                     vocab_path, tokenizer_settings, dict_dir, spm_path, fast)
 
     if gen_dir is not None:
         gen_fields = _generator_fields(fields, cfg.generator_size, cfg.generator_layers)
@@ -768,10 +843,11 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
         _write_model_dir(gen_dir, gen_hf,
                          _hf_config(gen_fields, "ElectraForMaskedLM", len(dictionary),
                                     pad_token_id, dtype),
-                         vocab_path, tokenizer_settings, dict_dir, meta)
+                         vocab_path, tokenizer_settings, dict_dir, spm_path, fast)
     logger.info(f"exported {checkpoint} -> {out_dir} ({architecture})"
                 f"{' + generator/ (ElectraForMaskedLM)' if gen_dir else ''}")
-    return ExportResult(out_dir, architecture, gen_dir, vocab_path is not None)
+    return ExportResult(out_dir, architecture, gen_dir, vocab_path is not None,
+                        vocab_path is not None or fast is not None)
 
 
 def _label_names(dict_dir: str, num_classes: int) -> List[str]:

@@ -2,8 +2,8 @@
 
 A data directory made by ``electra-prepare`` holds, next to ``dict.txt`` and the
 binarized splits, the tokenizer it was encoded with and a small metadata file,
-``electra_tokenizer.json`` (deliberately not ``tokenizer.json``, which Hugging Face tools would
-try to parse as their own format)::
+``electra_tokenizer.json`` (the plugin's own description; ``tokenizer.json`` beside it is the
+same tokenizer in Hugging Face's format)::
 
     {"format": "electra_plugin.tokenizer", "version": 1,
      "type": "sentencepiece", "model": "spm.model", "lowercase": false}
@@ -14,21 +14,30 @@ try to parse as their own format)::
 ``load_tokenizer(data_dir)`` rebuilds the same tokenizer, and ``tok.encode_line(text)`` gives
 the space-separated pieces that fairseq's ``Dictionary.encode_line`` (or fairseq-preprocess)
 turns into ids.  Pieces never contain whitespace, and anything the tokenizer cannot represent
-comes out as fairseq's ``<unk>``.
+comes out as fairseq's ``<unk>``.  ``tok.fast()`` is the same tokenizer as a ``tokenizers``
+one whose ids are the dictionary's (:mod:`electra_plugin.data.fast_tokenizer`): what
+electra-prepare writes as ``tokenizer.json``. ``pieces`` stays on the original libraries
+(sentencepiece, the BERT WordPiece of ``tokenizers``) because they are the reference the
+tokenizer.json is tested against, and sentencepiece's float32 Viterbi is what the corpus
+was binarized with (``encode_ids``).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
 import shutil
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 from tokenizers.decoders import WordPiece as WordPieceDecoder
 
+from electra_plugin.data import fast_tokenizer
 from electra_plugin.data.wordpiece import (BERT_TO_FAIRSEQ_SPECIAL, bert_wordpiece,
-                                           fairseq_dict_lines, load_vocab)
+                                           dict_tokens, fairseq_dict_lines, load_vocab)
 from electra_plugin.errors import ElectraUsageError, first_line
 
 __all__ = [
@@ -38,6 +47,7 @@ __all__ = [
     "TextTokenizer",
     "SentencePieceTokenizer",
     "WordPieceTextTokenizer",
+    "TokenizersTextTokenizer",
     "load_tokenizer",
     "normalize_whitespace",
     "sentencepiece_dict_lines",
@@ -75,6 +85,15 @@ class TextTokenizer:
     def __init__(self, lowercase: bool):
         self.lowercase = bool(lowercase)
 
+    def encode_ids(self, lines: Sequence[str], threads: int = 1) -> Tuple[np.ndarray, np.ndarray]:
+        """Dictionary ids of ``lines``, no ``<s>``/``</s>``: (every line's ids one after the
+        other, int64; the number of ids of each line).
+
+        Exactly the ids of ``pieces`` looked up in dict.txt, computed in batches by the
+        tokenizer's own library (corpus-scale binarizing).
+        """
+        raise NotImplementedError
+
     def pieces(self, text: str) -> List[str]:
         raise NotImplementedError
 
@@ -90,6 +109,11 @@ class TextTokenizer:
         raise NotImplementedError
 
     def metadata(self) -> Dict[str, Any]:
+        raise NotImplementedError
+
+    def fast(self, pair_type: int = 0):
+        """This tokenizer as a ``tokenizers.Tokenizer`` in fairseq dictionary ids, with the
+        ``<s> A </s> [B </s>]`` template (B's token type ``pair_type``)."""
         raise NotImplementedError
 
     def detokenize(self, pieces: List[str]) -> str:
@@ -141,6 +165,7 @@ class SentencePieceTokenizer(TextTokenizer):
         self._id_to_piece = [
             UNK_PIECE if self.sp.is_unknown(i) else self.sp.id_to_piece(i) for i in range(n)
         ]
+        self._to_fairseq = None  # sentencepiece id -> dictionary index, made on first use
 
     def pieces(self, text: str) -> List[str]:
         text = normalize_whitespace(text)
@@ -150,6 +175,19 @@ class SentencePieceTokenizer(TextTokenizer):
             return []
         table = self._id_to_piece
         return _safe_pieces([table[i] for i in self.sp.encode(text)])
+
+    def encode_ids(self, lines: Sequence[str], threads: int = 1) -> Tuple[np.ndarray, np.ndarray]:
+        # sentencepiece itself, not the tokenizer.json: its float32 Viterbi breaks near-ties
+        # between equally good segmentations its own way, and it is several times faster.
+        if self._to_fairseq is None:
+            dict_index = {line.split(" ")[0]: i for i, line in enumerate(self.dict_lines(), 4)}
+            self._to_fairseq = np.array([dict_index.get(self.sp.id_to_piece(i), 3)
+                                         for i in range(self.sp.get_piece_size())])
+        texts = [normalize_whitespace(line) for line in lines]
+        if self.lowercase:
+            texts = [text.lower() for text in texts]
+        ids, sizes = _flatten(self.sp.encode(texts, num_threads=threads))
+        return self._to_fairseq[ids], sizes
 
     def detokenize(self, pieces: List[str]) -> str:
         return self.sp.decode_pieces(list(pieces))
@@ -200,6 +238,11 @@ class SentencePieceTokenizer(TextTokenizer):
     def metadata(self) -> Dict[str, Any]:
         return {"type": self.kind, "model": self.model_file, "lowercase": self.lowercase}
 
+    def fast(self, pair_type: int = 0):
+        self.dict_lines()  # the same checks of the pieces as for dict.txt
+        return fast_tokenizer.sentencepiece_tokenizer(self.model_path, self.lowercase,
+                                                      pair_type)
+
 
 class WordPieceTextTokenizer(TextTokenizer):
     """BERT WordPiece (``tokenizers``, see ``electra_plugin.data.wordpiece``); every BERT
@@ -224,6 +267,7 @@ class WordPieceTextTokenizer(TextTokenizer):
         self.vocab_tokens = load_vocab(vocab_path)
         self.wp = bert_wordpiece(self.vocab_tokens, lowercase, strip_accents,
                                  self.tokenize_chinese_chars)
+        self._encoder = None  # fast(), made on first use of encode_ids
 
     def pieces(self, text: str) -> List[str]:
         return [p for p, _, _ in self.pieces_with_offsets(text)]
@@ -243,6 +287,20 @@ class WordPieceTextTokenizer(TextTokenizer):
     def dict_lines(self) -> List[str]:
         return fairseq_dict_lines(self.vocab_tokens, self.vocab_path)
 
+    def encode_ids(self, lines: Sequence[str], threads: int = 1) -> Tuple[np.ndarray, np.ndarray]:
+        # threads: tokenizers sizes its pool once per process, from RAYON_NUM_THREADS
+        if self._encoder is None:
+            self._encoder = self.fast()
+            self._specials = fast_tokenizer.special_ids(self._encoder)
+        encodings = self._encoder.encode_batch_fast(list(lines), add_special_tokens=False)
+        ids, sizes = _flatten(e.ids for e in encodings)
+        return fast_tokenizer.unk_specials(ids, self._specials), sizes
+
+    def fast(self, pair_type: int = 0):
+        return fast_tokenizer.wordpiece_tokenizer(
+            dict_tokens(self.vocab_tokens, self.vocab_path), self.lowercase,
+            self.strip_accents, self.tokenize_chinese_chars, pair_type)
+
     def metadata(self) -> Dict[str, Any]:
         return {
             "type": self.kind,
@@ -251,6 +309,77 @@ class WordPieceTextTokenizer(TextTokenizer):
             "strip_accents": self.strip_accents,
             "tokenize_chinese_chars": self.tokenize_chinese_chars,
         }
+
+
+class TokenizersTextTokenizer(TextTokenizer):
+    """A ``tokenizer.json`` whose ids are already the dictionary's (a sentencepiece, BPE or
+    other tokenizer imported from a Hugging Face checkpoint, see ``electra_plugin.convert``).
+    Special tokens in the output (a literal ``</s>`` of the text) become ``<unk>``."""
+
+    kind = "tokenizers"
+
+    def __init__(self, path: str, file: Optional[str] = None):
+        super().__init__(lowercase=False)
+        from tokenizers import Tokenizer
+
+        self.path = path
+        self.file = file or os.path.basename(path)
+        try:
+            self.tok = Tokenizer.from_file(path)
+        except Exception as e:  # tokenizers raises a plain Exception for a malformed file
+            raise ElectraUsageError(f"cannot read tokenizer {path!r}: {first_line(e)}")
+        size = self.tok.get_vocab_size(with_added_tokens=True)
+        self.symbols = (list(FAIRSEQ_RESERVED[:4])
+                        + [self.tok.id_to_token(i) for i in range(4, size - 1)] + ["<mask>"])
+        self._index = {piece: i for i, piece in enumerate(self.symbols)}
+        self._specials = np.array([0, 1, 2, size - 1])  # <s> <pad> </s> <mask>
+
+    def _ids(self, encodings) -> Tuple[np.ndarray, np.ndarray]:
+        ids, sizes = _flatten(e.ids for e in encodings)
+        return fast_tokenizer.unk_specials(ids, self._specials), sizes
+
+    def pieces_with_offsets(self, text: str) -> List[PieceSpan]:
+        enc = self.tok.encode(text, add_special_tokens=False)
+        ids, _ = self._ids([enc])
+        spans = fast_tokenizer.trim_offsets(text, enc.tokens, enc.offsets)
+        return [(self.symbols[i], s, e) for i, (s, e) in zip(ids.tolist(), spans)]
+
+    def pieces(self, text: str) -> List[str]:
+        return [p for p, _, _ in self.pieces_with_offsets(text)]
+
+    def encode_ids(self, lines: Sequence[str], threads: int = 1) -> Tuple[np.ndarray, np.ndarray]:
+        return self._ids(self.tok.encode_batch_fast(list(lines), add_special_tokens=False))
+
+    def fast(self, pair_type: int = 0):
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_str(self.tok.to_str())
+        fast_tokenizer.set_templates(tok, [tok.id_to_token(i) for i in (0, 1, 2)], pair_type)
+        return tok
+
+    def detokenize(self, pieces: List[str]) -> str:
+        return self.tok.decode([self._index.get(p, 3) for p in pieces])
+
+    def files(self) -> List[str]:
+        return [self.path]
+
+    def dict_lines(self) -> List[str]:
+        for piece in self.symbols[4:-1]:
+            if not piece or any(c.isspace() for c in piece) or piece in FAIRSEQ_RESERVED:
+                raise ElectraUsageError(f"{self.path}: token {piece!r} cannot be a fairseq "
+                                        f"dictionary entry (empty, whitespace or reserved)")
+        return [f"{piece} 1" for piece in self.symbols[4:-1]]
+
+    def metadata(self) -> Dict[str, Any]:
+        return {"type": self.kind, "file": self.file}
+
+
+def _flatten(rows) -> Tuple[np.ndarray, np.ndarray]:
+    """Lists of ids -> (all ids in one int64 array, the length of each list)."""
+    rows = list(rows)
+    sizes = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    ids = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(sizes.sum()))
+    return ids, sizes
 
 
 def sentencepiece_dict_lines(sp, source: str = "sentencepiece model") -> List[str]:
@@ -295,6 +424,9 @@ def tokenizer_from_metadata(data_dir: str, meta: Dict[str, Any]) -> TextTokenize
             tokenize_chinese_chars=bool(meta.get("tokenize_chinese_chars", True)),
             vocab_file=vocab,
         )
+    if kind == "tokenizers":
+        name = meta.get("file", "tokenizer.json")
+        return TokenizersTextTokenizer(os.path.join(data_dir, name), file=name)
     raise ElectraUsageError(f"{os.path.join(data_dir, METADATA_FILE)}: unknown tokenizer type {kind!r}")
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "MASK_SYMBOL",
     "bert_wordpiece",
     "load_vocab",
+    "dict_tokens",
     "fairseq_dict_lines",
     "write_fairseq_dict",
     "vocab_to_fairseq_indices",
@@ -140,6 +141,11 @@ def _dict_entries(tokens: Sequence[str], source: str = "vocab.txt"):
         entries.append((tok, tok in seen))
         seen.add(tok)
     return entries
+
+
+def dict_tokens(tokens: Sequence[str], source: str = "vocab.txt") -> List[str]:
+    """The symbols of dict.txt's rows for the entries of a vocab.txt, in order."""
+    return [tok for tok, _ in _dict_entries(tokens, source)]
 
 
 def fairseq_dict_lines(tokens: Sequence[str], source: str = "vocab.txt") -> List[str]:

@@ -1,0 +1,186 @@
+"""One ``tokenizers`` tokenizer (HF's ``tokenizer.json``) for every vocabulary, in fairseq ids.
+
+The ids are exactly those of the fairseq ``Dictionary`` the data was binarized with:
+``<s>``=0 ``<pad>``=1 ``</s>``=2 ``<unk>``=3, then the rows of dict.txt in order, then the
+``<mask>`` the plugin's tasks append. So the same file encodes a corpus for fairseq
+(:mod:`electra_plugin.data.binarize`) and serves an exported model through
+``AutoTokenizer``, with no id mapping in between.
+
+A sentencepiece model keeps its pieces, scores, normalisation (the precompiled charsmap)
+and Metaspace pre-tokenisation (transformers' own converter builds them); a WordPiece
+vocabulary keeps BERT's normaliser and pre-tokeniser. In front of either goes the plugin's
+rule that every run of Unicode whitespace is one space.
+
+Two pieces stay hand-written, each for one reason:
+
+* literal special tokens in the text (``[SEP]``, ``<s>``): the plugin sends them as
+  ``<unk>`` so raw text never injects a separator; ``tokenizers`` has no alias for an
+  added token, so :func:`unk_specials` maps those ids after encoding.
+* offsets: the plugin's spans exclude the whitespace a ``▁`` piece stands for;
+  ``tokenizers`` includes it, so :func:`trim_offsets` trims it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from types import SimpleNamespace
+from typing import List, Sequence, Tuple
+
+import numpy as np
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, processors
+from tokenizers.models import Unigram
+
+from electra_plugin.data.wordpiece import bert_wordpiece
+from electra_plugin.errors import ElectraUsageError
+
+__all__ = ["FAIRSEQ_SPECIALS", "BERT_NAMES", "sentencepiece_tokenizer", "wordpiece_tokenizer",
+           "renumbered", "set_templates", "special_ids", "unk_specials", "trim_offsets"]
+
+# Names of ids 0-3 and of <mask> (the last id).
+FAIRSEQ_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
+BERT_NAMES = ("[CLS]", "[PAD]", "[SEP]", "[UNK]", "[MASK]")
+_UNK = 3
+# Every character Python's str.split() splits at (the plugin's whitespace), as a regex class.
+_PY_WHITESPACE = "".join(chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace())
+_WHITESPACE_RUN = Regex("[" + "".join(f"\\x{{{ord(c):x}}}" for c in _PY_WHITESPACE) + "]+")
+# Score of sentencepiece's control pieces and <mask>: sentencepiece never emits them, and
+# this far below every piece the Unigram lattice never picks them over real pieces.
+_UNREACHABLE = 1e6
+
+
+def _collapse_whitespace() -> List[normalizers.Normalizer]:
+    """The plugin's normalize_whitespace: runs of whitespace -> one space, ends trimmed."""
+    return [normalizers.Replace(_WHITESPACE_RUN, " "), normalizers.Strip()]
+
+
+def set_templates(tokenizer: Tokenizer, names: Sequence[str], pair_type: int) -> None:
+    """``<s> A </s>`` and ``<s> A </s> B </s>`` (B's type ``pair_type``), as the hub
+    interface and the fine-tuning data build them."""
+    bos, _, eos = names[:3]
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{bos}:0 $A:0 {eos}:0",
+        pair=f"{bos}:0 $A:0 {eos}:0 $B:{pair_type} {eos}:{pair_type}",
+        special_tokens=[(bos, 0), (eos, 2)])
+
+
+def sentencepiece_tokenizer(model_path: str, lowercase: bool = False,
+                            pair_type: int = 0) -> Tokenizer:
+    """A sentencepiece unigram model in fairseq ids.
+
+    dict.txt holds every piece that is neither a control nor the unknown piece, in
+    sentencepiece id order (``electra_plugin.data.tokenizer.sentencepiece_dict_lines``).
+    """
+    try:
+        from transformers.convert_slow_tokenizer import SpmConverter
+    except ImportError:
+        raise ElectraUsageError("a tokenizer.json for sentencepiece needs transformers "
+                                "(pip install -e '.[hf]')") from None
+    # The converter reads the model proto and builds sentencepiece's normaliser and
+    # pre-tokeniser; its original_tokenizer only has to name the file. (Its non-legacy "▁"
+    # only at the very start loses it when the text starts with spaces: not used.)
+    converter = SpmConverter(SimpleNamespace(vocab_file=model_path))
+    proto = converter.proto
+    if proto.trainer_spec.model_type != 1:
+        raise ElectraUsageError(f"{model_path} is a sentencepiece "
+                                f"{'BPE' if proto.trainer_spec.model_type == 2 else 'non-unigram'} "
+                                f"model; only unigram models are supported")
+    if proto.trainer_spec.byte_fallback:
+        raise ElectraUsageError(f"{model_path} uses byte fallback, which fairseq's dictionary "
+                                f"cannot express (its byte pieces would be <unk>)")
+    normal = [(p.piece, p.score) for p in proto.pieces if p.type not in (2, 3)]  # unk, control
+    low = min(score for _, score in normal) - _UNREACHABLE
+    vocab = [(name, low) for name in FAIRSEQ_SPECIALS[:4]] + normal + [(FAIRSEQ_SPECIALS[4], low)]
+    tokenizer = Tokenizer(Unigram(vocab, unk_id=_UNK, byte_fallback=False))
+    steps = _collapse_whitespace() + ([normalizers.Lowercase()] if lowercase else [])
+    # sentencepiece drops the extra whitespace its own normalisation makes (NFKC of "¨" is
+    # " ̈"): collapse and trim again after it, then Metaspace puts "▁" for each space.
+    steps += [converter.normalizer(proto), normalizers.Replace(Regex(" {2,}"), " "),
+              normalizers.Strip()]
+    tokenizer.normalizer = normalizers.Sequence(steps)
+    tokenizer.pre_tokenizer = converter.pre_tokenizer("▁", True)
+    tokenizer.decoder = converter.decoder("▁", True)
+    # sentencepiece matches user-defined pieces in the raw text, as added tokens do
+    tokenizer.add_tokens([AddedToken(p.piece, normalized=False, special=False)
+                          for p in proto.pieces if p.type == 4])
+    tokenizer.add_special_tokens(list(FAIRSEQ_SPECIALS))
+    set_templates(tokenizer, FAIRSEQ_SPECIALS, pair_type)
+    return tokenizer
+
+
+def wordpiece_tokenizer(dict_tokens: Sequence[str], lowercase: bool = True,
+                        strip_accents=None, tokenize_chinese_chars: bool = True,
+                        pair_type: int = 0) -> Tokenizer:
+    """BERT WordPiece over the rows of dict.txt (``dict_tokens``), in fairseq ids.
+
+    The four fairseq specials and ``<mask>`` keep BERT's names (``[CLS]``, ``[PAD]``,
+    ``[SEP]``, ``[UNK]``, ``[MASK]``). A token repeated in dict.txt takes its last row, as
+    in fairseq and BERT. BERT splits at every whitespace itself: no whitespace rule added.
+    """
+    names = list(BERT_NAMES[:4]) + list(dict_tokens) + [BERT_NAMES[4]]
+    tokenizer = bert_wordpiece(names, lowercase, strip_accents, tokenize_chinese_chars)
+    tokenizer.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    set_templates(tokenizer, BERT_NAMES, pair_type)
+    return tokenizer
+
+
+def special_ids(tokenizer: Tokenizer) -> np.ndarray:
+    """Ids of <s>, <pad>, </s> and <mask> (either naming): what text must never produce."""
+    ids = [tokenizer.token_to_id(name) for names in (FAIRSEQ_SPECIALS, BERT_NAMES)
+           for i, name in enumerate(names) if i != _UNK]
+    return np.array([i for i in ids if i is not None])
+
+
+def unk_specials(ids: np.ndarray, specials: np.ndarray) -> np.ndarray:
+    """``ids`` with every special id (a literal ``[SEP]`` in the text) made ``<unk>``."""
+    ids[np.isin(ids, specials)] = _UNK
+    return ids
+
+
+def trim_offsets(text: str, tokens: Sequence[str], offsets) -> List[Tuple[int, int]]:
+    """Character spans without the whitespace at their ends; a piece of whitespace only
+    (a lone ``▁``) gets an empty span where its own span starts after the whitespace."""
+    spans = []
+    for token, (start, end) in zip(tokens, offsets):
+        while start < end and text[start].isspace():
+            start += 1
+        while start < end and text[end - 1].isspace():
+            end -= 1
+        spans.append((start, start) if token.strip("\u2581") == "" else (start, end))
+    return spans
+
+
+def renumbered(tokenizer: Tokenizer, roles: Sequence[int],
+               pair_type: int = 0) -> Tuple[Tokenizer, List[int]]:
+    """Any ``tokenizers`` tokenizer in fairseq's order: (the tokenizer, old id -> new id).
+
+    ``roles``: the old ids of <s>, <pad>, </s>, <unk> and <mask> (transformers' cls or bos,
+    pad, sep or eos, unk and mask tokens); they become 0-3 and the last id, every other id
+    keeps its order. The pair template becomes the plugin's ``<s> A </s> B </s>``.
+    """
+    spec = json.loads(tokenizer.to_str())
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    model = spec["model"]
+    in_model = len(model["vocab"])
+    if len(set(roles)) != 5 or any(r >= in_model for r in roles[:4]) or \
+            size - in_model > (roles[4] >= in_model):
+        raise ElectraUsageError(
+            "the tokenizer's special tokens must be five different tokens of its vocabulary "
+            "(<mask> may be an added one) and it may add no other tokens")
+    order = list(roles[:4]) + [i for i in range(size) if i not in roles] + [roles[4]]
+    new_of = [0] * size
+    for new, old in enumerate(order):
+        new_of[old] = new
+    if isinstance(model["vocab"], list):  # Unigram: the list position is the id
+        model["vocab"] = [model["vocab"][old] for old in order if old < in_model]
+        if model.get("unk_id") is not None:
+            model["unk_id"] = new_of[model["unk_id"]]
+    else:  # BPE, WordPiece, WordLevel: token -> id
+        model["vocab"] = {token: new_of[i] for token, i in model["vocab"].items()}
+    for added in spec.get("added_tokens") or []:
+        added["id"] = new_of[added["id"]]
+    spec["post_processor"] = None
+    out = Tokenizer.from_str(json.dumps(spec))
+    names = [out.id_to_token(i) for i in (0, 1, 2, 3, size - 1)]
+    set_templates(out, names, pair_type)
+    return out, new_of
