@@ -26,6 +26,7 @@ Examples:
 
 import argparse
 import glob
+import importlib.util
 import json
 import math
 import os
@@ -482,7 +483,12 @@ def _prepare(args, destdir, work, lowercase):
 
     # 4. how to encode more text the same way
     tokenizer.save_metadata(staged)
-    tokenizer.fast().save(os.path.join(staged, TOKENIZER_JSON))
+    if tokenizer.kind != "sentencepiece" or importlib.util.find_spec("transformers"):
+        tokenizer.fast().save(os.path.join(staged, TOKENIZER_JSON))
+    else:  # training needs none of it; the export (which needs transformers) builds it
+        log(f"{TOKENIZER_JSON} not written: it is built from the sentencepiece model by "
+            f"transformers' converter (pip install -e '.[hf]'); electra-convert export builds "
+            f"it then")
     if args.keep_text:
         write_pieces_text(staged)
 
