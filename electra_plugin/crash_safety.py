@@ -1,8 +1,8 @@
 """Kill-proof checkpoints and one-line errors for damaged files, inside ``fairseq-train``.
 
 fairseq-train gives a user dir no hook around its file handling, so :func:`install` (run
-when ``--user-dir electra_plugin`` is imported) wraps five of fairseq's functions; each
-wrapper only adds a check or makes a write atomic, and calls fairseq's own code:
+when ``--user-dir electra_plugin`` is imported) wraps five of fairseq's functions and two of its trainer's methods; each wrapper only adds
+a check or makes a write atomic, and calls fairseq's own code:
 
 - ``indexed_dataset.make_dataset``: a binarized split is checked (``.idx`` against ``.bin``)
   when any task loads it, so damaged data fails at load with the file's name;
@@ -14,7 +14,9 @@ wrapper only adds a check or makes a write atomic, and calls fairseq's own code:
 - ``checkpoint_utils.load_checkpoint``: when ``checkpoint_last.pt`` is damaged, the run
   resumes from the newest intact checkpoint in ``--save-dir``, with a warning;
 - ``checkpoint_utils.save_checkpoint``: a failed write (a full disk) ends in one line
-  saying the checkpoints already saved are intact.
+  saying the checkpoints already saved are intact;
+- ``Trainer.train_step`` and ``Trainer.save_checkpoint``: a diverging run stops with one
+  line, and weights that became NaN/Inf are never saved (:mod:`electra_plugin.divergence`).
 """
 
 import functools
@@ -26,10 +28,12 @@ import shutil
 from fairseq import checkpoint_utils
 from fairseq.data import indexed_dataset
 from fairseq.file_io import PathManager
+from fairseq.trainer import Trainer
 from omegaconf import open_dict
 
 from .checkpoint import checkpoint_damage, damaged_checkpoint_error
 from .data.integrity import check_binarized
+from .divergence import save_finite_only, step_or_stop
 from .errors import ElectraUsageError
 
 logger = logging.getLogger(__name__)
@@ -44,6 +48,8 @@ def install() -> None:
     _wrap(checkpoint_utils, "load_checkpoint", _resume_from_intact)
     _wrap(checkpoint_utils, "save_checkpoint", _one_line_write_errors)
     PathManager.copy = staticmethod(functools.partial(_atomic_copy, PathManager.copy))
+    _wrap_method(Trainer, "train_step", step_or_stop)
+    _wrap_method(Trainer, "save_checkpoint", save_finite_only)
 
 
 def _wrap(module, name, wrapper):
@@ -51,6 +57,17 @@ def _wrap(module, name, wrapper):
     wrapped = functools.wraps(original)(functools.partial(wrapper, original))
     wrapped.electra_checked = True
     setattr(module, name, wrapped)
+
+
+def _wrap_method(cls, name, wrapper):
+    """:func:`_wrap` for a method: a partial object would not bind ``self``."""
+    original = getattr(cls, name)
+
+    @functools.wraps(original)
+    def method(self, *args, **kwargs):
+        return wrapper(original, self, *args, **kwargs)
+
+    setattr(cls, name, method)
 
 
 def _checked_make_dataset(original, path, impl, *args, **kwargs):
