@@ -11,8 +11,9 @@ a check or makes a write atomic, and calls fairseq's own code:
   during the copy leaves the previous intact file instead of a truncated one;
 - ``checkpoint_utils.load_checkpoint_to_cpu``: a damaged checkpoint (``--restore-file``,
   ``--finetune-from-model``, the hub) is named in one line instead of torch's zip error;
-- ``checkpoint_utils.load_checkpoint``: when ``checkpoint_last.pt`` is damaged, the run
-  resumes from the newest intact checkpoint in ``--save-dir``, with a warning;
+- ``checkpoint_utils.load_checkpoint``: the run takes ``--save-dir`` for itself (a second
+  run into it stops, :mod:`electra_plugin.save_dir_lock`); when ``checkpoint_last.pt`` is
+  damaged, it resumes from the newest intact checkpoint there, with a warning;
 - ``checkpoint_utils.save_checkpoint``: a failed write (a full disk) ends in one line
   saying the checkpoints already saved are intact;
 - ``Trainer.train_step`` and ``Trainer.save_checkpoint``: a diverging run stops with one
@@ -25,7 +26,7 @@ import logging
 import os
 import shutil
 
-from fairseq import checkpoint_utils
+from fairseq import checkpoint_utils, distributed_utils
 from fairseq.data import indexed_dataset
 from fairseq.file_io import PathManager
 from fairseq.trainer import Trainer
@@ -35,6 +36,7 @@ from .checkpoint import checkpoint_damage, damaged_checkpoint_error
 from .data.integrity import check_binarized
 from .divergence import save_finite_only, step_or_stop
 from .errors import ElectraUsageError
+from .save_dir_lock import hold_save_dir
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +48,7 @@ def install() -> None:
     _wrap(indexed_dataset, "make_dataset", _checked_make_dataset)
     _wrap(checkpoint_utils, "load_checkpoint_to_cpu", _named_damage)
     _wrap(checkpoint_utils, "load_checkpoint", _resume_from_intact)
+    _wrap(checkpoint_utils, "load_checkpoint", _one_run_per_save_dir)
     _wrap(checkpoint_utils, "save_checkpoint", _one_line_write_errors)
     PathManager.copy = staticmethod(functools.partial(_atomic_copy, PathManager.copy))
     _wrap_method(Trainer, "train_step", step_or_stop)
@@ -101,6 +104,13 @@ def _named_damage(original, path, *args, **kwargs):
         if reason:
             raise damaged_checkpoint_error(path, reason) from None
         raise
+
+
+def _one_run_per_save_dir(original, cfg, trainer, **passthrough):
+    # before anything is read or written; rank 0 holds it for a multi-process job
+    if not cfg.no_save and distributed_utils.is_master(trainer.cfg.distributed_training):
+        hold_save_dir(cfg.save_dir)
+    return original(cfg, trainer, **passthrough)
 
 
 def _resume_from_intact(original, cfg, trainer, **passthrough):
