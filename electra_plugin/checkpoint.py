@@ -21,6 +21,7 @@ one :class:`~electra_plugin.errors.ElectraUsageError` line.
 import logging
 import os
 import zipfile
+from collections import OrderedDict
 from dataclasses import is_dataclass
 from typing import Any, Dict, Mapping, Optional
 
@@ -35,12 +36,12 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from .errors import ElectraUsageError, first_line
-from .models.electra import ElectraModel
+from .models.electra import ElectraModel, complete_config
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["build_fairseq_config", "write_checkpoint", "load_checkpoint", "is_electra_model_cfg",
-           "checkpoint_damage", "damaged_checkpoint_error"]
+           "checkpoint_damage", "damaged_checkpoint_error", "remember_settings"]
 
 ZIP_MAGIC = b"PK\x03\x04"
 
@@ -245,3 +246,20 @@ def damaged_checkpoint_error(path, reason: str) -> ElectraUsageError:
     return ElectraUsageError(
         f"checkpoint {path} is damaged ({reason}); use an intact copy (fairseq-train keeps "
         f"checkpoint_last.pt, checkpoint_best.pt and numbered checkpoints in --save-dir)")
+
+
+
+def remember_settings(state, path) -> None:
+    """Keep, with the weights ``state["model"]``, their file and the model settings they were
+    trained with, completed from the arch: fairseq hands a model only the weights, and
+    :func:`electra_plugin.models.checkpoint_settings.check_model_settings` compares them."""
+    weights, cfg = state.get("model"), (state.get("cfg") or {}).get("model", None)
+    if not isinstance(weights, Mapping) or not is_electra_model_cfg(cfg):
+        return
+    try:
+        cfg = complete_config(OmegaConf.create(OmegaConf.to_container(cfg, resolve=True)))
+    except (ElectraUsageError, OmegaConfBaseException):
+        return  # a config that cannot build a model fails where it is built, with its line
+    if not hasattr(weights, "__dict__"):  # a plain dict takes no attribute; the same tensors
+        weights = state["model"] = OrderedDict(weights)
+    weights.electra_source = (os.fspath(path), cfg)
