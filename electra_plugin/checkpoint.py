@@ -20,6 +20,8 @@ one :class:`~electra_plugin.errors.ElectraUsageError` line.
 
 import logging
 import os
+import pickle
+import re
 import zipfile
 from collections import OrderedDict
 from dataclasses import is_dataclass
@@ -41,7 +43,7 @@ from .models.electra import ElectraModel, complete_config
 logger = logging.getLogger(__name__)
 
 __all__ = ["build_fairseq_config", "write_checkpoint", "load_checkpoint", "is_electra_model_cfg",
-           "checkpoint_damage", "damaged_checkpoint_error", "remember_settings"]
+           "checkpoint_damage", "damaged_checkpoint_error", "refused_pickle_error", "remember_settings"]
 
 ZIP_MAGIC = b"PK\x03\x04"
 
@@ -195,6 +197,9 @@ def load_checkpoint(path, arg_overrides: Optional[Dict[str, Any]] = None) -> Dic
         reason = checkpoint_damage(path, thorough=True)
         if reason:
             raise damaged_checkpoint_error(path, reason) from None
+        refused = refused_pickle_error(path, e)
+        if refused:
+            raise refused from None
         raise ElectraUsageError(
             f"{path} is not a PyTorch checkpoint this version can read ({first_line(e)})")
     if not isinstance(state, dict) or not isinstance(state.get("model"), Mapping):
@@ -247,6 +252,24 @@ def damaged_checkpoint_error(path, reason: str) -> ElectraUsageError:
         f"checkpoint {path} is damaged ({reason}); use an intact copy (fairseq-train keeps "
         f"checkpoint_last.pt, checkpoint_best.pt and numbered checkpoints in --save-dir)")
 
+
+
+def refused_pickle_error(path, error: BaseException) -> Optional[ElectraUsageError]:
+    """The line for a file that ``torch.load``'s safe (weights-only) unpickler refused, or
+    None for any other error.
+
+    Such a file names Python objects to build while loading (a tampered or foreign pickle);
+    the safe loader stops at the first one before building anything, so nothing in it ran.
+    """
+    if not (isinstance(error, pickle.UnpicklingError) and "Weights only load" in str(error)):
+        return None
+    found = re.search(r"WeightsUnpickler error: (.*?)(?: Please use|\n|$)", str(error))
+    what = found.group(1).rstrip(". ") if found else first_line(error)
+    return ElectraUsageError(
+        f"checkpoint {path} is refused: it holds objects that are not plain weights ({what}), "
+        f"which loading would run as code; nothing in it was run. Use a checkpoint written by "
+        f"fairseq-train, electra-extract or electra-convert (and do not load a file of "
+        f"unknown origin in any other way)")
 
 
 def remember_settings(state, path) -> None:

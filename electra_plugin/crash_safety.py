@@ -10,7 +10,8 @@ a check or makes a write atomic, and calls fairseq's own code:
   copies of the update's checkpoint) go through a temporary file and a rename, so a kill
   during the copy leaves the previous intact file instead of a truncated one;
 - ``checkpoint_utils.load_checkpoint_to_cpu``: a damaged checkpoint (``--restore-file``,
-  ``--finetune-from-model``, the hub) is named in one line instead of torch's zip error; a
+  ``--finetune-from-model``, the hub) is named in one line instead of torch's zip error, so
+  is one the safe unpickler refuses (objects that are not plain weights); a
   checkpoint read keeps its model settings with its weights, for the model to compare
   (:func:`electra_plugin.checkpoint.check_model_settings`);
 - ``checkpoint_utils.load_checkpoint``: the run takes ``--save-dir`` for itself (a second
@@ -34,7 +35,8 @@ from fairseq.file_io import PathManager
 from fairseq.trainer import Trainer
 from omegaconf import open_dict
 
-from .checkpoint import checkpoint_damage, damaged_checkpoint_error, remember_settings
+from .checkpoint import (checkpoint_damage, damaged_checkpoint_error, refused_pickle_error,
+                         remember_settings)
 from .data.integrity import check_binarized
 from .divergence import save_finite_only, step_or_stop
 from .errors import ElectraUsageError
@@ -100,11 +102,14 @@ def _atomic_copy(original, src_path, dst_path, overwrite=False):
 def _named_damage(original, path, *args, **kwargs):
     try:
         state = original(path, *args, **kwargs)
-    except Exception:
+    except Exception as error:
         local = PathManager.get_local_path(path)
         reason = os.path.isfile(local) and checkpoint_damage(local, thorough=True)
         if reason:
             raise damaged_checkpoint_error(path, reason) from None
+        refused = refused_pickle_error(path, error)
+        if refused:
+            raise refused from None
         raise
     remember_settings(state, path)
     return state

@@ -44,7 +44,7 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordPiece
 from tokenizers.normalizers import BertNormalizer
 
-from ..checkpoint import load_checkpoint, write_checkpoint
+from ..checkpoint import load_checkpoint, refused_pickle_error, write_checkpoint
 from ..data.tokenizer import METADATA_FILE, WordPieceTextTokenizer
 from ..data.wordpiece import BERT_SPECIAL_TOKENS, load_vocab, vocab_to_fairseq_indices
 from ..data.wordpiece import write_fairseq_dict
@@ -205,7 +205,8 @@ def _load_weight_file(path: str) -> Dict[str, torch.Tensor]:
             return load_file(path)
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # corrupt file, not a weights file, pickled objects
-        raise ElectraUsageError(f"cannot read weights {path}: {first_line(e)}")
+        raise refused_pickle_error(path, e) or \
+            ElectraUsageError(f"cannot read weights {path}: {first_line(e)}") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ElectraUsageError(f"{path} is not a state dict of tensors")
     return state
