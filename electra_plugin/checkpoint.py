@@ -28,7 +28,6 @@ from dataclasses import is_dataclass
 from typing import Any, Dict, Mapping, Optional
 
 import torch
-from fairseq.checkpoint_utils import torch_persistent_save
 from fairseq.criterions import CRITERION_DATACLASS_REGISTRY, CRITERION_REGISTRY
 from fairseq.dataclass.configs import FairseqConfig
 from fairseq.dataclass.utils import overwrite_args_by_name
@@ -39,6 +38,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from .errors import ElectraUsageError, first_line
 from .models.electra import ElectraModel, complete_config
+from .partial_output import full_destination, write_error
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +163,18 @@ def write_checkpoint(path, model_cfg, task_cfg, state_dict: Mapping[str, torch.T
         },
     }
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    torch_persistent_save(state, path)
+    partial = path + ".tmp"  # renamed when whole: no half-written file under its name
+    try:
+        with open(partial, "wb") as f:  # Python's writes: a full disk keeps its errno
+            torch.save(state, f)
+        os.replace(partial, path)
+    except BaseException as e:
+        if os.path.exists(partial):
+            os.remove(partial)
+        reason = full_destination(e)
+        if reason:
+            raise write_error(os.path.dirname(os.path.abspath(path)), reason) from None
+        raise
     logger.info(f"wrote {path} ({cfg.model._name}, task {cfg.task._name})")
     return path
 
