@@ -17,9 +17,9 @@ def with_options(cmd, **options):
     return cmd
 
 
-def assert_finite_checkpoints(save):
+def assert_finite_checkpoints(save, some=True):
     saved = sorted(save.glob("*.pt"))
-    assert saved, "no checkpoint was saved before the divergence"
+    assert saved or not some, "no checkpoint was saved before the divergence"
     for path in saved:
         assert checkpoint_damage(path, thorough=True) is None, path.name
         for name, tensor in checkpoint(path)["model"].items():
@@ -80,4 +80,4 @@ def test_weights_made_infinite_are_never_saved(tmp_path, data_bin):
 def test_fp16_loss_scale_at_its_minimum(tmp_path, data_bin):
     cmd = [c for c in diverging_run(data_bin, tmp_path / "ck", "--fp16") if c != "--cpu"]
     assert_one_line_error(run(cmd), "training diverged at update", "--bf16 or fp32")
-    assert_finite_checkpoints(tmp_path / "ck")
+    assert_finite_checkpoints(tmp_path / "ck", some=False)  # fp16 may skip every update
