@@ -272,10 +272,14 @@ def refused_pickle_error(path, error: BaseException) -> Optional[ElectraUsageErr
     Such a file names Python objects to build while loading (a tampered or foreign pickle);
     the safe loader stops at the first one before building anything, so nothing in it ran.
     """
-    if not (isinstance(error, pickle.UnpicklingError) and "Weights only load" in str(error)):
+    text = str(error)
+    refusal = text.partition("WeightsUnpickler error:")[2].strip()
+    # an object it would not build names a GLOBAL or the allowlist; other errors (a
+    # malformed pickle: "Unsupported operand") are not refusals
+    if not (isinstance(error, pickle.UnpicklingError) and
+            ("GLOBAL" in refusal or "allowlist" in refusal)):
         return None
-    found = re.search(r"WeightsUnpickler error: (.*?)(?: Please use|\n|$)", str(error))
-    what = found.group(1).rstrip(". ") if found else first_line(error)
+    what = re.split(r"\. Please use|\n", refusal)[0].rstrip(". ")
     return ElectraUsageError(
         f"checkpoint {path} is refused: it holds objects that are not plain weights ({what}), "
         f"which loading would run as code; nothing in it was run. Use a checkpoint written by "
