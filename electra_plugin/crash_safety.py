@@ -40,7 +40,6 @@ from .checkpoint import (checkpoint_damage, damaged_checkpoint_error, refused_pi
 from .data.integrity import check_binarized
 from .divergence import save_finite_only, step_or_stop
 from .errors import ElectraUsageError
-from .partial_output import full_destination
 from .save_dir_lock import hold_save_dir
 
 logger = logging.getLogger(__name__)
@@ -160,11 +159,8 @@ def newest_intact_checkpoint(save_dir, exclude=None):
 def _one_line_write_errors(original, cfg, trainer, *args, **kwargs):
     try:
         return original(cfg, trainer, *args, **kwargs)
-    except Exception as e:  # torch.save turns a full disk's OSError into a RuntimeError
-        reason = full_destination(e) or (isinstance(e, OSError) and (e.strerror or str(e)))
-        if not reason:
-            raise
+    except OSError as e:
         raise ElectraUsageError(
-            f"could not write a checkpoint into {cfg.save_dir} ({reason}); the "
+            f"could not write a checkpoint into {cfg.save_dir} ({e.strerror or e}); the "
             f"checkpoints already there are intact: free space (or choose another --save-dir) "
             f"and run the same command to resume") from None

@@ -69,6 +69,7 @@ def test_extract_and_export(tmp_path, pretrained):
 
 @pytest.mark.slow
 def test_fairseq_train_checkpoint(tmp_path, data_bin):
+    """(Passed before this change too: it keeps fairseq-train among the writers checked.)"""
     save = tmp_path / "ck"
     proc = limited(train_cmd(data_bin, save, "--max-update", "2", "--disable-validation"),
                    100_000)
