@@ -43,7 +43,8 @@ from .partial_output import full_destination, write_error
 logger = logging.getLogger(__name__)
 
 __all__ = ["build_fairseq_config", "write_checkpoint", "load_checkpoint", "is_electra_model_cfg",
-           "checkpoint_damage", "damaged_checkpoint_error", "refused_pickle_error", "remember_settings"]
+           "checkpoint_damage", "damaged_checkpoint_error", "refused_pickle_error",
+           "remember_settings"]
 
 ZIP_MAGIC = b"PK\x03\x04"
 
@@ -262,7 +263,6 @@ def damaged_checkpoint_error(path, reason: str) -> ElectraUsageError:
     return ElectraUsageError(
         f"checkpoint {path} is damaged ({reason}); use an intact copy (fairseq-train keeps "
         f"checkpoint_last.pt, checkpoint_best.pt and numbered checkpoints in --save-dir)")
-
 
 
 def refused_pickle_error(path, error: BaseException) -> Optional[ElectraUsageError]:

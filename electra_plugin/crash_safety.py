@@ -1,8 +1,9 @@
 """Kill-proof checkpoints and one-line errors for damaged files, inside ``fairseq-train``.
 
 fairseq-train gives a user dir no hook around its file handling, so :func:`install` (run
-when ``--user-dir electra_plugin`` is imported) wraps five of fairseq's functions and two of its trainer's methods; each wrapper only adds
-a check or makes a write atomic, and calls fairseq's own code:
+when ``--user-dir electra_plugin`` is imported) wraps five of fairseq's functions and two
+of its trainer's methods; each wrapper only adds a check or makes a write atomic, and calls
+fairseq's own code:
 
 - ``indexed_dataset.make_dataset``: a binarized split is checked (``.idx`` against ``.bin``)
   when any task loads it, so damaged data fails at load with the file's name;
@@ -10,10 +11,10 @@ a check or makes a write atomic, and calls fairseq's own code:
   copies of the update's checkpoint) go through a temporary file and a rename, so a kill
   during the copy leaves the previous intact file instead of a truncated one;
 - ``checkpoint_utils.load_checkpoint_to_cpu``: a damaged checkpoint (``--restore-file``,
-  ``--finetune-from-model``, the hub) is named in one line instead of torch's zip error, so
-  is one the safe unpickler refuses (objects that are not plain weights); a
-  checkpoint read keeps its model settings with its weights, for the model to compare
-  (:func:`electra_plugin.checkpoint.check_model_settings`);
+  ``--finetune-from-model``, the hub) is named in one line instead of torch's zip error, and
+  so is one the safe unpickler refuses (objects that are not plain weights); a checkpoint
+  read keeps its model settings with its weights, for the model to compare
+  (:mod:`electra_plugin.models.checkpoint_settings`);
 - ``checkpoint_utils.load_checkpoint``: the run takes ``--save-dir`` for itself (a second
   run into it stops, :mod:`electra_plugin.save_dir_lock`); when ``checkpoint_last.pt`` is
   damaged, it resumes from the newest intact checkpoint there, with a warning;
