@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import assert_one_line_error, run, train_cmd, write_corpus
+from conftest import REPO, assert_one_line_error, run, train_cmd, write_corpus
 from test_glue import GLUE, write_rte
 from test_squad import squad_json, write_json
 
@@ -76,3 +76,14 @@ def test_fairseq_train_checkpoint(tmp_path, data_bin):
     assert_one_line_error(proc, f"could not write a checkpoint into {save} (File too large)",
                           "the checkpoints already there are intact")
     assert not list(save.glob("*.pt"))  # no checkpoint cut short under a checkpoint's name
+
+
+@pytest.mark.slow
+def test_demo(tmp_path):
+    """The demo stops with the line of the step that could not write (here electra-prepare)."""
+    write_corpus(tmp_path / "corpus.txt", 1500, seed=2)
+    work = tmp_path / "work"
+    proc = limited([sys.executable, REPO / "scripts" / "demo.py", "--corpus",
+                    tmp_path / "corpus.txt", "--workdir", work, "--vocab-size", "80"], 20_000)
+    assert_one_line_error(proc, f"cannot write into {work / 'data-bin'} {FULL}")
+    assert not (work / "data-bin").exists()
