@@ -20,12 +20,14 @@ one :class:`~electra_plugin.errors.ElectraUsageError` line.
 
 import logging
 import os
+import pickle
+import re
 import zipfile
+from collections import OrderedDict
 from dataclasses import is_dataclass
 from typing import Any, Dict, Mapping, Optional
 
 import torch
-from fairseq.checkpoint_utils import torch_persistent_save
 from fairseq.criterions import CRITERION_DATACLASS_REGISTRY, CRITERION_REGISTRY
 from fairseq.dataclass.configs import FairseqConfig
 from fairseq.dataclass.utils import overwrite_args_by_name
@@ -35,12 +37,14 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from .errors import ElectraUsageError, first_line
-from .models.electra import ElectraModel
+from .models.electra import ElectraModel, complete_config
+from .partial_output import full_destination, write_error
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["build_fairseq_config", "write_checkpoint", "load_checkpoint", "is_electra_model_cfg",
-           "checkpoint_damage", "damaged_checkpoint_error"]
+           "checkpoint_damage", "damaged_checkpoint_error", "refused_pickle_error",
+           "remember_settings"]
 
 ZIP_MAGIC = b"PK\x03\x04"
 
@@ -160,7 +164,18 @@ def write_checkpoint(path, model_cfg, task_cfg, state_dict: Mapping[str, torch.T
         },
     }
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    torch_persistent_save(state, path)
+    partial = path + ".tmp"  # renamed when whole: no half-written file under its name
+    try:
+        with open(partial, "wb") as f:  # Python's writes: a full disk keeps its errno
+            torch.save(state, f)
+        os.replace(partial, path)
+    except BaseException as e:
+        if os.path.exists(partial):
+            os.remove(partial)
+        reason = full_destination(e)
+        if reason:
+            raise write_error(os.path.dirname(os.path.abspath(path)), reason) from None
+        raise
     logger.info(f"wrote {path} ({cfg.model._name}, task {cfg.task._name})")
     return path
 
@@ -194,6 +209,9 @@ def load_checkpoint(path, arg_overrides: Optional[Dict[str, Any]] = None) -> Dic
         reason = checkpoint_damage(path, thorough=True)
         if reason:
             raise damaged_checkpoint_error(path, reason) from None
+        refused = refused_pickle_error(path, e)
+        if refused:
+            raise refused from None
         raise ElectraUsageError(
             f"{path} is not a PyTorch checkpoint this version can read ({first_line(e)})")
     if not isinstance(state, dict) or not isinstance(state.get("model"), Mapping):
@@ -245,3 +263,41 @@ def damaged_checkpoint_error(path, reason: str) -> ElectraUsageError:
     return ElectraUsageError(
         f"checkpoint {path} is damaged ({reason}); use an intact copy (fairseq-train keeps "
         f"checkpoint_last.pt, checkpoint_best.pt and numbered checkpoints in --save-dir)")
+
+
+def refused_pickle_error(path, error: BaseException) -> Optional[ElectraUsageError]:
+    """The line for a file that ``torch.load``'s safe (weights-only) unpickler refused, or
+    None for any other error.
+
+    Such a file names Python objects to build while loading (a tampered or foreign pickle);
+    the safe loader stops at the first one before building anything, so nothing in it ran.
+    """
+    text = str(error)
+    refusal = text.partition("WeightsUnpickler error:")[2].strip()
+    # an object it would not build names a GLOBAL or the allowlist; other errors (a
+    # malformed pickle: "Unsupported operand") are not refusals
+    if not (isinstance(error, pickle.UnpicklingError) and
+            ("GLOBAL" in refusal or "allowlist" in refusal)):
+        return None
+    what = re.split(r"\. Please use|\n", refusal)[0].rstrip(". ")
+    return ElectraUsageError(
+        f"checkpoint {path} is refused: it holds objects that are not plain weights ({what}), "
+        f"which loading would run as code; nothing in it was run. Use a checkpoint written by "
+        f"fairseq-train, electra-extract or electra-convert (and do not load a file of "
+        f"unknown origin in any other way)")
+
+
+def remember_settings(state, path) -> None:
+    """Keep, with the weights ``state["model"]``, their file and the model settings they were
+    trained with, completed from the arch: fairseq hands a model only the weights, and
+    :func:`electra_plugin.models.checkpoint_settings.check_model_settings` compares them."""
+    weights, cfg = state.get("model"), (state.get("cfg") or {}).get("model", None)
+    if not isinstance(weights, Mapping) or not is_electra_model_cfg(cfg):
+        return
+    try:
+        cfg = complete_config(OmegaConf.create(OmegaConf.to_container(cfg, resolve=True)))
+    except (ElectraUsageError, OmegaConfBaseException):
+        return  # a config that cannot build a model fails where it is built, with its line
+    if not hasattr(weights, "__dict__"):  # a plain dict takes no attribute; the same tensors
+        weights = state["model"] = OrderedDict(weights)
+    weights.electra_source = (os.fspath(path), cfg)

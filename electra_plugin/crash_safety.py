@@ -1,8 +1,9 @@
 """Kill-proof checkpoints and one-line errors for damaged files, inside ``fairseq-train``.
 
 fairseq-train gives a user dir no hook around its file handling, so :func:`install` (run
-when ``--user-dir electra_plugin`` is imported) wraps five of fairseq's functions; each
-wrapper only adds a check or makes a write atomic, and calls fairseq's own code:
+when ``--user-dir electra_plugin`` is imported) wraps five of fairseq's functions and two
+of its trainer's methods; each wrapper only adds a check or makes a write atomic, and calls
+fairseq's own code:
 
 - ``indexed_dataset.make_dataset``: a binarized split is checked (``.idx`` against ``.bin``)
   when any task loads it, so damaged data fails at load with the file's name;
@@ -10,9 +11,13 @@ wrapper only adds a check or makes a write atomic, and calls fairseq's own code:
   copies of the update's checkpoint) go through a temporary file and a rename, so a kill
   during the copy leaves the previous intact file instead of a truncated one;
 - ``checkpoint_utils.load_checkpoint_to_cpu``: a damaged checkpoint (``--restore-file``,
-  ``--finetune-from-model``, the hub) is named in one line instead of torch's zip error;
-- ``checkpoint_utils.load_checkpoint``: when ``checkpoint_last.pt`` is damaged, the run
-  resumes from the newest intact checkpoint in ``--save-dir``, with a warning;
+  ``--finetune-from-model``, the hub) is named in one line instead of torch's zip error, and
+  so is one the safe unpickler refuses (objects that are not plain weights); a checkpoint
+  read keeps its model settings with its weights, for the model to compare
+  (:mod:`electra_plugin.models.checkpoint_settings`);
+- ``checkpoint_utils.load_checkpoint``: the run takes ``--save-dir`` for itself (a second
+  run into it stops, :mod:`electra_plugin.save_dir_lock`); when ``checkpoint_last.pt`` is
+  damaged, it resumes from the newest intact checkpoint there, with a warning;
 - ``checkpoint_utils.save_checkpoint``: a failed write (a full disk) ends in one line
   saying the checkpoints already saved are intact;
 - ``distributed_utils._broadcast_object_slow``: on a resume with several processes, rank 0
@@ -20,6 +25,8 @@ wrapper only adds a check or makes a write atomic, and calls fairseq's own code:
   fairseq has by then made a DictConfig, to the other ranks, which unpickle it with torch's
   default ``weights_only=True`` and fail (torch >= 2.6). The bytes come from rank 0 of the
   same job, not from a file, so the receivers read them in full.
+- ``Trainer.train_step`` and ``Trainer.save_checkpoint``: a diverging run stops with one
+  line, and weights that became NaN/Inf are never saved (:mod:`electra_plugin.divergence`).
 """
 
 import functools
@@ -34,11 +41,15 @@ from fairseq import checkpoint_utils
 from fairseq.data import indexed_dataset
 from fairseq.distributed import utils as distributed_utils
 from fairseq.file_io import PathManager
+from fairseq.trainer import Trainer
 from omegaconf import open_dict
 
-from .checkpoint import checkpoint_damage, damaged_checkpoint_error
+from .checkpoint import (checkpoint_damage, damaged_checkpoint_error, refused_pickle_error,
+                         remember_settings)
 from .data.integrity import check_binarized
+from .divergence import save_finite_only, step_or_stop
 from .errors import ElectraUsageError
+from .save_dir_lock import hold_save_dir
 
 logger = logging.getLogger(__name__)
 
@@ -50,9 +61,12 @@ def install() -> None:
     _wrap(indexed_dataset, "make_dataset", _checked_make_dataset)
     _wrap(checkpoint_utils, "load_checkpoint_to_cpu", _named_damage)
     _wrap(checkpoint_utils, "load_checkpoint", _resume_from_intact)
+    _wrap(checkpoint_utils, "load_checkpoint", _one_run_per_save_dir)
     _wrap(checkpoint_utils, "save_checkpoint", _one_line_write_errors)
     PathManager.copy = staticmethod(functools.partial(_atomic_copy, PathManager.copy))
     _wrap(distributed_utils, "_broadcast_object_slow", _broadcast_from_own_rank)
+    _wrap_method(Trainer, "train_step", step_or_stop)
+    _wrap_method(Trainer, "save_checkpoint", save_finite_only)
 
 
 def _wrap(module, name, wrapper):
@@ -60,6 +74,17 @@ def _wrap(module, name, wrapper):
     wrapped = functools.wraps(original)(functools.partial(wrapper, original))
     wrapped.electra_checked = True
     setattr(module, name, wrapped)
+
+
+def _wrap_method(cls, name, wrapper):
+    """:func:`_wrap` for a method: a partial object would not bind ``self``."""
+    original = getattr(cls, name)
+
+    @functools.wraps(original)
+    def method(self, *args, **kwargs):
+        return wrapper(original, self, *args, **kwargs)
+
+    setattr(cls, name, method)
 
 
 def _checked_make_dataset(original, path, impl, *args, **kwargs):
@@ -86,13 +111,25 @@ def _atomic_copy(original, src_path, dst_path, overwrite=False):
 
 def _named_damage(original, path, *args, **kwargs):
     try:
-        return original(path, *args, **kwargs)
-    except Exception:
+        state = original(path, *args, **kwargs)
+    except Exception as error:
         local = PathManager.get_local_path(path)
         reason = os.path.isfile(local) and checkpoint_damage(local, thorough=True)
         if reason:
             raise damaged_checkpoint_error(path, reason) from None
+        refused = refused_pickle_error(path, error)
+        if refused:
+            raise refused from None
         raise
+    remember_settings(state, path)
+    return state
+
+
+def _one_run_per_save_dir(original, cfg, trainer, **passthrough):
+    # before anything is read or written; rank 0 holds it for a multi-process job
+    if not cfg.no_save and distributed_utils.is_master(trainer.cfg.distributed_training):
+        hold_save_dir(cfg.save_dir)
+    return original(cfg, trainer, **passthrough)
 
 
 def _broadcast_from_own_rank(original, obj, src_rank, group, dist_device):

@@ -24,6 +24,7 @@ import time
 from electra_plugin.demo import (dev_accuracy_cmd, discriminator_at_work, finetune_cmd,
                                  first_valid_sentence, plot_curves, preset_cmd,
                                  log_stats, pretraining_progress)
+from electra_plugin.errors import PREFIX
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(REPO, "scripts")
@@ -51,6 +52,9 @@ def run(cmd, show_all=False, show=None):
         if shown:
             print("  " + shown, flush=True)
     if proc.wait() != 0:
+        said = [line.strip() for line in lines if line.startswith(PREFIX)]
+        if said:  # the step's own line (a full disk, a bad option) is the demo's
+            sys.exit(said[-1])
         sys.stdout.write("".join(lines[-15:]))
         sys.exit(f"demo: step failed (exit {proc.returncode}): {' '.join(cmd[:4])} ...")
     return "".join(lines)

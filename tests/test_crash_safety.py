@@ -1,6 +1,7 @@
 """Damaged data and checkpoints get one line; a run killed at any moment resumes exactly."""
 
 import os
+import pathlib
 import random
 import shutil
 import signal
@@ -9,6 +10,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from conftest import PLUGIN, assert_one_line_error, run, train_cmd, write_corpus
 from electra_plugin.checkpoint import checkpoint_damage
@@ -144,6 +146,41 @@ def test_checkpoint_damage_reads_checksums(tmp_path, pretrained):
     path.write_bytes(bytes(data))
     assert checkpoint_damage(path) is None
     assert "checksum" in checkpoint_damage(path, thorough=True)
+
+
+class CreatesAFile:
+    """Unpickled, this creates ``marker``: what a tampered checkpoint could do instead."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return pathlib.Path.touch, (pathlib.Path(self.marker),)
+
+
+@pytest.mark.slow
+def test_checkpoint_with_objects_is_refused_everywhere_and_never_run(tmp_path, spm_data,
+                                                                   pretrained):
+    from electra_plugin.models.hub_interface import from_pretrained
+
+    marker = tmp_path / "was_run"
+    state = torch.load(pretrained, map_location="cpu", weights_only=False)
+    state["extra_state"]["payload"] = CreatesAFile(marker)
+    foreign = tmp_path / "foreign.pt"
+    torch.save(state, foreign)
+    refused = f"checkpoint {foreign} is refused: it holds objects that are not plain weights"
+    for entry in ("--restore-file", "--finetune-from-model"):
+        proc = run(train_cmd(spm_data, tmp_path / entry, "--max-update", "1", entry, foreign))
+        assert_one_line_error(proc, refused, "nothing in it was run")
+    with pytest.raises(ElectraUsageError, match=refused):
+        from_pretrained(str(tmp_path), foreign.name, str(spm_data))
+    for command in (["electra_plugin.cli.convert", "export", foreign, "--out", tmp_path / "hf"],
+                    ["electra_plugin.cli.extract", foreign, "--out", tmp_path / "disc.pt"]):
+        assert_one_line_error(run([sys.executable, "-m", *command]), refused)
+    assert not marker.exists()
+    assert not (tmp_path / "hf").exists() and not (tmp_path / "disc.pt").exists()
+    torch.load(foreign, weights_only=False)  # what the refusal prevented
+    assert marker.exists(), "the test's payload does not run: the test proves nothing"
 
 
 # ---------------------------------------------------------------------- 3. resume

@@ -91,7 +91,9 @@ def test_restoring_a_checkpoint_of_another_size(tmp_path, data_bin, tiny_checkpo
     save = tmp_path / "other"
     proc = run(train_cmd(data_bin, save, "--max-update", "2", "--hidden-size", "128",
                          "--restore-file", ckpt))
-    assert_one_line_error(proc, "checkpoint does not fit this model", "--arch")
+    assert_one_line_error(proc, f"checkpoint {ckpt} does not fit this model",
+                          "trained with --hidden-size 64 where this command gives --hidden-size "
+                          "128", "--arch")
     assert digest(ckpt) == before
     assert not list(save.glob("*.pt"))
 
@@ -103,7 +105,8 @@ def test_resuming_in_a_save_dir_of_another_size_keeps_its_checkpoint(tmp_path, d
     shutil.copytree(tiny_checkpoint, save)
     before = {p.name: digest(p) for p in save.glob("*.pt")}
     proc = run(train_cmd(data_bin, save, "--max-update", "3", "--num-layers", "3"))
-    assert_one_line_error(proc, "checkpoint does not fit this model")
+    assert_one_line_error(proc, "does not fit this model",
+                          "--num-layers 2 where this command gives --num-layers 3")
     assert {p.name: digest(p) for p in save.glob("*.pt")} == before
 
 
@@ -142,3 +145,72 @@ def test_autocast_bf16_with_another_precision_flag(tmp_path, data_bin, other):
     cmd = train_cmd(data_bin, tmp_path / "ck", "--max-update", "1", "--autocast-bf16", *other)
     cmd[1:3] = ["-m", "electra_plugin.train_cli"]
     assert_one_line_error(run(cmd), "--autocast-bf16 does not combine", "keep --autocast-bf16")
+
+
+# ---------------------------------------------------------------- resumes of another model
+
+
+def without_sizes(cmd):
+    """``train_cmd`` without its size options: the model is the --arch's size."""
+    cmd = list(cmd)
+    for option in ("--num-layers", "--hidden-size", "--num-heads", "--ffn-size",
+                   "--embedding-size"):
+        del cmd[cmd.index(option):cmd.index(option) + 2]
+    return cmd
+
+
+@pytest.mark.slow
+def test_resuming_with_another_arch_names_the_arch_not_the_dictionary(tmp_path, data_bin):
+    save = tmp_path / "ck"
+    proc = run(without_sizes(train_cmd(data_bin, save, "--max-update", "1")))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    before = {p.name: digest(p) for p in save.glob("*.pt")}
+    proc = run(without_sizes(train_cmd(data_bin, save, "--max-update", "2",
+                                       arch="electra_small")))
+    line = assert_one_line_error(
+        proc, f"checkpoint {save / 'checkpoint_last.pt'} does not fit this model",
+        "trained with --arch electra_tiny, --num-layers 4, --hidden-size 128, --ffn-size 512, "
+        "--embedding-size 64 where this command gives --arch electra_small, --num-layers 12, "
+        "--hidden-size 256, --ffn-size 1024, --embedding-size 128")
+    assert "vocabulary" not in line and "dict.txt" not in line
+    assert {p.name: digest(p) for p in save.glob("*.pt")} == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("option, saved, given", [
+    ("--num-heads", "4", "8"),  # the same shapes: loaded without a word before
+    ("--objective", "electra", "electra_15"),  # the same shapes too
+    ("--generator-size", "0.25", "0.5"),
+    ("--generator", "masked_lm", "unigram"),
+])
+def test_resuming_with_another_model_setting_names_it(tmp_path, data_bin, tiny_checkpoint,
+                                                      option, saved, given):
+    save = tmp_path / "ck"
+    shutil.copytree(tiny_checkpoint, save)
+    before = {p.name: digest(p) for p in save.glob("*.pt")}
+    cmd = train_cmd(data_bin, save, "--max-update", "3")
+    if option in cmd:
+        cmd[cmd.index(option) + 1] = given
+    else:
+        cmd += [option, given]
+    line = assert_one_line_error(run(cmd), "does not fit this model",
+                                 f"trained with {option} {saved} where this command gives "
+                                 f"{option} {given};")
+    assert "vocabulary" not in line
+    assert {p.name: digest(p) for p in save.glob("*.pt")} == before
+
+
+@pytest.mark.slow
+def test_restoring_onto_data_of_another_dictionary_names_the_dictionary(tmp_path, data_bin,
+                                                                         tiny_checkpoint):
+    data = tmp_path / "data"
+    shutil.copytree(data_bin, data)
+    entries = len((data / "dict.txt").read_text().splitlines())
+    with open(data / "dict.txt", "a") as f:
+        f.write("zebra 1\n")
+    proc = run(train_cmd(data, tmp_path / "ck", "--max-update", "2",
+                         "--restore-file", tiny_checkpoint / "checkpoint_last.pt"))
+    # 4 special symbols and <mask> beside dict.txt's entries
+    line = assert_one_line_error(proc, f"vocabulary has {entries + 5} entries but this data's "
+                                       f"dictionary gives {entries + 6}", "another dict.txt")
+    assert "does not fit" not in line

@@ -37,6 +37,7 @@ from electra_plugin.cli.device import inference_device, net_input_on
 from electra_plugin.data.binarize import check_destdir, fairseq_preprocess
 from electra_plugin.data.tokenizer import load_tokenizer
 from electra_plugin.errors import ElectraUsageError, command_line
+from electra_plugin.partial_output import removed_on_failure
 from electra_plugin.glue import GLUE_TASKS, GlueTask, get_task, read_split, score
 from electra_plugin.models.hub_interface import from_pretrained
 
@@ -60,6 +61,11 @@ def fit_pair(pieces, max_tokens):
 
 
 def preprocess(args):
+    with removed_on_failure(args.destdir):  # a failed run leaves no output that looks whole
+        return _preprocess(args)
+
+
+def _preprocess(args):
     task = get_task(args.task)
     if not 4 <= args.max_seq_len <= MAX_POSITIONS:
         raise ElectraUsageError(f"--max-seq-len {args.max_seq_len} must be between 4 and "

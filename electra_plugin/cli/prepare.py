@@ -40,6 +40,7 @@ import time
 from electra_plugin.data import tokenizer as tokmod
 from electra_plugin.data.binarize import STAGING_PREFIX, binarize_text
 from electra_plugin.errors import ElectraUsageError, command_line
+from electra_plugin.partial_output import removed_on_failure
 
 SPM_MODEL_FILE = "spm.model"
 WORDPIECE_VOCAB_FILE = "vocab.txt"
@@ -405,7 +406,8 @@ def main(argv=None):
     work = tempfile.mkdtemp(dir=destdir, prefix=STAGING_PREFIX)
     ok = False
     try:
-        result = _prepare(args, destdir, work, lowercase)
+        with removed_on_failure(destdir):
+            result = _prepare(args, destdir, work, lowercase)
         ok = True
         return result
     finally:

@@ -27,6 +27,7 @@ import time
 
 from electra_plugin.data import squad as sq
 from electra_plugin.errors import ElectraUsageError, command_line
+from electra_plugin.partial_output import removed_on_failure
 
 _T0 = time.time()
 
@@ -71,6 +72,11 @@ def split(args):
 
 # ------------------------------------------------------------------------------- preprocess
 def preprocess(args):
+    with removed_on_failure(args.destdir):  # a failed run leaves no output that looks whole
+        return _preprocess(args)
+
+
+def _preprocess(args):
     inputs = {name: path for name, path in (("train", args.train), ("valid", args.valid),
                                             ("test", args.test)) if path}
     if not inputs:

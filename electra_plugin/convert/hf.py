@@ -45,13 +45,14 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordPiece
 from tokenizers.normalizers import BertNormalizer
 
-from ..checkpoint import load_checkpoint, write_checkpoint
+from ..checkpoint import load_checkpoint, refused_pickle_error, write_checkpoint
 from ..data import fast_tokenizer
 from ..data.tokenizer import (METADATA_FILE, TokenizersTextTokenizer, WordPieceTextTokenizer,
                               tokenizer_from_metadata)
 from ..data.wordpiece import BERT_SPECIAL_TOKENS, load_vocab, vocab_to_fairseq_indices
 from ..data.wordpiece import write_fairseq_dict
 from ..errors import ElectraUsageError, first_line
+from ..partial_output import removed_on_failure
 from ..flops import FlopsCounter
 from ..models.electra import (complete_config, fold_embedding_delta, generator_depth,
                                generator_sizes)
@@ -210,7 +211,8 @@ def _load_weight_file(path: str) -> Dict[str, torch.Tensor]:
             return load_file(path)
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # corrupt file, not a weights file, pickled objects
-        raise ElectraUsageError(f"cannot read weights {path}: {first_line(e)}")
+        raise refused_pickle_error(path, e) or \
+            ElectraUsageError(f"cannot read weights {path}: {first_line(e)}") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ElectraUsageError(f"{path} is not a state dict of tensors")
     return state
@@ -827,23 +829,23 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
         _prepare_out_dir(old_gen_dir, overwrite, _EXPORT_FILES)
         if gen_dir is None and not os.listdir(old_gen_dir):
             os.rmdir(old_gen_dir)
-    _write_model_dir(out_dir, hf_state,
-                     _hf_config(fields, architecture, len(dictionary), pad_token_id, dtype,
-                                labels),
-                     vocab_path, tokenizer_settings, dict_dir, spm_path, fast)
-
-    if gen_dir is not None:
-        gen_fields = _generator_fields(fields, cfg.generator_size, cfg.generator_layers)
-        components = HF_ARCHITECTURES["ElectraForMaskedLM"]
-        sizes = {c: symbols(gen_fields, len(dictionary)) for c in components}
-        params = expand(components, sizes)
-        gen_state = {**by_component["generator"], **by_component.get("generator_head", {})}
-        gen_hf = rename(gen_state, params, to_hf=True, where=checkpoint)
-        permute_rows(gen_hf, params, to_hf=True, fairseq_index=index)
-        _write_model_dir(gen_dir, gen_hf,
-                         _hf_config(gen_fields, "ElectraForMaskedLM", len(dictionary),
-                                    pad_token_id, dtype),
+    with removed_on_failure(out_dir):  # a failed export leaves no directory that looks whole
+        _write_model_dir(out_dir, hf_state,
+                         _hf_config(fields, architecture, len(dictionary), pad_token_id, dtype,
+                                    labels),
                          vocab_path, tokenizer_settings, dict_dir, spm_path, fast)
+        if gen_dir is not None:
+            gen_fields = _generator_fields(fields, cfg.generator_size, cfg.generator_layers)
+            components = HF_ARCHITECTURES["ElectraForMaskedLM"]
+            sizes = {c: symbols(gen_fields, len(dictionary)) for c in components}
+            params = expand(components, sizes)
+            gen_state = {**by_component["generator"], **by_component.get("generator_head", {})}
+            gen_hf = rename(gen_state, params, to_hf=True, where=checkpoint)
+            permute_rows(gen_hf, params, to_hf=True, fairseq_index=index)
+            _write_model_dir(gen_dir, gen_hf,
+                             _hf_config(gen_fields, "ElectraForMaskedLM", len(dictionary),
+                                        pad_token_id, dtype),
+                             vocab_path, tokenizer_settings, dict_dir, spm_path, fast)
     logger.info(f"exported {checkpoint} -> {out_dir} ({architecture})"
                 f"{' + generator/ (ElectraForMaskedLM)' if gen_dir else ''}")
     return ExportResult(out_dir, architecture, gen_dir, vocab_path is not None,

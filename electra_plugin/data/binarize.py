@@ -19,6 +19,7 @@ from typing import Callable, Dict, Iterator, List, Optional
 import numpy as np
 
 from ..errors import ElectraUsageError
+from ..partial_output import full_destination, write_error
 
 # electra-prepare builds its output in a hidden directory of --destdir with this
 # prefix and moves it in when done: one left behind marks an interrupted run.
@@ -143,6 +144,9 @@ def fairseq_preprocess(destdir: str, srcdict: Optional[str], splits: Dict[str, s
                 log("fairseq-preprocess: " + line.rsplit("fairseq_cli.preprocess", 1)[1]
                     .lstrip(":| "))
     if proc.returncode != 0:
+        reason = next(filter(None, map(full_destination, reversed(lines))), "")
+        if reason:  # its traceback would say no more
+            raise write_error(destdir, reason)
         sys.stderr.write("\n".join(lines[-20:]) + "\n")
         raise ElectraUsageError(f"fairseq-preprocess failed (exit {proc.returncode}): "
                                 f"{lines[-1].strip() if lines else ''}")

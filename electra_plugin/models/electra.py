@@ -24,6 +24,7 @@ from ..generators import UnigramTable, build_generator
 from ..objectives import OBJECTIVES, PretrainingOutput
 from ..optim.layer_decay import tag_parameters
 from ..run_config import complete_for_model
+from .checkpoint_settings import check_model_settings, vocabulary_error
 from .encoder import DisentangledEmbedding, ElectraEmbeddings, ElectraEncoder, attention_mask
 from .heads import ClassificationHead, DiscriminatorHead, GeneratorHead
 
@@ -622,17 +623,16 @@ class ElectraModel(BaseFairseqModel):
             state_dict.setdefault(heads_prefix + key, value)  # new heads keep their init
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
-        """Reject a checkpoint of another shape with one line instead of fairseq's wrapper."""
+        """Reject a checkpoint of another model with one line instead of fairseq's wrapper."""
+        check_model_settings(self, state_dict)  # names the settings that differ
         self._known_stage = None  # the checkpoint's second_stage flag decides
         self.upgrade_state_dict(state_dict)
         own = self.state_dict()
         for key, value in state_dict.items():
             if key in own and own[key].shape != value.shape:
-                if key.endswith(("word_embeddings.weight", GDES_DELTA)):
-                    raise ElectraUsageError(
-                        f"the checkpoint's vocabulary has {value.shape[0]} entries but this "
-                        f"data's dictionary gives {own[key].shape[0]}: the data was binarized "
-                        f"with another dict.txt; binarize it with the pre-training dict.txt")
+                if key.endswith(("word_embeddings.weight", GDES_DELTA)) and \
+                        own[key].shape[0] != value.shape[0]:
+                    raise vocabulary_error(value.shape[0], own[key].shape[0])
                 raise ElectraUsageError(
                     f"checkpoint does not fit this model: {key} has shape "
                     f"{list(value.shape)} there but {list(own[key].shape)} here; use the --arch "

@@ -1,0 +1,81 @@
+"""A diverging run stops with one line, and no checkpoint ever holds NaN/Inf weights.
+
+fairseq's trainer raises ``FloatingPointError`` when an update's gradients are NaN/Inf
+(fp32, bf16) or when the fp16/amp loss scale falls to ``--min-loss-scale``, and
+fairseq-train ends in a traceback that names neither the update nor what to change, nor
+whether the saved checkpoints are usable. :mod:`electra_plugin.crash_safety` wraps
+``Trainer.train_step`` and ``Trainer.save_checkpoint`` with :func:`step_or_stop` and
+:func:`save_finite_only`: the first remembers the last finite loss and turns the divergence
+into the line; the second refuses to write weights that an update made NaN/Inf (a learning
+rate large enough to overflow them with finite gradients), so every checkpoint in
+``--save-dir`` was saved before the divergence.
+"""
+
+import math
+import os
+
+import torch
+
+from .errors import ElectraUsageError
+
+# the messages of fairseq's FloatingPointErrors that mean "this run diverged" (others, such
+# as gradients that differ between workers, are not divergence and keep fairseq's message)
+CAUSES = {
+    "gradients are Nan/Inf": "its gradients are NaN/Inf",
+    "Minimum loss scale reached": "the fp16 loss scale fell to --min-loss-scale (the loss "
+                                  "overflows at every scale)",
+}
+
+
+def step_or_stop(original, trainer, samples, *args, **kwargs):
+    """``Trainer.train_step``, with its divergence as :func:`divergence_error`."""
+    try:
+        output = original(trainer, samples, *args, **kwargs)
+    except FloatingPointError as error:
+        cause = next((c for key, c in CAUSES.items() if key in str(error)), None)
+        if cause is None:
+            raise
+        raise divergence_error(trainer, trainer.get_num_updates() + 1, cause) from None
+    loss = (output or {}).get("loss")
+    if loss is not None and math.isfinite(loss):
+        trainer.electra_last_finite_loss = (trainer.get_num_updates(), loss)
+    return output
+
+
+def save_finite_only(original, trainer, filename, extra_state):
+    """``Trainer.save_checkpoint``, refusing weights that are NaN/Inf (crash.pt included)."""
+    bad = next((name for name, p in trainer.get_model().named_parameters()
+                if not torch.isfinite(p).all()), None)
+    if bad is not None:
+        raise divergence_error(trainer, trainer.get_num_updates(),
+                               f"its weights are NaN/Inf ({bad}); that state was not saved")
+    return original(trainer, filename, extra_state)
+
+
+def divergence_error(trainer, update: int, cause: str) -> ElectraUsageError:
+    """The line: which update, the last finite loss, the checkpoints left, what to try."""
+    last = getattr(trainer, "electra_last_finite_loss", None)
+    before = (f"the last finite loss was {last[1]:.4g}, at update {last[0]}" if last
+              else "no update had finished")
+    advice = _advice(trainer.cfg)
+    save_dir = trainer.cfg.checkpoint.save_dir
+    resume = os.path.join(save_dir, f"checkpoint_last{trainer.checkpoint_suffix}.pt")
+    if os.path.isfile(resume):
+        saved = (f"the checkpoints in {save_dir} were saved before it and are intact: run the "
+                 f"same command with {advice} to resume from {os.path.basename(resume)}")
+    else:
+        saved = f"no checkpoint was saved before it: start again with {advice}"
+    return ElectraUsageError(f"training diverged at update {update}: {cause} ({before}); "
+                             f"{saved}")
+
+
+def _advice(cfg) -> str:
+    """What to change, in the options of this run."""
+    clip = cfg.optimization.clip_norm
+    changes = ["a lower --lr", "a longer --warmup-updates",
+               f"a --clip-norm below {clip:g}" if clip else "--clip-norm 1.0"]
+    if cfg.common.fp16 or cfg.common.amp:
+        changes.append("--bf16 or fp32 instead of --fp16/--amp")
+    elif cfg.common.bf16:
+        changes.append("fp32 instead of --bf16")
+    return ", ".join(changes[:-1]) + " or " + changes[-1]

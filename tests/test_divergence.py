@@ -1,0 +1,83 @@
+"""A run that diverges stops with one line naming the update; its checkpoints stay finite."""
+
+import pytest
+import torch
+
+from conftest import assert_one_line_error, run, train_cmd
+from electra_plugin.checkpoint import checkpoint_damage
+from test_errors import digest
+from test_training import checkpoint, records
+
+
+def with_options(cmd, **options):
+    """``cmd`` with the values of some of its options replaced (``lr="1e30"``)."""
+    cmd = list(cmd)
+    for name, value in options.items():
+        cmd[cmd.index("--" + name.replace("_", "-")) + 1] = value
+    return cmd
+
+
+def assert_finite_checkpoints(save, some=True):
+    saved = sorted(save.glob("*.pt"))
+    assert saved or not some, "no checkpoint was saved before the divergence"
+    for path in saved:
+        assert checkpoint_damage(path, thorough=True) is None, path.name
+        for name, tensor in checkpoint(path)["model"].items():
+            assert torch.isfinite(tensor.float()).all(), f"{path.name}: {name} is not finite"
+
+
+def diverging_run(data, save, *extra):
+    """Adam at lr 1e30: two finite updates, then NaN gradients at update 3."""
+    return with_options(train_cmd(data, save, "--max-update", "20",
+                                  "--save-interval-updates", "1", "--no-epoch-checkpoints",
+                                  "--disable-validation", *extra), lr="1e30")
+
+
+@pytest.mark.slow
+def test_nan_gradients_stop_with_the_update_and_the_last_finite_loss(tmp_path, data_bin):
+    save = tmp_path / "ck"
+    proc = run(diverging_run(data_bin, save))
+    finished = records(proc.stdout)
+    assert finished, proc.stdout[-3000:]
+    line = assert_one_line_error(
+        proc, f"training diverged at update {len(finished) + 1}: its gradients are NaN/Inf",
+        f"the last finite loss was {finished[-1]['loss']:.4g}, at update {len(finished)}",
+        f"the checkpoints in {save} were saved before it and are intact",
+        "a lower --lr", "--warmup-updates", "--clip-norm 1.0", "resume from checkpoint_last.pt")
+    assert "--fp16" not in line  # an fp32 run is not told to leave fp16
+    assert_finite_checkpoints(save)
+
+
+@pytest.mark.slow
+def test_bf16_divergence(tmp_path, data_bin):
+    cmd = diverging_run(data_bin, tmp_path / "ck", "--bf16")
+    cmd[1:3] = ["-m", "electra_plugin.train_cli"]  # electra-train: --bf16 off the TPU
+    assert_one_line_error(run(cmd), "training diverged at update", "NaN/Inf",
+                          "fp32 instead of --bf16")
+    assert_finite_checkpoints(tmp_path / "ck")
+
+
+@pytest.mark.slow
+def test_weights_made_infinite_are_never_saved(tmp_path, data_bin):
+    """SGD at lr 1e38 overflows the weights in one update whose gradients are finite."""
+    save = tmp_path / "ck"
+    cmd = train_cmd(data_bin, save, "--max-update", "2", "--save-interval-updates", "1",
+                    "--no-epoch-checkpoints", "--disable-validation")
+    assert run(cmd).returncode == 0
+    before = {p.name: digest(p) for p in save.glob("*.pt")}
+    resumed = with_options(cmd, optimizer="sgd", lr="1e38", warmup_updates="0",
+                           max_update="4")
+    proc = run(resumed + ["--reset-optimizer"])  # which counts updates from 0 again
+    update = int(records(proc.stdout)[-1]["num_updates"])  # logged, then refused at its save
+    assert_one_line_error(proc, f"training diverged at update {update}: its weights are NaN/Inf",
+                          "that state was not saved", "resume from checkpoint_last.pt")
+    assert {p.name: digest(p) for p in save.glob("*.pt")} == before
+    assert_finite_checkpoints(save)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 needs CUDA")
+def test_fp16_loss_scale_at_its_minimum(tmp_path, data_bin):
+    cmd = [c for c in diverging_run(data_bin, tmp_path / "ck", "--fp16") if c != "--cpu"]
+    assert_one_line_error(run(cmd), "training diverged at update", "--bf16 or fp32")
+    assert_finite_checkpoints(tmp_path / "ck", some=False)  # fp16 may skip every update
