@@ -42,6 +42,15 @@ def complete_for_model(model_cfg) -> None:
             "decay, the two-stage copy and the float64 FLOPs count need whole parameters); "
             "use --ddp-backend c10d (the default) or legacy_ddp")
     common = run.common
+    master_copies = (common.get("fp16") and not common.get("memory_efficient_fp16")) or \
+        (common.get("bf16") and not common.get("memory_efficient_bf16"))
+    if model_cfg.get("two_stage_updates", 0) and master_copies:
+        # before anything is written into --save-dir
+        raise ElectraUsageError(
+            "--two-stage-updates copies the generator into the discriminator in place, "
+            "which the separate fp32 master weights of --fp16/--bf16 would undo; use --amp "
+            "or --memory-efficient-fp16 (--autocast-bf16 or --memory-efficient-bf16 for "
+            "bf16)")
     optimizer = run.get("optimizer", None) or {}
     if common.get("fp16") and not common.get("memory_efficient_fp16") and \
             not common.get("fp16_no_flatten_grads") and \

@@ -78,8 +78,10 @@ def test_disc_auc_matches_scikit_learn_on_real_batches(trained, data_bin, update
     # cross-batch pairs change little: the AUC of all tokens pooled is close
     pooled = roc_auc_score(np.concatenate(labels), np.concatenate(scores))
     assert abs(logged - pooled) < 0.02, (logged, pooled)
-    if update == 120:  # the discriminator learned to rank, though its scores bunch tightly
-        assert expected > 0.52 and np.concatenate(scores).std() < 0.05, expected
+    if update == 120:  # trained scores still bunch tightly, where binned AUCs would tie
+        # (whether the discriminator ranks better than chance is test_training's question:
+        # these ~90 replaced tokens give a chance AUC a standard error of ~0.03)
+        assert np.concatenate(scores).std() < 0.05
 
 
 def test_auc_counts_on_synthetic_scores():

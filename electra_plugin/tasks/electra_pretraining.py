@@ -190,12 +190,6 @@ class ElectraPretrainingTask(FairseqTask):
         return self.cfg.tokens_per_sample
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
-        if getattr(model, "cfg", None) is not None and model.cfg.get("two_stage_updates", 0) \
-                and isinstance(optimizer, FP16Optimizer):
-            raise ElectraUsageError(
-                "--two-stage-updates copies the generator into the discriminator in place, "
-                "which --fp16's separate fp32 master weights would undo; use --amp or "
-                "--memory-efficient-fp16")
         if not self.device_set:
             self.device_set = True
             self.set_up_device(next(model.parameters()).device.type)
