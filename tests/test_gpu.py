@@ -10,12 +10,10 @@ import re
 import pytest
 import torch
 from fairseq import optim
-from fairseq.optim.amp_optimizer import AMPOptimizer
-from omegaconf import OmegaConf
 
 from conftest import run, train_cmd
 from test_model import masked_batch, tiny_model
-from test_precision import optimizer_cfg
+from test_precision import amp_optimizer, one_update, optimizer_cfg
 from test_training import DISC_WEIGHT, checkpoint, failure, hydra_train, records
 
 pytestmark = [pytest.mark.gpu,
@@ -74,20 +72,11 @@ def test_amp_update_equals_fp32_update_with_the_cuda_scaler(name):
     """test_precision's check with fairseq's AMPOptimizer as it is (its CUDA GradScaler)."""
     (reference, task), (fixed, _) = (tiny_model(dropout=0.0, attention_dropout=0.0)
                                      for _ in range(2))
-    src, target, _, _ = (t.cuda() for t in masked_batch(task))
     reference.cuda(), fixed.cuda()
     fp32 = optim.build_optimizer(optimizer_cfg(name), list(reference.parameters()))
-    amp = AMPOptimizer.build_optimizer(OmegaConf.create({
-        "optimizer": optimizer_cfg(name), "common": {"fp16_init_scale": 128,
-                                                     "amp_scale_window": None,
-                                                     "min_loss_scale": 1e-4}}),
-        list(fixed.parameters()))
-    for model, optimizer, scaled in ((reference, fp32, False), (fixed, amp, True)):
-        torch.manual_seed(1)
-        loss = model(src, target=target, disc_weight=50.0).loss
-        optimizer.backward(loss) if scaled else loss.backward()
-        optimizer.clip_grad_norm(0.0)
-        task.optimizer_step(optimizer, model, 0)
+    one_update(reference, task, fp32, lambda o: task.optimizer_step(o, reference, 0), amp=False)
+    amp = amp_optimizer(name, list(fixed.parameters()), scale=128.0)
+    one_update(fixed, task, amp, lambda o: task.optimizer_step(o, fixed, 0), amp=True)
     for (key, a), b in zip(reference.named_parameters(), fixed.parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-7, msg=key)
 

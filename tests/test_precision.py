@@ -26,19 +26,21 @@ def optimizer_cfg(name):
 
 
 def amp_optimizer(name, params, scale):
-    """fairseq's AMPOptimizer over ``name``, with a CPU GradScaler at ``scale``."""
+    """fairseq's AMPOptimizer over ``name``; off CUDA with a CPU GradScaler at ``scale`` (the
+    CUDA one it builds switches itself off without a GPU)."""
     cfg = OmegaConf.create({"optimizer": optimizer_cfg(name),
                             "common": {"fp16_init_scale": scale, "amp_scale_window": None,
                                        "min_loss_scale": 1e-4}})
     optimizer = AMPOptimizer.build_optimizer(cfg, params)
-    optimizer._grad_scaler = torch.amp.GradScaler("cpu", init_scale=scale)
+    if not params[0].is_cuda:
+        optimizer._grad_scaler = torch.amp.GradScaler("cpu", init_scale=scale)
     return optimizer
 
 
 def one_update(model, task, optimizer, step, amp):
     """A training update in the trainer's order: backward, clip (fairseq always calls it;
     0 = norm only), the task's optimizer_step."""
-    src, target, _, _ = masked_batch(task)
+    src, target, _, _ = (t.to(next(model.parameters()).device) for t in masked_batch(task))
     torch.manual_seed(1)  # the same generator samples in every copy
     loss = model(src, target=target, disc_weight=50.0).loss
     optimizer.backward(loss) if amp else loss.backward()
