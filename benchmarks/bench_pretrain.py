@@ -60,7 +60,7 @@ import torch.nn.functional as F
 
 from electra_plugin.speed import retain_freed_memory
 from electra_plugin.flops import executed_train_flops, paper_train_flops
-from electra_plugin.models.electra import model_sizes
+from electra_plugin.generators import model_sizes
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN = REPO / "electra_plugin"
@@ -473,7 +473,7 @@ def arch_config(arch):
     """The plugin's model config of ``arch`` (sizes, dropout, positions)."""
     from omegaconf import OmegaConf
 
-    from electra_plugin.models.electra import complete_config
+    from electra_plugin.models.config import complete_config
 
     return complete_config(OmegaConf.create({"_name": arch}))
 
@@ -660,7 +660,7 @@ def breakdown(args, arch, length, precision, device, data_root, repeats):
                 return log_probs.detach()
 
             def sampling():
-                sampled = model.sample(log_probs)
+                sampled = model.sample(log_probs, model.generator_variant.temperature())
                 corrupted = src.flatten().index_put((positions,), sampled).view_as(src)
                 return corrupted, corrupted.ne(torch.where(masked, target, src))
 

@@ -37,7 +37,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from .errors import ElectraUsageError, first_line
-from .models.electra import ElectraModel, complete_config
+from .models.config import complete_config
 from .partial_output import full_destination, write_error
 
 logger = logging.getLogger(__name__)
@@ -184,7 +184,8 @@ def is_electra_model_cfg(model_cfg) -> bool:
     """Whether a checkpoint's model config names this plugin's ELECTRA model or an arch of it."""
     name = model_cfg.get("_name", None) if model_cfg is not None else None
     cls = ARCH_MODEL_REGISTRY.get(name) or MODEL_REGISTRY.get(name)
-    return cls is not None and issubclass(cls, ElectraModel)
+    electra = MODEL_REGISTRY.get("electra")
+    return cls is not None and electra is not None and issubclass(cls, electra)
 
 
 def load_checkpoint(path, arg_overrides: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:

@@ -22,32 +22,21 @@ same as BERT-Small) and 6.42e19 for ELECTRA-Base (766k updates of 256 x 512).
 runs, 2 FLOPs per multiply-add and 3 x forward for training (the backward pass computes the
 gradients of both the inputs and the weights). Embedding lookups are free; the generator's
 vocabulary projection is counted at the masked positions only, because that is all
-``GeneratorHead`` computes. This is the count to divide by the time for MFU.
+``ElectraGeneratorPredictions`` computes. This is the count to divide by the time for MFU.
 ``executed_train_flops(..., full_vocab_generator=True)`` is the same count for a step that
 projects every position onto the vocabulary, as transformers' ``ElectraForMaskedLM`` does.
 """
 
-from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
 from .fixed_dtype import FixedDtypeBuffers
+from .models.config import EncoderSize
 # Elementwise costs per value, as the official script counts them.
 _LAYER_NORM, _GELU, _SOFTMAX, _DROPOUT = 5, 8, 5, 4
 # Fraction of positions whose generator output the official script counts (20 of 128).
 PAPER_OUTPUT_FRACTION = 0.15625
-
-
-@dataclass(frozen=True)
-class EncoderSize:
-    """One Transformer encoder (generator or discriminator) and its embedding width."""
-
-    layers: int
-    hidden: int
-    heads: int
-    ffn: int
-    embedding: int
 
 
 # ---------------------------------------------------------------------------- paper count
@@ -85,52 +74,44 @@ def _paper_embeddings(size: EncoderSize, vocab: int, length: int) -> float:
     return flops
 
 
-def _paper_generator_output(size: EncoderSize, vocab: int) -> float:
+def paper_generator_output(size: EncoderSize, vocab: int) -> float:
     """Forward FLOPs of the generator's output layer for one predicted position."""
     e, h = size.embedding, size.hidden
     return (2 * h * e + e + _GELU * e + _LAYER_NORM * e  # dense, bias, GELU, LayerNorm
             + 2 * e * vocab + _SOFTMAX * vocab + 2 * vocab)  # projection, softmax, target
 
 
-def _paper_discriminator_output(size: EncoderSize) -> float:
+def paper_discriminator_output(size: EncoderSize) -> float:
     """Forward FLOPs of the replaced-token head for one position."""
     h = size.hidden
     return 2 * h * h + h + _GELU * h + 2 * h
 
 
+def paper_encoder_flops(size: EncoderSize, vocab: int, length: int, positions: int) -> float:
+    """Forward FLOPs of one encoder (embeddings and layers) over ``positions`` positions of
+    length-``length`` sequences."""
+    return positions * (size.layers * _paper_layer(size, length)
+                        + _paper_embeddings(size, vocab, length))
+
+
 def paper_train_flops(disc: EncoderSize, gen: Optional[EncoderSize], vocab: int, length: int,
-                      sequences: int = 1, predicted: float = None, *, objective: str = "electra",
-                      generator_passes: int = 2, discriminator_passes: int = 2) -> float:
-    """Training FLOPs, as the paper counts them, of ``sequences`` sequences of ``length``.
+                      sequences: int = 1, predicted: float = None) -> float:
+    """Training FLOPs of ELECTRA (replaced token detection, generator trained with the
+    discriminator), as the paper counts them, of ``sequences`` sequences of ``length``.
 
     ``predicted`` is the number of positions with a generator output over all the sequences
-    (default: the official fraction 0.15625 of every sequence). Multiply by the number of
-    updates for a whole run. The other arguments cover the ablations: ``gen`` None when no
-    network generates (unigram generator, ``mlm``); the discriminator's heads as the
-    ``objective`` has them (replaced-token head; MLM head at the predicted positions for
-    ``mlm``/``replace_mlm``, at every position plus the copy gate for ``all_tokens_mlm``);
-    passes: 2 for a trained part (backward counted as equal to forward), 1 for a frozen one
-    (forward only), 0 for one that does not run (two-stage training).
+    (default: the official fraction 0.15625 of every sequence); ``gen`` None when no network
+    generates. Multiply by the number of updates for a whole run. The other objectives and
+    generators count their own parts (``paper_head_flops``, ``Generator.paper_flops``).
     """
     if predicted is None:
         predicted = PAPER_OUTPUT_FRACTION * length * sequences
     positions = length * sequences
-
-    def encoder(size):
-        return positions * (size.layers * _paper_layer(size, length)
-                            + _paper_embeddings(size, vocab, length))
-
-    heads = {
-        "electra": positions * _paper_discriminator_output(disc),
-        "electra_15": positions * _paper_discriminator_output(disc),
-        "mlm": predicted * _paper_generator_output(disc, vocab),
-        "replace_mlm": predicted * _paper_generator_output(disc, vocab),
-        "all_tokens_mlm": positions * (_paper_generator_output(disc, vocab)
-                                       + _paper_discriminator_output(disc)),
-    }[objective]
-    flops = discriminator_passes * (encoder(disc) + heads)
+    flops = 2 * (paper_encoder_flops(disc, vocab, length, positions)
+                 + positions * paper_discriminator_output(disc))
     if gen is not None:
-        flops += generator_passes * (encoder(gen) + predicted * _paper_generator_output(gen, vocab))
+        flops += 2 * (paper_encoder_flops(gen, vocab, length, positions)
+                      + predicted * paper_generator_output(gen, vocab))
     return flops
 
 
@@ -168,9 +149,10 @@ class FlopsCounter(FixedDtypeBuffers):
 
     A float64 buffer (``flops_counter.flops`` in the state dict), so the count travels with
     every checkpoint and survives any resume, including from an end-of-epoch checkpoint,
-    where fairseq drops its logged meters. The ``electra`` criterion adds each update's
-    FLOPs after fairseq has summed them over micro-batches (``--update-freq``) and workers,
-    so every worker holds the same global count. The buffer stays float64 under --fp16/--bf16.
+    where fairseq drops its logged meters. The ``electra`` task adds each update's FLOPs
+    after fairseq has summed the criterion's logs over micro-batches (``--update-freq``) and
+    workers, so every worker holds the same global count. The buffer stays float64 under
+    --fp16/--bf16.
     """
 
     KEY = "flops_counter.flops"

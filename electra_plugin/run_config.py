@@ -29,11 +29,9 @@ def run_config(node):
     return root if root is not node and "common" in root else None
 
 
-def complete_for_model(model_cfg) -> None:
-    """Check and complete the run's settings for an ELECTRA model (pre-training or not)."""
-    run = run_config(model_cfg)
-    if run is None:
-        return
+def complete_for_model(run) -> None:
+    """Check and complete the run's settings for an ELECTRA model (pre-training or not);
+    ``run`` is :func:`run_config` of the model's config."""
     distributed = run.get("distributed_training", {})
     if distributed.get("ddp_backend") == "fully_sharded":
         raise ElectraUsageError(
@@ -42,34 +40,24 @@ def complete_for_model(model_cfg) -> None:
             "decay, the two-stage copy and the float64 FLOPs count need whole parameters); "
             "use --ddp-backend c10d (the default) or legacy_ddp")
     common = run.common
-    master_copies = (common.get("fp16") and not common.get("memory_efficient_fp16")) or \
-        (common.get("bf16") and not common.get("memory_efficient_bf16"))
-    if model_cfg.get("two_stage_updates", 0) and master_copies:
-        # before anything is written into --save-dir
-        raise ElectraUsageError(
-            "--two-stage-updates copies the generator into the discriminator in place, "
-            "which the separate fp32 master weights of --fp16/--bf16 would undo; use --amp "
-            "or --memory-efficient-fp16 (--autocast-bf16 or --memory-efficient-bf16 for "
-            "bf16)")
     optimizer = run.get("optimizer", None) or {}
     if common.get("fp16") and not common.get("memory_efficient_fp16") and \
             not common.get("fp16_no_flatten_grads") and \
             optimizer.get("_name") == "electra_adam":
         # fairseq would flatten every fp32 master weight into one tensor, and electra_adam
         # would lose the LayerNorm/bias weight-decay exemption and the layer-decay groups
-        _set(common, "fp16_no_flatten_grads", True,
-             "--fp16 with electra_adam: fp32 master weights kept per parameter "
-             "(--fp16-no-flatten-grads), so LayerNorm and biases keep their weight-decay "
-             "exemption and --layer-decay its groups")
-    if model_cfg.get("two_stage_updates", 0) and \
-            distributed.get("distributed_world_size", 1) > 1 and \
-            distributed.get("ddp_backend") in TORCH_DDP and \
-            not distributed.get("find_unused_parameters"):
-        # each stage leaves the other part without gradient, which torch's DDP only
-        # allows when it looks for unused parameters
-        _set(distributed, "find_unused_parameters", True,
-             "--two-stage-updates under --ddp-backend c10d: --find-unused-parameters, since "
-             "each stage trains one of the generator and the discriminator")
+        set_logged(common, "fp16_no_flatten_grads", True,
+                   "--fp16 with electra_adam: fp32 master weights kept per parameter "
+                   "(--fp16-no-flatten-grads), so LayerNorm and biases keep their "
+                   "weight-decay exemption and --layer-decay its groups")
+
+
+def master_copies(run) -> bool:
+    """Whether fairseq keeps separate fp32 master weights (--fp16/--bf16, not memory
+    efficient)."""
+    common = run.common
+    return bool((common.get("fp16") and not common.get("memory_efficient_fp16")) or
+                (common.get("bf16") and not common.get("memory_efficient_bf16")))
 
 
 def update_freq_for(global_batch: int, batch_size, world_size: int) -> int:
@@ -105,12 +93,12 @@ def complete_global_batch(task_cfg) -> None:
         raise ElectraUsageError(
             f"--global-batch-size {global_batch} sets --update-freq itself ({freq} here), but "
             f"--update-freq {','.join(map(str, given))} was given; drop one of the two")
-    _set(run.optimization, "update_freq", [freq],
+    set_logged(run.optimization, "update_freq", [freq],
          f"--global-batch-size {global_batch}: {run.dataset.batch_size} sequences x "
          f"{world} GPU(s) x --update-freq {freq}")
 
 
-def _set(group, key, value, message):
+def set_logged(group, key, value, message):
     with open_dict(group):
         group[key] = value
     logger.info(message)

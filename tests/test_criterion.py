@@ -25,7 +25,7 @@ def test_loss_is_mean_mlm_plus_lambda_mean_bce():
     torch.manual_seed(5)
     loss, sample_size, log = criterion(model, sample)
     torch.manual_seed(5)  # the same uniform draws for the inverse-CDF sampling
-    out = model(**sample["net_input"], target=sample["target"], disc_weight=50.0)
+    out = model(**sample["net_input"], target=sample["target"])
 
     # by hand: -log softmax at the original token, averaged over the masked positions
     logits, targets = out.generator_log_probs.double(), out.masked_targets

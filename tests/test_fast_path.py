@@ -25,10 +25,11 @@ from electra_plugin.flops import (
     executed_train_flops,
     paper_train_flops,
 )
-from electra_plugin.models.electra import ElectraModel, model_sizes
+from electra_plugin.generators import model_sizes
+from electra_plugin.models.electra import ElectraModel
 from electra_plugin.speed.dropout import Dropout, random_int16
 from test_criterion import sample_for
-from test_model import tiny_model
+from test_model import tiny_model, tiny_model_config
 from test_training import records
 
 DISC_WEIGHT = 50.0
@@ -275,7 +276,8 @@ def test_sampling_follows_softmax_of_logits_over_temperature():
     model, _ = tiny_model(temperature=2.0)
     logits = 1000 + 2 * torch.log(torch.tensor([[0.5, 0.3, 0.2, 0.0]])).expand(30000, 4)
     torch.manual_seed(3)
-    counts = torch.bincount(model.sample(logits), minlength=4).float() / 30000
+    counts = torch.bincount(model.sample(logits, model.generator_variant.temperature()),
+                            minlength=4).float() / 30000
     assert torch.allclose(counts, torch.tensor([0.5, 0.3, 0.2, 0.0]), atol=0.012)
 
 
@@ -314,7 +316,7 @@ def test_paper_flops_of_a_hand_computed_model():
     ("electra_large", 2048, 512, 1.75e6, 3.113952642891776e21),
 ])
 def test_paper_flops_of_the_official_runs(arch, batch, length, steps, official):
-    from electra_plugin.models.electra import complete_config
+    from electra_plugin.models.config import complete_config
 
     disc, gen = model_sizes(complete_config(OmegaConf.create({"_name": arch})))
     ours = paper_train_flops(disc, gen, 30522, length, batch) * steps
@@ -343,7 +345,8 @@ def test_counter_survives_half_precision_and_fine_tuning_drops_it():
 
 def test_flops_reduce_once_per_update_over_micro_batches():
     """--update-freq 2 (or 2 workers): fairseq sums both batches' logs, the count grows once."""
-    model, task = tiny_model()
+    task = tiny_model()[1]
+    model = task.build_model(tiny_model_config())  # the task keeps the model's counter
     criterion = ElectraCriterion(task, DISC_WEIGHT)
     logs = [criterion(model, sample_for(task, seed=s))[2] for s in (0, 1)]
     disc, gen = model_sizes(model.cfg)
@@ -351,7 +354,7 @@ def test_flops_reduce_once_per_update_over_micro_batches():
                                      predicted=log["masked"]) for log in logs)
     for update in (1, 2):
         with metrics.aggregate() as agg:
-            ElectraCriterion.reduce_metrics(logs)
+            task.reduce_metrics(logs, criterion)
         assert model.flops_counter.flops.item() == pytest.approx(update * expected, rel=1e-12)
         assert agg.get_smoothed_values()["train_flops"] == round(update * expected)
     model.eval()

@@ -82,7 +82,7 @@ def test_amp_update_equals_fp32_update_with_the_cuda_scaler(name):
 
 
 def test_two_stage_generator_frozen_on_gpu(data_bin, tmp_path):
-    options = ("--generator-size", "1.0", "--two-stage-updates", "2", "--amp")
+    options = ("--generator", "two_stage", "--two-stage-updates", "2", "--amp")
     gpu_train(data_bin, tmp_path, *options)  # updates 1-2 stage 1, 3-4 stage 2
     state = checkpoint(tmp_path / "checkpoint_last.pt")["model"]
     assert bool(state["second_stage"])
@@ -105,9 +105,9 @@ def test_the_step_does_not_wait_for_the_gpu():
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        out = model(src, target=target, disc_weight=50.0, masked_positions=positions,
-                    has_padding=True)
-        out.loss.backward()
+        out = model(src, target=target, masked_positions=positions, has_padding=True)
+        loss = out.generator_loss + 50.0 * out.main_loss
+        loss.backward()
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    assert torch.isfinite(out.loss)
+    assert torch.isfinite(loss)

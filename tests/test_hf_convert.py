@@ -202,7 +202,7 @@ def test_import_matches_transformers(case, bert):
     model, task = load_fairseq(case["result"].checkpoint, case["out"])
     assert task.cfg._name == "electra" and model.generator is not None
     assert (model.generator.embeddings is model.discriminator.embeddings) == case["tied"]
-    assert model.cfg.untie_embeddings == (not case["tied"])
+    assert (model.cfg.embedding_sharing == "untied") == (not case["tied"])
 
     ids, mask = bert_batch(bert)
     assert not mask.all()  # a padded batch
@@ -450,7 +450,7 @@ def test_gdes_run_exports_a_plain_discriminator(tiny, bert, tmp_path):
     data = binarize(tmp_path / "imported", tmp_path / "data")
     # from scratch (tiny's two embedding blocks differ: the import unties them); lr 1e-2:
     # one Adam update moves the residual about as far as the embeddings' own scale
-    proc = train(data, tmp_path / "ck", dict(imported.model_cfg, untie_embeddings=False),
+    proc = train(data, tmp_path / "ck", dict(imported.model_cfg, embedding_sharing=None),
                  "--embedding-sharing", "gdes", "--lr", "1e-2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     checkpoint = tmp_path / "ck" / "checkpoint_last.pt"

@@ -62,7 +62,7 @@ def test_disc_auc_matches_scikit_learn_on_real_batches(trained, data_bin, update
             _, _, log = criterion(model, batch)
             logs.append(log)
             torch.manual_seed(i)  # the same samples again, for the raw scores
-            out = model(**batch["net_input"], target=batch["target"], disc_weight=50.0)
+            out = model(**batch["net_input"], target=batch["target"])
             real = ~out.padding_mask
             score, label = out.main[real].double().numpy(), out.replaced[real].numpy()
             aucs.append(roc_auc_score(label, score))
@@ -110,7 +110,7 @@ def test_sampled_acc_counts_samples_equal_to_the_original(trained, data_bin):
         torch.manual_seed(0)
         _, _, log = criterion(model, batch)
         torch.manual_seed(0)
-        out = model(**batch["net_input"], target=batch["target"], disc_weight=50.0)
+        out = model(**batch["net_input"], target=batch["target"])
         sampled = out.corrupted.flatten()[out.positions]
         assert log["sampled_correct"] == (sampled == out.masked_targets).sum()
         # a sample differs from the original exactly where the token counts as replaced
@@ -183,7 +183,7 @@ def test_feature_spread_is_that_of_the_pooled_features(fresh):
     pooled = []
     with torch.no_grad():
         for batch in batches:
-            out = model(**batch["net_input"], target=batch["target"], disc_weight=50.0)
+            out = model(**batch["net_input"], target=batch["target"])
             # the discriminator alone (its padding from the input: a sample may be <pad>)
             features, _ = model.discriminator(out.corrupted, padding_mask=out.padding_mask)
             pooled += [row[~pad].double().mean(0).numpy()

@@ -11,13 +11,9 @@ from omegaconf import OmegaConf
 
 from electra_plugin.errors import ElectraUsageError
 from electra_plugin.flops import paper_train_flops
-from electra_plugin.models.electra import (
-    GDES_DELTA,
-    ElectraModel,
-    complete_config,
-    generator_sizes,
-    model_sizes,
-)
+from electra_plugin.generators import model_sizes
+from electra_plugin.models.config import complete_config
+from electra_plugin.models.electra import GDES_DELTA, ElectraModel
 from electra_plugin.tasks.electra_pretraining import ElectraPretrainingConfig, ElectraPretrainingTask
 
 OFFICIAL = {  # (layers, hidden, heads, ffn, embedding) and generator (hidden, heads, ffn)
@@ -35,12 +31,16 @@ def make_task(vocab_size=60, tokens_per_sample=32):
         ElectraPretrainingConfig(data="unused", tokens_per_sample=tokens_per_sample, seed=1), d)
 
 
+def tiny_model_config(**overrides):
+    return OmegaConf.create(dict(dict(_name="electra_tiny", num_layers=2, hidden_size=64,
+                                      num_heads=4, ffn_size=128, embedding_size=32),
+                                 **overrides))
+
+
 def tiny_model(task=None, **overrides):
     task = task or make_task()
-    cfg = OmegaConf.create(dict(_name="electra_tiny", num_layers=2, hidden_size=64, num_heads=4,
-                                ffn_size=128, embedding_size=32, **overrides))
     torch.manual_seed(0)
-    return ElectraModel.build_model(cfg, task), task
+    return ElectraModel.build_model(tiny_model_config(**overrides), task), task
 
 
 @pytest.mark.parametrize("arch", sorted(OFFICIAL))
@@ -54,7 +54,8 @@ def test_official_sizes_from_hydra_name_and_cli_arch(arch):
     cli_cfg = complete_config(args)
     for cfg in (hydra_cfg, cli_cfg):
         assert tuple(cfg[f] for f in fields) == sizes
-        assert generator_sizes(cfg) == gen
+        generator = model_sizes(cfg)[1]
+        assert (generator.hidden, generator.heads, generator.ffn) == gen
 
 
 def test_explicit_sizes_win_over_the_arch():
@@ -74,18 +75,20 @@ def test_small_discriminator_has_the_papers_14m_parameters():
 
 
 def test_untied_embeddings_are_separate():
-    model, _ = tiny_model(untie_embeddings=True)
+    model, _ = tiny_model(embedding_sharing="untied")
     assert model.generator.embeddings is not model.discriminator.embeddings
     assert model.generator_head.embed_tokens[0] is model.generator.embeddings.word_embeddings
 
 
 def test_generator_fraction_must_give_whole_heads():
     with pytest.raises(ElectraUsageError, match="whole number of 64-dim attention heads"):
-        complete_config(OmegaConf.create({"_name": "electra_base", "generator_size": 0.3}))
+        model_sizes(complete_config(OmegaConf.create({"_name": "electra_base",
+                                                      "generator_size": 0.3})))
     with pytest.raises(ElectraUsageError, match="generator-size"):
-        complete_config(OmegaConf.create({"_name": "electra_small", "generator_size": 0.1}))
-    assert generator_sizes(complete_config(
-        OmegaConf.create({"_name": "electra_base", "generator_size": 0.5}))) == (384, 6, 1536)
+        tiny_model(generator_size=0.1)
+    generator = model_sizes(complete_config(
+        OmegaConf.create({"_name": "electra_base", "generator_size": 0.5})))[1]
+    assert (generator.hidden, generator.heads, generator.ffn) == (384, 6, 1536)
 
 
 def test_plain_electra_needs_sizes():
@@ -116,7 +119,7 @@ def masked_batch(task, rows=3, length=20, seed=0):
 def test_rtd_step_shapes_and_labels():
     model, task = tiny_model()
     src, target, original, picked = masked_batch(task)
-    out = model(src, target=target, disc_weight=50.0)
+    out = model(src, target=target)
     assert out.generator_log_probs.shape == (int(picked.sum()), len(task.dictionary))
     assert torch.equal(out.masked_targets, original[picked])
     assert out.main.shape == src.shape
@@ -132,7 +135,7 @@ def test_sample_equal_to_original_is_labelled_original():
     favourite = int(original[0, 1])
     with torch.no_grad():
         model.generator_head.bias[favourite] = 1e4
-    out = model(src, target=target, disc_weight=50.0)
+    out = model(src, target=target)
     assert torch.equal(out.replaced, picked & original.ne(favourite))
     assert out.replaced.any() and (picked & original.eq(favourite)).any()
 
@@ -141,16 +144,18 @@ def test_sampling_follows_the_generator_distribution():
     model, _ = tiny_model()
     logits = torch.log(torch.tensor([[0.7, 0.2, 0.1]])).expand(20000, 3)
     torch.manual_seed(1)
-    counts = torch.bincount(model.sample(logits), minlength=3).float() / 20000
+    generator = model.generator_variant
+    counts = torch.bincount(model.sample(logits, generator.temperature()),
+                            minlength=3).float() / 20000
     assert torch.allclose(counts, torch.tensor([0.7, 0.2, 0.1]), atol=0.015)
     model.cfg.temperature = 0
-    assert model.sample(logits).eq(0).all()
+    assert model.sample(logits, generator.temperature()).eq(0).all()
 
 
 def test_discriminator_loss_does_not_reach_the_generator():
     model, task = tiny_model(dropout=0.0, attention_dropout=0.0)
     src, target, _, _ = masked_batch(task)
-    out = model(src, target=target, disc_weight=50.0)
+    out = model(src, target=target)
     F.binary_cross_entropy_with_logits(out.main, out.replaced.float()).backward()
     assert all(p.grad is None for p in model.generator.encoder.parameters())
     assert all(p.grad is None for p in model.generator_head.parameters())
@@ -215,7 +220,7 @@ def test_generator_layers_give_a_shallower_generator_counted_at_its_depth():
     model, task = tiny_model(generator_layers=0.5)
     assert len(model.generator.encoder.layer) == 1 and len(model.discriminator.encoder.layer) == 2
     src, target, _, picked = masked_batch(task)
-    out = model(src, target=target, disc_weight=50.0)
+    out = model(src, target=target)
     assert out.generator_log_probs.shape == (int(picked.sum()), len(task.dictionary))
     disc, gen = model_sizes(model.cfg)
     assert (disc.layers, gen.layers) == (2, 1)
@@ -249,7 +254,7 @@ def test_gdes_keeps_the_discriminator_loss_off_the_shared_embeddings(sharing):
     shared = model.generator.embeddings.word_embeddings.weight
     assert model.generator_head.embed_tokens[0].weight is shared  # the MLM head stays tied
     src, target, _, _ = masked_batch(task)
-    out = model(src, target=target, disc_weight=50.0)
+    out = model(src, target=target)
     F.binary_cross_entropy_with_logits(out.main, out.replaced.float()).backward()
     if sharing == "shared":
         assert shared.grad.abs().sum() > 0
@@ -313,9 +318,44 @@ def test_step_with_the_collaters_positions_and_padding_flag_is_the_same_step():
     model, task = tiny_model(dropout=0.0, attention_dropout=0.0)
     src, target, _, picked = masked_batch(task)
     torch.manual_seed(1)
-    found = model(src, target=target, disc_weight=50.0)
+    found = model(src, target=target)
     torch.manual_seed(1)
-    given = model(src, target=target, disc_weight=50.0,
+    given = model(src, target=target,
                   masked_positions=picked.flatten().nonzero().squeeze(1), has_padding=True)
-    assert torch.equal(found.loss, given.loss) and torch.equal(found.main, given.main)
+    assert torch.equal(found.main_loss, given.main_loss) and torch.equal(found.main, given.main)
+    assert torch.equal(found.generator_loss, given.generator_loss)
     assert torch.equal(found.positions, given.positions)
+
+
+@pytest.mark.parametrize("old, new", [
+    (dict(tie_generator=True, generator_size=1.0), dict(generator="tied")),
+    (dict(two_stage_updates=3, generator_size=1.0, untie_embeddings=True),
+     dict(generator="two_stage", two_stage_updates=3)),
+    (dict(generator_training="adversarial", untie_embeddings=True, generator_size=0.5),
+     dict(generator="adversarial", embedding_sharing="untied", generator_size=0.5)),
+    (dict(objective="mlm", generator_size=0.25), dict(objective="mlm")),
+])
+def test_a_version_1_checkpoint_loads_under_todays_options(old, new):
+    """Before the checkpoint version key (format 1) the generator variants were flags; such a
+    checkpoint's config reads as today's options and its weights load unchanged."""
+    task = make_task()
+    model, _ = tiny_model(task, **new)
+    state = model.state_dict()
+    assert int(state.pop("version")) == 2
+    version_1 = dict(dict(tie_generator=False, generator_training="mle",
+                          untie_embeddings=False, generator_size=0.25), **old)
+    upgraded = complete_config(tiny_model_config(**version_1))
+    today = complete_config(tiny_model_config(**new))
+    assert {k: upgraded[k] for k in today} == dict(today)
+    loaded = ElectraModel.build_model(upgraded, task)
+    loaded.load_state_dict(state)
+    assert int(loaded.version) == 2
+    assert all(torch.equal(v, loaded.state_dict()[k]) for k, v in state.items())
+
+
+def test_a_checkpoint_of_a_newer_format_is_one_line():
+    model, _ = tiny_model()
+    state = model.state_dict()
+    state["version"] = torch.tensor(3)
+    with pytest.raises(ElectraUsageError, match="newer version of the plugin"):
+        tiny_model()[0].load_state_dict(state)

@@ -12,7 +12,9 @@ from fairseq import checkpoint_utils
 from conftest import assert_one_line_error, run, train_cmd
 from electra_plugin.criterions.electra import ElectraCriterion
 from electra_plugin.errors import ElectraUsageError
-from electra_plugin.flops import EncoderSize, paper_train_flops
+from electra_plugin.flops import paper_encoder_flops, paper_train_flops
+from electra_plugin.models.config import EncoderSize
+from electra_plugin.objectives import OBJECTIVES
 from test_criterion import sample_for
 from test_model import tiny_model
 from test_training import hydra_train, import_plugin, records
@@ -27,7 +29,7 @@ def step(objective, disc_weight=50.0, seed=5, **overrides):
     torch.manual_seed(seed)
     loss, _, log = ElectraCriterion(task, disc_weight)(model, sample)
     torch.manual_seed(seed)
-    out = model(**sample["net_input"], target=sample["target"], disc_weight=disc_weight)
+    out = model(**sample["net_input"], target=sample["target"])
     return model, loss, log, out
 
 
@@ -115,7 +117,7 @@ def test_all_tokens_mlm_copy_mechanism_by_hand():
 
 @pytest.mark.slow
 def test_tied_generator_is_the_discriminator():
-    model, _ = tiny_model(generator_size=1.0, tie_generator=True)
+    model, _ = tiny_model(generator="tied")
     assert model.generator is model.discriminator
     untied, _ = tiny_model(generator_size=1.0)
     count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
@@ -139,7 +141,7 @@ def test_unigram_generator_samples_the_dictionary_counts():
     counts[task.mask_idx] = 0
     expected = counts / counts.sum()
     torch.manual_seed(0)
-    draws = model.sample(model.unigram.log_probs.expand(40000, -1))
+    draws = model.sample(model.unigram.log_probs.expand(40000, -1), 1.0)
     seen = torch.bincount(draws, minlength=len(d)).float() / len(draws)
     assert seen[:d.nspecial].sum() == 0 and seen[task.mask_idx] == 0
     assert torch.allclose(seen, expected, atol=4 * math.sqrt(expected.max() / 40000))
@@ -164,13 +166,13 @@ def skewed_task():
 def test_unigram_follows_skewed_counts():
     model, task = tiny_model(skewed_task(), generator="unigram")
     torch.manual_seed(1)
-    draws = model.sample(model.unigram.log_probs.expand(20000, -1))
+    draws = model.sample(model.unigram.log_probs.expand(20000, -1), 1.0)
     top = torch.bincount(draws, minlength=len(task.dictionary)).argmax().item()
     assert top == task.dictionary.nspecial  # the most frequent ordinary token
 
 
 def test_adversarial_generator_reinforce_with_learned_baseline_by_hand():
-    model, loss, log, out = step("electra", generator_training="adversarial")
+    model, loss, log, out = step("electra", generator="adversarial")
     M = out.masked_targets.numel()
     per_token = F.binary_cross_entropy_with_logits(out.main.double(), out.replaced.double(),
                                                    reduction="none").flatten()
@@ -194,7 +196,7 @@ def test_adversarial_generator_reinforce_with_learned_baseline_by_hand():
 
 @pytest.mark.slow
 def test_two_stage_switch_copies_the_generator_and_freezes_it():
-    model, task = tiny_model(generator_size=1.0, two_stage_updates=3, untie_embeddings=True)
+    model, task = tiny_model(generator="two_stage", two_stage_updates=3)
     criterion = ElectraCriterion(task, 50.0)
     sample = sample_for(task)
     model.set_num_updates(2)
@@ -218,8 +220,7 @@ def test_two_stage_switch_copies_the_generator_and_freezes_it():
     second = model.train_flops(20, 3, log["masked"])
     assert second > first
     # a resumed model keeps the switch (the flag is in the state dict, not recomputed)
-    resumed, _ = tiny_model(task, generator_size=1.0, two_stage_updates=3,
-                            untie_embeddings=True)
+    resumed, _ = tiny_model(task, generator="two_stage", two_stage_updates=3)
     resumed.load_state_dict(model.state_dict())
     assert bool(resumed.second_stage)
     before = {k: v.clone() for k, v in resumed.discriminator.state_dict().items()}
@@ -237,14 +238,11 @@ def test_paper_flops_of_mlm_by_hand():
     # per position: attention 247 + FFN 244 + embeddings 102 (see test_fast_path); MLM head
     # 2*4*2 + 2 + 8*2 + 5*2 + 2*2*10 + 5*10 + 2*10 = 154 at the predicted position
     forward = 3 * (247 + 244 + 102) + 154
-    assert paper_train_flops(disc, None, vocab=10, length=3, predicted=1,
-                             objective="mlm") == 2 * forward
-    gen = EncoderSize(layers=1, hidden=2, heads=1, ffn=4, embedding=2)
-    electra = paper_train_flops(disc, gen, vocab=10, length=3, predicted=1)
-    assert paper_train_flops(disc, gen, 10, 3, predicted=1, objective="electra_15") == electra
-    # a frozen generator costs its forward only
-    frozen = paper_train_flops(disc, gen, 10, 3, predicted=1, generator_passes=1)
-    assert electra - frozen == (3 * (109 + 90 + 82) + 146)
+    mlm = paper_encoder_flops(disc, 10, 3, 3) + OBJECTIVES["mlm"].paper_head_flops(disc, 10, 3, 1)
+    assert mlm == forward
+    # the 15% variant counts the same replaced-token head at every position as electra
+    assert OBJECTIVES["electra_15"].paper_head_flops(disc, 10, 3, 1) == \
+        OBJECTIVES["electra"].paper_head_flops(disc, 10, 3, 1) == 3 * (2 * 4 * 4 + 4 + 8 * 4 + 8)
 
 
 # ------------------------------------------------------------------------ fairseq machinery
@@ -258,8 +256,8 @@ def test_paper_flops_of_mlm_by_hand():
     (["--objective", "replace_mlm"], "mlm_loss"),
     (["--objective", "all_tokens_mlm"], "mlm_loss"),
     (["--generator", "unigram"], "disc_loss"),
-    (["--generator-size", "1.0", "--tie-generator"], "disc_loss"),
-    (["--generator-training", "adversarial"], "disc_loss"),
+    (["--generator", "tied"], "disc_loss"),
+    (["--generator", "adversarial"], "disc_loss"),
     (["--generator-layers", "0.5"], "disc_loss"),
     (["--embedding-sharing", "gdes"], "disc_loss"),
 ])
@@ -276,7 +274,7 @@ def test_each_variant_trains_with_fairseq_train(options, loss_key, data_bin, tmp
 
 @pytest.mark.slow
 def test_two_stage_run_switches_at_the_update_and_resumes(data_bin, tmp_path):
-    options = ["--generator-size", "1.0", "--two-stage-updates", "3", "--train-subset", "valid",
+    options = ["--generator", "two_stage", "--two-stage-updates", "3", "--train-subset", "valid",
                "--disable-validation"]
     first = run(train_cmd(data_bin, tmp_path, "--max-epoch", "1", *options))
     assert first.returncode == 0, first.stderr[-3000:]
@@ -311,7 +309,7 @@ def generator_log_probs(path, data_bin):
     model.eval()
     src, target = batch["net_input"]["src_tokens"], batch["target"]
     with torch.no_grad():
-        return model(src, target=target, disc_weight=50.0).generator_log_probs
+        return model(src, target=target).generator_log_probs
 
 
 @pytest.mark.slow
@@ -327,25 +325,31 @@ def test_objective_from_hydra(data_bin, tmp_path):
 
 
 @pytest.mark.parametrize("options, phrase", [
-    (dict(objective="mlm", generator="unigram"), "--objective mlm has no generator"),
-    (dict(generator="unigram", tie_generator=True), "--generator unigram"),
-    (dict(tie_generator=True), "--generator-size 1.0"),
-    (dict(two_stage_updates=5), "--generator-size 1.0"),
-    (dict(objective="replace_mlm", generator_training="adversarial"), "--objective electra"),
-    (dict(generator_size=1.0, generator_training="adversarial", two_stage_updates=5),
-     "--generator-training adversarial rewards the generator"),
-    (dict(generator="unigram", generator_layers=0.5), "--generator unigram"),
-    (dict(generator_size=1.0, generator_layers=0.5, tie_generator=True),
-     "--tie-generator needs the generator at the discriminator's depth"),
-    (dict(generator_size=1.0, generator_layers=0.5, two_stage_updates=5),
-     "drop --generator-layers or set it to 1.0"),
-    (dict(embedding_sharing="gdes", objective="mlm"), "which --objective mlm rules out"),
-    (dict(embedding_sharing="gdes", generator="unigram"), "which --generator unigram rules out"),
-    (dict(embedding_sharing="gdes", generator_size=1.0, tie_generator=True),
-     "drop --tie-generator or --embedding-sharing gdes"),
-    (dict(embedding_sharing="gdes", untie_embeddings=True), "which --untie-embeddings rules"),
-    (dict(embedding_sharing="gdes", generator_size=1.0, two_stage_updates=5),
-     "which --two-stage-updates rules out"),
+    (dict(objective="mlm", generator="unigram"), "--objective mlm has no generator, so "
+                                                 "--generator does not apply"),
+    (dict(objective="mlm", embedding_sharing="gdes"), "so --embedding-sharing does not apply"),
+    (dict(objective="mlm", generator_layers=0.5), "so --generator-layers does not apply"),
+    (dict(generator="unigram", generator_layers=0.5),
+     "--generator-layers does not apply to --generator unigram"),
+    (dict(generator="tied", generator_size=0.5),
+     "--generator-size does not apply to --generator tied"),
+    (dict(generator="two_stage"), "give --two-stage-updates N"),
+    (dict(generator="two_stage", two_stage_updates=5, generator_layers=0.5),
+     "--generator-layers does not apply to --generator two_stage"),
+    (dict(two_stage_updates=5), "--two-stage-updates does not apply to --generator masked_lm"),
+    (dict(generator="adversarial", two_stage_updates=5),
+     "--two-stage-updates does not apply to --generator adversarial"),
+    (dict(objective="replace_mlm", generator="adversarial"), "--objective electra"),
+    (dict(objective="all_tokens_mlm", generator="two_stage", two_stage_updates=5),
+     "--generator two_stage is defined for replaced token detection"),
+    (dict(embedding_sharing="gdes", generator="unigram"),
+     "--generator unigram works with --embedding-sharing shared, not gdes"),
+    (dict(embedding_sharing="gdes", generator="tied"), "--generator tied works with"),
+    (dict(embedding_sharing="shared", generator="two_stage", two_stage_updates=5),
+     "--generator two_stage works with --embedding-sharing untied, not shared"),
+    (dict(generator="fast_electra"), "--generator-checkpoint PATH"),
+    (dict(generator_checkpoint="mlm.pt"), "--generator-checkpoint does not apply"),
+    (dict(temperature_decay_updates=10), "--temperature-decay-updates does not apply"),
 ])
 def test_impossible_combinations_are_one_line_errors(options, phrase):
     with pytest.raises(ElectraUsageError, match=phrase.replace("-", r"\-")):
@@ -357,9 +361,9 @@ def test_bad_masking_fractions_and_fp16_two_stage_are_one_line(data_bin, tmp_pat
     proc = run(train_cmd(data_bin, tmp_path, "--leave-unmasked-prob", "0.6",
                          "--random-token-prob", "0.6"))
     assert_one_line_error(proc, "--random-token-prob", "add up to at most 1")
-    proc = run(train_cmd(data_bin, tmp_path, "--generator-size", "1.0", "--two-stage-updates",
+    proc = run(train_cmd(data_bin, tmp_path, "--generator", "two_stage", "--two-stage-updates",
                          "2", "--fp16", "--fp16-no-flatten-grads", "--max-update", "1"))
-    assert_one_line_error(proc, "--two-stage-updates", "--amp")
+    assert_one_line_error(proc, "--generator two_stage", "--amp")
     assert not any(tmp_path.iterdir())  # nothing written
     proc = run(train_cmd(data_bin, tmp_path, "--generator-layers", "0.3"))
     assert_one_line_error(proc, "--generator-layers 0.3", "use a multiple of 1/2 in (0, 1]")

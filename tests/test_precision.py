@@ -13,7 +13,7 @@ from conftest import built_from_command_line
 from electra_plugin.auc import auc_from_counts, auc_pair_counts
 from electra_plugin.errors import ElectraUsageError
 from electra_plugin.models.electra import init_bert_params
-from electra_plugin.models.heads import DiscriminatorHead
+from electra_plugin.models.heads import ElectraDiscriminatorPredictions
 from test_model import masked_batch, tiny_model
 
 
@@ -42,7 +42,8 @@ def one_update(model, task, optimizer, step, amp):
     0 = norm only), the task's optimizer_step."""
     src, target, _, _ = (t.to(next(model.parameters()).device) for t in masked_batch(task))
     torch.manual_seed(1)  # the same generator samples in every copy
-    loss = model(src, target=target, disc_weight=50.0).loss
+    out = model(src, target=target)
+    loss = out.generator_loss + 50.0 * out.main_loss
     optimizer.backward(loss) if amp else loss.backward()
     optimizer.clip_grad_norm(0.0)
     step(optimizer)
@@ -78,7 +79,7 @@ def collapsed_batch(rows=8, length=32, hidden=64):
     one vector (values exact in bf16), and labels that the fp32 scores rank better than
     chance. -> (head with bf16-exact weights, hidden B x T x H, replaced, covered)."""
     torch.manual_seed(0)
-    head = DiscriminatorHead(hidden)
+    head = ElectraDiscriminatorPredictions(hidden)
     head.apply(init_bert_params)
     head.dense_prediction.bias.data.fill_(-2.0)  # near the logit an early run has
     head = head.bfloat16().float()
@@ -115,8 +116,8 @@ def test_pretraining_outputs_are_fp32_whatever_the_weights():
     model, task = tiny_model()
     src, target, _, _ = masked_batch(task)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = model(src, target=target, disc_weight=50.0)
-    half = model.bfloat16()(src, target=target, disc_weight=50.0)
+        out = model(src, target=target)
+    half = model.bfloat16()(src, target=target)
     for o in (out, half):
         assert o.main.dtype == o.generator_log_probs.dtype == torch.float32
 
@@ -157,7 +158,8 @@ def test_fully_sharded_is_one_line(data_bin):
 
 @pytest.mark.parametrize("backend, expected", [("c10d", True), ("legacy_ddp", False)])
 def test_two_stage_under_torch_ddp_looks_for_unused_parameters(data_bin, backend, expected):
-    cfg, _, _ = built_from_command_line(data_bin, "--generator-size", "1.0", "--two-stage-updates", "5",
+    cfg, _, _ = built_from_command_line(data_bin, "--generator", "two_stage",
+                                        "--two-stage-updates", "5",
                            "--distributed-world-size", "2", "--ddp-backend", backend)
     assert cfg.distributed_training.find_unused_parameters is expected
 

@@ -374,7 +374,7 @@ def test_two_stage_generator_stays_frozen_under_ddp(data_bin, tmp_path):
     """Stage 2 on two gloo workers: fairseq's legacy DDP gives every parameter a gradient
     (zeros for the frozen generator), and Adam with weight decay would move it; the task
     drops those gradients, so the generator is bit-identical through the second stage."""
-    options = ["--generator-size", "1.0", "--two-stage-updates", "2", "--optimizer",
+    options = ["--generator", "two_stage", "--two-stage-updates", "2", "--optimizer",
                "electra_adam", "--weight-decay", "0.01", "--disable-validation"]
     save = tmp_path / "run"
     train(data_bin, save, "--max-update", "2", *options)  # stage 1 alone

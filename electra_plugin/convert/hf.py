@@ -13,11 +13,11 @@ Decisions:
   fp32. The generator's output layer must be tied to its word embeddings (as in ELECTRA and
   in HF's ``ElectraForMaskedLM``). Generator and discriminator share the embedding block
   exactly when every embedding tensor of the two is equal; otherwise the checkpoint gets
-  ``untie_embeddings=True``. A generator shallower than the discriminator gets
+  ``embedding_sharing=untied``. A generator shallower than the discriminator gets
   ``generator_layers`` (its depth as a fraction of the discriminator's).
 * A GDES checkpoint (``--embedding-sharing gdes``) exports a plain discriminator: its token
   embeddings are the generator's plus the residual, folded into one table (the import of
-  such an export gives ``untie_embeddings=True``).
+  such an export gives ``embedding_sharing=untied``).
 * Export needs the dictionary the model was trained with (``--data``, default: the
   checkpoint's ``task.data``). When the dictionary came from a WordPiece vocab.txt (found
   through ``electra_tokenizer.json``, as ``vocab.txt`` next to ``dict.txt``, or given
@@ -54,8 +54,9 @@ from ..data.wordpiece import write_fairseq_dict
 from ..errors import ElectraUsageError, first_line
 from ..partial_output import removed_on_failure
 from ..flops import FlopsCounter
-from ..models.electra import (complete_config, fold_embedding_delta, generator_depth,
-                               generator_sizes)
+from ..generators import GENERATORS
+from ..models.config import SIZE_FIELDS, EncoderSize, complete_config, scaled_size
+from ..models.electra import VERSION_KEY, fold_embedding_delta
 from .keys import (CONFIG_TABLE, HF_ARCHITECTURES, component_of, expand, permute_rows, rename,
                    symbols)
 
@@ -153,11 +154,14 @@ def _hf_config(fields: dict, architecture: str, vocab_size: int, pad_token_id: i
 def _generator_fields(fields: dict, generator_size: float,
                       generator_layers: Optional[float]) -> dict:
     """Our generator's per-encoder fields, from the discriminator's and the size fractions."""
-    cfg = OmegaConf.create(dict(fields, generator_size=generator_size,
-                                generator_layers=generator_layers))
-    hidden, heads, ffn = generator_sizes(cfg)
-    return dict(fields, num_layers=generator_depth(cfg), hidden_size=hidden, num_heads=heads,
-                ffn_size=ffn)
+    disc = EncoderSize(*(fields[k] for k in SIZE_FIELDS))
+    return _encoder_fields(fields, scaled_size(disc, generator_size, generator_layers))
+
+
+def _encoder_fields(fields: dict, size: EncoderSize) -> dict:
+    """The per-encoder fields of an encoder of ``size``, the others as ``fields``."""
+    return dict(fields, num_layers=size.layers, hidden_size=size.hidden, num_heads=size.heads,
+                ffn_size=size.ffn)
 
 
 def _fit_generator_size(fields: dict, gen_fields: dict, where: str) -> float:
@@ -393,13 +397,10 @@ def model_cli_args(model_cfg) -> List[str]:
     """fairseq-train options that build the model of ``model_cfg`` (to continue training)."""
     args = ["--arch", "electra"]
     for field in ("num_layers", "hidden_size", "num_heads", "ffn_size", "embedding_size",
-                  "generator_size", "max_positions", "type_vocab_size", "dropout",
-                  "attention_dropout"):
-        args += ["--" + field.replace("_", "-"), repr(model_cfg[field])]
-    if model_cfg.get("generator_layers") is not None:
-        args += ["--generator-layers", repr(model_cfg["generator_layers"])]
-    if model_cfg.get("untie_embeddings"):
-        args.append("--untie-embeddings")
+                  "generator_size", "generator_layers", "max_positions", "type_vocab_size",
+                  "dropout", "attention_dropout", "embedding_sharing"):
+        if model_cfg.get(field) is not None:
+            args += ["--" + field.replace("_", "-"), str(model_cfg[field])]
     if model_cfg.get("segment_token_types"):
         args.append("--segment-token-types")
     return args
@@ -458,7 +459,7 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
 
     model_cfg = dict(_name="electra", **fields,
                      generator_size=_default_generator_size(fields["num_heads"]),
-                     generator_layers=None, untie_embeddings=False,
+                     generator_layers=None, embedding_sharing=None,
                      load_checkpoint_heads="classification_head" in components,
                      # HF/official ELECTRA: type 1 on the second segment in pre-training
                      segment_token_types=fields["type_vocab_size"] > 1)
@@ -468,10 +469,10 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
                 f"{discriminator_dir} is an {disc.architecture}, not ElectraForPreTraining; a "
                 f"pre-training checkpoint (with a generator) needs the replaced-token head")
         generator_dir = os.fspath(generator_dir)
-        gen_state, model_cfg["generator_size"], model_cfg["generator_layers"], \
-            model_cfg["untie_embeddings"] = _import_generator(generator_dir, disc, fields,
-                                                              tokens, index)
-        if not model_cfg["untie_embeddings"]:  # one shared block: store its tensors once
+        gen_state, model_cfg["generator_size"], model_cfg["generator_layers"], untied = \
+            _import_generator(generator_dir, disc, fields, tokens, index)
+        model_cfg["embedding_sharing"] = "untied" if untied else None
+        if not untied:  # one shared block: store its tensors once
             gen_state.update({k: state["discriminator" + k[len("generator"):]]
                               for k in gen_state if k.startswith("generator.embeddings.")})
         state.update(gen_state)
@@ -517,7 +518,7 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
 
 
 def _import_generator(generator_dir, disc: _HFModel, fields: dict, tokens, index):
-    """(fairseq state, generator_size, generator_layers, untie_embeddings) of an HF
+    """(fairseq state, generator_size, generator_layers, untied embeddings) of an HF
     generator."""
     gen = _HFModel.read(generator_dir)
     if gen.architecture != "ElectraForMaskedLM":
@@ -723,6 +724,7 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
     cfg = complete_config(OmegaConf.create(OmegaConf.to_container(state["cfg"].model)))
     weights = dict(state["model"])
     weights.pop(FlopsCounter.KEY, None)  # a training statistic, not a weight
+    weights.pop(VERSION_KEY, None)  # the plugin's checkpoint format
     fold_embedding_delta(weights)  # GDES: HF's discriminator holds one token embedding table
     # heads of the ablation objectives and generators have no transformers class
     ablation = [k for k in weights if k.startswith(("mlm_head.", "generator_baseline.",
@@ -835,7 +837,7 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
                                     labels),
                          vocab_path, tokenizer_settings, dict_dir, spm_path, fast)
         if gen_dir is not None:
-            gen_fields = _generator_fields(fields, cfg.generator_size, cfg.generator_layers)
+            gen_fields = _encoder_fields(fields, GENERATORS[cfg.generator](cfg).size())
             components = HF_ARCHITECTURES["ElectraForMaskedLM"]
             sizes = {c: symbols(gen_fields, len(dictionary)) for c in components}
             params = expand(components, sizes)

@@ -1,6 +1,5 @@
 """The pre-training criterion: runs the model's step, logs its losses, counts and FLOPs."""
 
-import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -58,52 +57,49 @@ class ElectraCriterionConfig(FairseqDataclass):
 
 @register_criterion("electra", dataclass=ElectraCriterionConfig)
 class ElectraCriterion(FairseqCriterion):
-    """``L = L_gen + w * L_main`` for one batch, for any ``--objective`` of the model, as
-    :meth:`~electra_plugin.models.electra.ElectraModel.electra_step` computes it.
+    """``L = L_gen + w * L_main`` for one batch, for any ``--objective`` of the model, from the
+    two losses :meth:`~electra_plugin.models.electra.ElectraModel.electra_step` returns.
 
     ``L_gen`` is the generator's loss (cross-entropy averaged over the masked positions, or
-    REINFORCE), ``L_main`` the objective's loss (:mod:`electra_plugin.objectives`), with
-    ``w = --disc-weight`` for the binary objectives (``electra``: BCE averaged over all
-    non-pad tokens; ``electra_15``: over the masked ones) and 1 for the MLM ones. Both are
-    per-batch means, as in the official code, so ``sample_size`` is 1 per batch: with
-    ``--update-freq k`` or k workers the update averages the k batch losses.
+    REINFORCE; none when the generator learns nothing), ``L_main`` the objective's loss
+    (:mod:`electra_plugin.objectives`), with ``w = --disc-weight`` for the binary objectives
+    (``electra``: BCE averaged over all non-pad tokens; ``electra_15``: over the masked ones)
+    and 1 for the MLM ones. Both are per-batch means, as in the official code, so
+    ``sample_size`` is 1 per batch: with ``--update-freq k`` or k workers the update averages
+    the k batch losses.
 
     Training batches also log their FLOPs as the paper counts them (:mod:`..flops`, with
-    the batch's own length and number of masked positions); each update adds their sum over
-    micro-batches and workers to the model's :class:`~electra_plugin.flops.FlopsCounter`,
-    and every log line shows the running total as ``train_flops``, so that runs can be
-    compared at equal compute (the ``wall`` column gives the time it took).
+    the batch's own length and number of masked positions); the ``electra`` task adds each
+    update's sum to the model's :class:`~electra_plugin.flops.FlopsCounter` and logs the
+    running total as ``train_flops``, so that runs can be compared at equal compute (the
+    ``wall`` column gives the time it took).
 
     Validation batches (model in eval mode) also log the sums :func:`feature_spread` turns
     into ``disc_feature_spread``, which tells a collapsed discriminator from a healthy one.
     """
-
-    # The FLOPs counter of the model the latest training batch ran on. fairseq calls
-    # reduce_metrics on the class, after it has summed the logging outputs of all
-    # micro-batches and workers; that is where an update's FLOPs are known, so it adds them
-    # to this counter.
-    _counter = None
 
     def __init__(self, task, disc_weight):
         super().__init__(task)
         self.disc_weight = disc_weight
 
     def forward(self, model, sample, reduce=True):
-        """The step and its loss are :meth:`ElectraModel.electra_step`, run through ``model``
-        (the DDP wrapper in distributed training); this adds what fairseq logs around it."""
-        out = model(**sample["net_input"], target=sample["target"],
-                    disc_weight=self.disc_weight)
+        """The step is :meth:`ElectraModel.electra_step`, run through ``model`` (the DDP
+        wrapper in distributed training); this weights its losses and logs around it."""
+        out = model(**sample["net_input"], target=sample["target"])
+        loss = 0.0
+        if out.main_loss is not None:
+            loss = (self.disc_weight if model.objective.binary else 1.0) * out.main_loss
+        if out.generator_loss is not None:
+            loss = loss + out.generator_loss
         logging_output = {"ntokens": sample["ntokens"], "nsentences": sample["nsentences"],
-                          "sample_size": 1, **out.logs}
+                          "sample_size": 1, **out.logs, "loss": loss.detach()}
         if not model.training and out.disc_hidden is not None:
             logging_output.update(pooled_feature_sums(out.disc_hidden, out.padding_mask))
-        counter = getattr(model, "flops_counter", None) if model.training else None
-        if counter is not None:
-            ElectraCriterion._counter = weakref.ref(counter)
+        if model.training and getattr(model, "flops_counter", None) is not None:
             tokens = sample["net_input"]["src_tokens"]
             logging_output["flops"] = model.train_flops(tokens.size(1), tokens.size(0),
                                                         out.masked_targets.numel())
-        return out.loss, 1, logging_output
+        return loss, 1, logging_output
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
@@ -111,7 +107,7 @@ class ElectraCriterion(FairseqCriterion):
             return sum(log.get(key, 0) for log in logging_outputs)
 
         batches = total("sample_size")
-        for key in ("loss", "gen_loss", "disc_loss", "mlm_loss"):
+        for key in ("loss", "gen_loss", "disc_loss", "mlm_loss", "gen_temperature"):
             if any(key in log for log in logging_outputs):
                 metrics.log_scalar(key, total(key) / max(batches, 1), batches, round=3)
         logged = {key for key in COUNTS if any(key in log for log in logging_outputs)}
@@ -135,12 +131,6 @@ class ElectraCriterion(FairseqCriterion):
             # accuracy of always answering "original", the baseline disc_acc must beat
             metrics.log_derived("disc_baseline",
                                 lambda m: round(100 - rate("replaced", "tokens")(m), 2))
-
-        counter = ElectraCriterion._counter and ElectraCriterion._counter()
-        if counter is not None and any("flops" in log for log in logging_outputs):
-            # weight 0: the meter shows the latest value, the running total after this update
-            metrics.log_scalar("train_flops", counter.add(total("flops")), weight=0,
-                               priority=600, round=0)
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:

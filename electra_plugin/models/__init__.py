@@ -1,1 +1,1 @@
-from . import electra  # noqa: F401
+"""The ELECTRA model (electra.py, registered by the package), its configuration and parts."""

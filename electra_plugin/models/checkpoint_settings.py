@@ -16,8 +16,7 @@ from ..errors import ElectraUsageError
 DISCRIMINATOR_SETTINGS = ("num_layers", "hidden_size", "num_heads", "ffn_size",
                           "embedding_size", "max_positions", "type_vocab_size")
 PRETRAINING_SETTINGS = ("objective", "generator", "generator_size", "generator_layers",
-                        "generator_training", "embedding_sharing", "untie_embeddings",
-                        "tie_generator", "two_stage_updates")
+                        "embedding_sharing", "two_stage_updates")
 
 
 def check_model_settings(model, state_dict) -> None:

@@ -1,278 +1,41 @@
 """ELECTRA: a generator (small masked LM) and a discriminator sharing one embedding block.
 
 ``ElectraModel.electra_step`` is the whole pre-training step on one screen, masked batch to
-loss: generator at the masked positions -> sample -> corrupted input -> discriminator ->
-loss. ``forward`` runs it, so that DDP sees a single forward. The ablations plug in from
-:mod:`electra_plugin.generators` and :mod:`electra_plugin.objectives`.
+losses: generator at the masked positions -> sample -> corrupted input -> discriminator ->
+losses (the ``electra`` criterion weights and adds them). ``forward`` runs it, so that DDP
+sees a single forward. The variants plug in as two objects: the generator
+(:mod:`electra_plugin.generators`) and the objective (:mod:`electra_plugin.objectives`); the
+configuration is :mod:`.config`.
 """
 
 import logging
-import math
-from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Optional
 
 import torch
 import torch.nn as nn
-from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import BaseFairseqModel, register_model, register_model_architecture
-from omegaconf import OmegaConf, open_dict
 
 from ..errors import ElectraUsageError
-from ..flops import EncoderSize, FlopsCounter, paper_train_flops
-from ..generators import UnigramTable, build_generator
+from ..flops import FlopsCounter, paper_encoder_flops
+from ..generators import build_generator
 from ..objectives import OBJECTIVES, PretrainingOutput
 from ..optim.layer_decay import tag_parameters
-from ..run_config import complete_for_model
+from ..run_config import complete_for_model, run_config
 from .checkpoint_settings import check_model_settings, vocabulary_error
+from .config import (ARCH_SIZES, CHECKPOINT_VERSION, SIZE_FIELDS, ElectraConfig, EncoderSize,
+                     complete_config, discriminator_size)
 from .encoder import DisentangledEmbedding, ElectraEmbeddings, ElectraEncoder, attention_mask
-from .heads import ClassificationHead, DiscriminatorHead, GeneratorHead
+from .heads import ElectraClassificationHead
 
 logger = logging.getLogger(__name__)
 
-# The official sizes (google-research/electra configure_pretraining.py), in one place.
-# generator_size is the generator's hidden size as a fraction of the discriminator's;
-# the generator keeps the depth and head size, its FFN scales with its hidden size.
-ARCH_SIZES = {
-    "electra_tiny": dict(num_layers=4, hidden_size=128, num_heads=4, ffn_size=512,
-                         embedding_size=64, generator_size=0.25),
-    "electra_small": dict(num_layers=12, hidden_size=256, num_heads=4, ffn_size=1024,
-                          embedding_size=128, generator_size=0.25),
-    "electra_base": dict(num_layers=12, hidden_size=768, num_heads=12, ffn_size=3072,
-                         embedding_size=768, generator_size=1 / 3),
-    "electra_large": dict(num_layers=24, hidden_size=1024, num_heads=16, ffn_size=4096,
-                          embedding_size=1024, generator_size=0.25),
-}
-SIZE_FIELDS = tuple(ARCH_SIZES["electra_small"])
 # What a fine-tuning model keeps of a pre-training checkpoint; everything else (generator,
 # pre-training heads, FLOPs counter) exists only for pre-training.
 FINETUNING_PARTS = ("discriminator.", "classification_heads.")
 # The discriminator's residual on the generator's token embeddings (--embedding-sharing gdes).
 GDES_DELTA = "discriminator.embeddings.word_embeddings.delta"
-OBJECTIVE_CHOICES = ChoiceEnum(list(OBJECTIVES))
-GENERATOR_CHOICES = ChoiceEnum(["masked_lm", "unigram"])
-GENERATOR_TRAINING_CHOICES = ChoiceEnum(["mle", "adversarial"])
-POOLING_CHOICES = ChoiceEnum(["first", "mean"])
-EMBEDDING_SHARING_CHOICES = ChoiceEnum(["shared", "gdes"])
-
-
-@dataclass
-class ElectraConfig(FairseqDataclass):
-    # Size fields default to None: the --arch (or model._name) fills the ones left unset.
-    num_layers: Optional[int] = field(
-        default=None, metadata={"help": "discriminator Transformer layers (the generator's "
-                                        "too unless --generator-layers)"})
-    hidden_size: Optional[int] = field(
-        default=None, metadata={"help": "discriminator hidden size"})
-    num_heads: Optional[int] = field(
-        default=None, metadata={"help": "discriminator attention heads"})
-    ffn_size: Optional[int] = field(
-        default=None, metadata={"help": "discriminator feed-forward inner size"})
-    embedding_size: Optional[int] = field(
-        default=None, metadata={"help": "token embedding size; projected to the hidden size "
-                                        "when different (ELECTRA-Small: 128 -> 256)"})
-    generator_size: Optional[float] = field(
-        default=None, metadata={"help": "generator hidden size as a fraction of the "
-                                        "discriminator's (official: 1/4 small and large, 1/3 "
-                                        "base); must give whole attention heads"})
-    generator_layers: Optional[float] = field(
-        default=None, metadata={"help": "generator depth as a fraction of the discriminator's "
-                                        "layers (official generator_layers); must give a "
-                                        "whole number of layers; unset: the same depth"})
-    max_positions: int = field(
-        default=512, metadata={"help": "number of learned position embeddings"})
-    type_vocab_size: int = field(
-        default=2, metadata={"help": "token type (segment) embeddings; 0 disables them"})
-    dropout: float = field(default=0.1, metadata={"help": "dropout probability"})
-    attention_dropout: float = field(
-        default=0.1, metadata={"help": "dropout probability on attention weights"})
-    untie_embeddings: bool = field(
-        default=False, metadata={"help": "give the generator its own embedding block instead "
-                                         "of sharing the discriminator's"})
-    embedding_sharing: EMBEDDING_SHARING_CHOICES = field(
-        default="shared", metadata={"help": "shared: one embedding block for generator and "
-                                            "discriminator; gdes: gradient-disentangled "
-                                            "sharing (DeBERTa-v3): the discriminator reads the "
-                                            "generator's token embeddings without their "
-                                            "gradient plus a zero-initialised residual of its "
-                                            "own, and has its own position/type embeddings and "
-                                            "LayerNorm"})
-    temperature: float = field(
-        default=1.0, metadata={"help": "generator sampling temperature; 0 takes the argmax "
-                                       "(deterministic, for debugging)"})
-    objective: OBJECTIVE_CHOICES = field(
-        default="electra", metadata={"help": "pre-training objective: electra (replaced token "
-                                             "detection on every token), electra_15 (only at "
-                                             "the masked positions), replace_mlm (MLM on "
-                                             "generator samples instead of <mask>), "
-                                             "all_tokens_mlm (replace_mlm predicting every "
-                                             "token, with a copy mechanism), mlm (BERT: no "
-                                             "generator)"})
-    generator: GENERATOR_CHOICES = field(
-        default="masked_lm", metadata={"help": "masked_lm: a small Transformer masked LM "
-                                               "trained with the discriminator; unigram: "
-                                               "samples from the unigram distribution of "
-                                               "dict.txt's counts (no network)"})
-    tie_generator: bool = field(
-        default=False, metadata={"help": "the generator shares every weight of the "
-                                         "discriminator (needs --generator-size 1.0)"})
-    generator_training: GENERATOR_TRAINING_CHOICES = field(
-        default="mle", metadata={"help": "mle: maximum likelihood (official); adversarial: "
-                                         "REINFORCE on the discriminator's loss with a "
-                                         "learned baseline (the paper's Appendix F)"})
-    two_stage_updates: int = field(
-        default=0, metadata={"help": "two-stage training: the generator alone for this many "
-                                     "updates, then the discriminator, initialised from the "
-                                     "generator, with the generator frozen (needs "
-                                     "--generator-size 1.0; implies --untie-embeddings); "
-                                     "0: joint training"})
-    classifier_pooling: POOLING_CHOICES = field(
-        default="first", metadata={"help": "what sentence-level classification heads read: "
-                                           "first: the <s> token's features (HF, official); "
-                                           "mean: the mean over the non-pad tokens (the "
-                                           "small-compute fine-tuning recipe; not exportable "
-                                           "to HF's classifier)"})
-    load_checkpoint_heads: bool = field(
-        default=False, metadata={"help": "keep the classification heads a checkpoint has "
-                                         "(for evaluation and the hub interface)"})
-    segment_token_types: bool = field(
-        default=False, metadata={"help": "the encoder was pre-trained with token type 1 on "
-                                         "the second segment (HF/official checkpoints; set "
-                                         "by the HF import): inputs given without token "
-                                         "types get type 1 after the first </s>, as BERT's "
-                                         "[CLS] A [SEP] B [SEP]. Off: type 0 throughout, as "
-                                         "in the plugin's own pre-training. Fine-tuning an "
-                                         "imported checkpoint with --restore-file or "
-                                         "--finetune-from-model needs it on the command line"})
-
-
-def complete_config(cfg):
-    """Fill unset size fields from the architecture and check that they fit together.
-
-    Runs whatever path built ``cfg`` (CLI --arch, hydra model._name, a checkpoint), so the
-    result never depends on whether fairseq merged dataclass defaults before or after the
-    arch function.
-    """
-    if not OmegaConf.is_config(cfg):
-        cfg = OmegaConf.create(vars(cfg))
-    arch = cfg.get("arch", None) or cfg.get("_name", None)
-    with open_dict(cfg):
-        full = OmegaConf.merge(OmegaConf.structured(ElectraConfig), {
-            k: v for k, v in cfg.items() if k in ElectraConfig.__dataclass_fields__})
-        for k, v in full.items():
-            cfg[k] = v
-        for k, v in ARCH_SIZES.get(arch, {}).items():
-            if cfg[k] is None:
-                cfg[k] = v
-        missing = [k for k in SIZE_FIELDS if cfg[k] is None]
-        if missing:
-            raise ElectraUsageError(
-                f"model size is not set ({', '.join(missing)}); pick --arch "
-                f"{'|'.join(ARCH_SIZES)} or give --{missing[0].replace('_', '-')}")
-        if cfg.get("two_stage_updates", 0) and not cfg.untie_embeddings:
-            # the second stage trains the discriminator's embeddings; shared ones would move
-            # the frozen generator's sampling distribution with them
-            cfg.untie_embeddings = True
-            logger.info("--two-stage-updates: the generator gets its own embeddings "
-                        "(--untie-embeddings), so that it stays frozen in the second stage")
-    generator_sizes(cfg)
-    generator_depth(cfg)
-    check_generator_options(cfg)
-    return cfg
-
-
-def check_generator_options(cfg):
-    """Combinations of objective and generator options that cannot work, as one line."""
-
-    def fail(problem, fix):
-        raise ElectraUsageError(f"{problem}; {fix}")
-
-    network = cfg.generator == "masked_lm"
-    if cfg.get("embedding_sharing", "shared") == "gdes":
-        conflicts = [option for option, given in (
-            ("--objective mlm", cfg.objective == "mlm"), ("--generator unigram", not network),
-            ("--tie-generator", cfg.tie_generator),
-            ("--two-stage-updates", cfg.two_stage_updates),  # before the untie it implies
-            ("--untie-embeddings", cfg.untie_embeddings)) if given]
-        if conflicts:
-            fail(f"--embedding-sharing gdes shares the token embeddings of a masked_lm "
-                 f"generator trained with the discriminator, which {conflicts[0]} rules out",
-                 f"drop {conflicts[0]} or --embedding-sharing gdes")
-    layers_given = cfg.get("generator_layers", None) is not None
-    if cfg.objective == "mlm" and (not network or cfg.tie_generator or cfg.two_stage_updates
-                                   or layers_given or cfg.generator_training != "mle"):
-        fail("--objective mlm has no generator, so the generator options do not apply",
-             "drop them or pick another --objective")
-    if not network and (cfg.tie_generator or cfg.two_stage_updates or layers_given
-                        or cfg.generator_training != "mle"):
-        fail("--generator unigram has no network to tie, shape, train adversarially or train "
-             "in two stages", "use --generator masked_lm")
-    depth = generator_depth(cfg)
-    if depth != cfg.num_layers and (cfg.tie_generator or cfg.two_stage_updates):
-        option = "--tie-generator" if cfg.tie_generator else "--two-stage-updates"
-        fail(f"{option} needs the generator at the discriminator's depth, but "
-             f"--generator-layers {cfg.generator_layers:g} gives it {depth} of "
-             f"{cfg.num_layers} layers", "drop --generator-layers or set it to 1.0")
-    whole = math.isclose(cfg.generator_size, 1.0)
-    if cfg.tie_generator and (not whole or cfg.untie_embeddings or cfg.two_stage_updates):
-        fail("--tie-generator shares every weight, so the generator must be the "
-             "discriminator's size with the same embeddings and no second stage",
-             "set --generator-size 1.0 without --untie-embeddings/--two-stage-updates")
-    if cfg.two_stage_updates and not whole:
-        fail(f"--two-stage-updates initialises the discriminator from the generator, which "
-             f"needs the same size (--generator-size is {cfg.generator_size:g})",
-             "set --generator-size 1.0")
-    if cfg.generator_training == "adversarial" and cfg.two_stage_updates:
-        fail("--generator-training adversarial rewards the generator with the "
-             "discriminator's loss, which the first of --two-stage-updates' stages does not "
-             "compute", "drop one of the two options")
-    if (cfg.generator_training == "adversarial" or cfg.two_stage_updates) and \
-            not OBJECTIVES[cfg.objective].binary:
-        fail(f"adversarial and two-stage generators are defined for replaced token detection, "
-             f"not --objective {cfg.objective}", "use --objective electra or electra_15")
-
-
-def generator_sizes(cfg):
-    """(hidden, heads, ffn) of the generator; raises when the fraction breaks a head."""
-    if cfg.hidden_size % cfg.num_heads:
-        raise ElectraUsageError(
-            f"hidden size {cfg.hidden_size} is not divisible by {cfg.num_heads} heads")
-    head_dim = cfg.hidden_size // cfg.num_heads
-    hidden = cfg.hidden_size * cfg.generator_size
-    heads = hidden / head_dim
-    if not 0 < cfg.generator_size <= 1 or not math.isclose(heads, round(heads), abs_tol=1e-4) \
-            or round(heads) == 0:
-        raise ElectraUsageError(
-            f"--generator-size {cfg.generator_size:g} gives a generator hidden size of "
-            f"{hidden:g}, which is not a whole number of {head_dim}-dim attention heads; use a "
-            f"fraction in (0, 1] that is a multiple of {head_dim}/{cfg.hidden_size}")
-    heads = round(heads)
-    return heads * head_dim, heads, cfg.ffn_size * heads // cfg.num_heads
-
-
-def generator_depth(cfg) -> int:
-    """Layers of the generator; raises when the fraction does not give whole layers."""
-    fraction = cfg.get("generator_layers", None)
-    if fraction is None:
-        return cfg.num_layers
-    layers = cfg.num_layers * fraction
-    if not 0 < fraction <= 1 or not math.isclose(layers, round(layers), abs_tol=1e-4) \
-            or round(layers) == 0:
-        raise ElectraUsageError(
-            f"--generator-layers {fraction:g} of the discriminator's {cfg.num_layers} layers "
-            f"gives the generator {layers:g}, not a whole number from 1 to {cfg.num_layers}; "
-            f"use a multiple of 1/{cfg.num_layers} in (0, 1]")
-    return round(layers)
-
-
-def model_sizes(cfg):
-    """(discriminator, generator) :class:`~electra_plugin.flops.EncoderSize` of a completed
-    ELECTRA model config, what the FLOPs counts need."""
-    gen_hidden, gen_heads, gen_ffn = generator_sizes(cfg)
-    disc = EncoderSize(cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.ffn_size,
-                       cfg.embedding_size)
-    return disc, EncoderSize(generator_depth(cfg), gen_hidden, gen_heads, gen_ffn,
-                             cfg.embedding_size)
+VERSION_KEY = "version"
 
 
 @register_model("electra", dataclass=ElectraConfig)
@@ -291,63 +54,40 @@ class ElectraModel(BaseFairseqModel):
         self.cfg = cfg
         self.padding_idx = dictionary.pad()
         self.separator_idx = dictionary.eos()  # </s> = [SEP]
-        vocab = len(dictionary)
-
-        def embeddings(word_embeddings=None):
-            return ElectraEmbeddings(vocab, cfg.embedding_size, cfg.max_positions,
-                                     cfg.type_vocab_size, self.padding_idx, cfg.dropout,
-                                     word_embeddings)
-
-        def encoder(embed, layers, hidden, heads, ffn):
-            return ElectraEncoder(embed, cfg.embedding_size, hidden, layers, heads, ffn,
-                                  cfg.dropout, cfg.attention_dropout, self.padding_idx)
-
-        shared = embeddings()  # the generator's; the discriminator's too unless GDES
+        self.vocab_size = len(dictionary)
+        self.objective = OBJECTIVES[cfg.get("objective", "electra")]
+        # where the step's replacements come from (generators/); None: BERT's mlm keeps <mask>
+        self.generator_variant = build_generator(cfg, self.objective) if pretraining else None
+        shared = self.make_embeddings()  # the generator's; the discriminator's too unless GDES
         disc_embed = shared
-        if pretraining and cfg.get("embedding_sharing", "shared") == "gdes":
+        if self.generator_variant is not None and self.generator_variant.sharing == "gdes":
             # as DeBERTa-v3 only the token embeddings are shared: the discriminator's loss
             # then reaches no generator weight (a fine-tuning model holds the folded table)
-            disc_embed = embeddings(DisentangledEmbedding(shared.word_embeddings))
-        self.discriminator = encoder(disc_embed, cfg.num_layers, cfg.hidden_size,
-                                     cfg.num_heads, cfg.ffn_size)
+            disc_embed = self.make_embeddings(DisentangledEmbedding(shared.word_embeddings))
+        self.discriminator = self.make_encoder(disc_embed, discriminator_size(cfg))
         self.classification_heads = nn.ModuleDict()
         self.pretraining = pretraining
-        self.objective = OBJECTIVES[cfg.get("objective", "electra")]
         self.generator = self.generator_head = self.generator_baseline = None
         self.discriminator_head = self.mlm_head = self.flops_counter = None
-        self.generator_variant = None  # where the step's replacements come from (generators.py)
-        self._known_stage = None  # two-stage training's stage, see _stage
         if pretraining:
             self.flops_counter = FlopsCounter()  # training FLOPs seen; see flops.py
-            self.generator_variant = build_generator(cfg)
-            if "discriminator_head" in self.objective.heads:
-                self.discriminator_head = DiscriminatorHead(cfg.hidden_size)
-            if "mlm_head" in self.objective.heads:
-                self.mlm_head = GeneratorHead(cfg.hidden_size, cfg.embedding_size,
-                                              disc_embed.word_embeddings)
-            if self.objective.corrupts:
-                self._build_generator(cfg, dictionary, shared, embeddings, encoder)
+            self.objective.build_heads(self, disc_embed.word_embeddings)
+            if self.generator_variant is not None:
+                self.generator_variant.build(self, dictionary, shared)
+            # the checkpoint format, for future renames to branch on (see config.py)
+            self.register_buffer(VERSION_KEY, torch.tensor(CHECKPOINT_VERSION))
         self.apply(init_bert_params)
         self.tag_parameters()
 
-    def _build_generator(self, cfg, dictionary, shared, embeddings, encoder):
-        if cfg.generator == "unigram":
-            self.unigram = UnigramTable(dictionary, dictionary.index("<mask>"))
-            return
-        gen_hidden, gen_heads, gen_ffn = generator_sizes(cfg)
-        if cfg.tie_generator:
-            self.generator = self.discriminator
-        else:
-            gen_embed = embeddings() if cfg.untie_embeddings else shared
-            self.generator = encoder(gen_embed, generator_depth(cfg), gen_hidden, gen_heads,
-                                     gen_ffn)
-        self.generator_head = GeneratorHead(gen_hidden, cfg.embedding_size,
-                                            self.generator.embeddings.word_embeddings)
-        if cfg.generator_training == "adversarial":
-            self.generator_baseline = nn.Linear(gen_hidden, 1)
-        if cfg.two_stage_updates:
-            # saved with checkpoints, so a resumed run knows the discriminator was initialised
-            self.register_buffer("second_stage", torch.zeros((), dtype=torch.bool))
+    def make_embeddings(self, word_embeddings=None) -> ElectraEmbeddings:
+        cfg = self.cfg
+        return ElectraEmbeddings(self.vocab_size, cfg.embedding_size, cfg.max_positions,
+                                 cfg.type_vocab_size, self.padding_idx, cfg.dropout,
+                                 word_embeddings)
+
+    def make_encoder(self, embeddings, size: EncoderSize) -> ElectraEncoder:
+        return ElectraEncoder(embeddings, size, self.cfg.dropout, self.cfg.attention_dropout,
+                              self.padding_idx)
 
     def tag_parameters(self):
         """Depth tags for ``--optimizer electra_adam`` (layer-wise lr decay)."""
@@ -363,8 +103,11 @@ class ElectraModel(BaseFairseqModel):
 
     @classmethod
     def build_model(cls, cfg, task):
-        complete_for_model(cfg)  # the run's precision and DDP settings (run_config.py)
+        run = run_config(cfg)  # None for a config of the model alone (hub, tests)
         cfg = complete_config(cfg)
+        OBJECTIVES[cfg.objective].check(cfg)
+        if run is not None:  # the run's precision and DDP settings (run_config.py)
+            complete_for_model(run)
         for option in ("tokens_per_sample", "max_positions", "max_seq_len"):
             length = getattr(getattr(task, "cfg", None), option, None)
             if length is not None and length > cfg.max_positions:
@@ -373,57 +116,30 @@ class ElectraModel(BaseFairseqModel):
                     f"model's {cfg.max_positions} positions; lower it (sequences are cut with "
                     f"--shorten-method truncate) or use a model with more positions")
         pretraining = getattr(task, "builds_pretraining_model", False)
-        return cls(cfg, task.source_dictionary, pretraining=pretraining)
-
-    @property
-    def generator_alone(self) -> bool:
-        """First stage of two-stage training: only the generator runs and learns."""
-        return self._stage() == 1
-
-    @property
-    def generator_frozen(self) -> bool:
-        """Second stage of two-stage training: the generator only samples."""
-        return self._stage() == 2
-
-    def _stage(self) -> int:
-        """Two-stage training's stage (1 or 2), 0 without it. The ``second_stage`` flag is
-        read from the device once after each load, not at every step (a host sync)."""
-        if not self.cfg.get("two_stage_updates", 0) or self.generator is None:
-            return 0
-        if self._known_stage is None:
-            self._known_stage = 2 if bool(self.second_stage) else 1
-        return self._known_stage
+        model = cls(cfg, task.source_dictionary, pretraining=pretraining)
+        if run is not None and model.generator_variant is not None:
+            model.generator_variant.complete_run(run)
+        return model
 
     def set_num_updates(self, num_updates):
-        """Two-stage training: at the switch, initialise the discriminator from the generator."""
         super().set_num_updates(num_updates)
-        if self._stage() == 1 and num_updates >= self.cfg.two_stage_updates:
-            self.discriminator.load_state_dict(self.generator.state_dict())
-            self.second_stage.fill_(True)
-            self._known_stage = 2
-            logger.info(f"update {num_updates}: discriminator initialised from the generator, "
-                        f"which is frozen from now on")
+        if self.generator_variant is not None:
+            self.generator_variant.set_num_updates(self, num_updates)
 
     def resting_parameters(self):
-        """The parameters the current stage of two-stage training does not train (none
-        otherwise). The task drops their gradients before each update: the step gives them
-        none, but fairseq's legacy DDP fills in zeros, and Adam would then move them anyway
-        (weight decay, momentum). requires_grad stays on: fairseq builds its optimizer from
-        the parameters that require gradients, and a resumed run must find the same ones.
-        """
-        stage = self._stage()
-        parts = {1: (self.discriminator, self.discriminator_head),
-                 2: (self.generator, self.generator_head)}.get(stage, ())
-        return [p for part in parts for p in part.parameters()]
+        """Parameters the current update must not move although they require a gradient
+        (two_stage training's other part); the task drops their gradients."""
+        return [] if self.generator_variant is None else \
+            self.generator_variant.resting_parameters(self)
 
     def forward(self, src_tokens, target=None, features_only=False, return_all_hiddens=False,
-                classification_head_name=None, token_types=None, disc_weight=None,
-                masked_positions=None, has_padding=None, **kwargs):
+                classification_head_name=None, token_types=None, masked_positions=None,
+                has_padding=None, **kwargs):
         """Replaced token detection when ``target`` is given, else the discriminator.
 
         src_tokens: B x T. With ``target`` (B x T: the original token at masked positions,
-        padding elsewhere; the ``electra`` task's batch) runs :meth:`electra_step` (the
-        ``electra`` criterion passes ``disc_weight``) inside this one forward, as DDP needs.
+        padding elsewhere; the ``electra`` task's batch) runs :meth:`electra_step` inside this
+        one forward, as DDP needs.
         Otherwise returns ``(x, {"inner_states": [...]})`` like fairseq's RoBERTa: x is
         B x T x H features (``features_only``), B x C logits of a classification head, or
         B x T replaced-token logits (pre-training model only).
@@ -433,8 +149,7 @@ class ElectraModel(BaseFairseqModel):
         of the batch on the host (see :meth:`electra_step`).
         """
         if target is not None:
-            return self.electra_step(src_tokens, target, disc_weight, masked_positions,
-                                     has_padding)
+            return self.electra_step(src_tokens, target, masked_positions, has_padding)
         if token_types is None and self.cfg.get("segment_token_types", False) and \
                 self.cfg.type_vocab_size > 1:
             token_types = segment_ids(src_tokens, self.separator_idx, self.padding_idx)
@@ -447,7 +162,7 @@ class ElectraModel(BaseFairseqModel):
                     f"has {sorted(self.classification_heads) or 'none'}")
             head = self.classification_heads[classification_head_name]
             x = head(x, src_tokens.eq(self.padding_idx)) \
-                if isinstance(head, ClassificationHead) else head(x)
+                if isinstance(head, ElectraClassificationHead) else head(x)
         elif not features_only:
             if self.discriminator_head is None:
                 raise ElectraUsageError(
@@ -457,20 +172,20 @@ class ElectraModel(BaseFairseqModel):
             x = self.discriminator_head(x)
         return x, {"inner_states": states}
 
-    def electra_step(self, src_tokens, target, disc_weight: float, masked_positions=None,
+    def electra_step(self, src_tokens, target, masked_positions=None,
                      has_padding: Optional[bool] = None) -> PretrainingOutput:
         """One pre-training step, top to bottom as the paper's section 2 tells it.
 
         src_tokens, target: B x T, the ``electra`` task's batch: its dataset has already
         masked the input (:mod:`electra_plugin.data.masking`), target holds the original token
-        at the M picked positions and padding elsewhere. ``disc_weight``: lambda.
-        ``masked_positions`` (M flat indices into B x T, ascending) and ``has_padding``, which
-        the task's collater gives, spare the two host-device syncs of finding them here.
-        The comments say what the default (``--objective electra``, a masked-LM generator
-        trained by maximum likelihood) does; the ablations plug in at two named points:
-        ``self.generator_variant`` (:mod:`electra_plugin.generators`) and ``self.objective``
-        (:mod:`electra_plugin.objectives`).
+        at the M picked positions and padding elsewhere. ``masked_positions`` (M flat indices
+        into B x T, ascending) and ``has_padding``, which the task's collater gives, spare the
+        two host-device syncs of finding them here. The comments say what the default
+        (``--objective electra``, ``--generator masked_lm``) does; the variants plug in as
+        ``self.generator_variant`` and ``self.objective``. Returns both losses; the
+        ``electra`` criterion weights and adds them.
         """
+        generator = self.generator_variant  # None: BERT's mlm keeps <mask>
         padding_mask = src_tokens.eq(self.padding_idx)
         attn_mask = attention_mask(padding_mask, has_padding)  # shared by both encoders
         # 1. mask: the positions the dataset picked (--mask-prob, <mask> or kept as it says)
@@ -481,19 +196,18 @@ class ElectraModel(BaseFairseqModel):
         original = torch.where(masked, target, src_tokens)
         logs = {"masked": len(positions)}
         corrupted, gen_log_probs, baseline = src_tokens, None, None
-        if self.generator_variant is not None:  # BERT's mlm has none: <mask> stays
+        if generator is not None:
             # 2. generator: M x V log-probabilities, a small masked LM's at the masked positions
-            gen_log_probs, baseline = self.generator_variant.propose(self, src_tokens, attn_mask,
-                                                                     positions)
+            gen_log_probs, baseline = generator.propose(self, src_tokens, attn_mask, positions)
             # 3. sample, without gradient: the discriminator's loss never reaches the generator
-            sampled = self.sample(gen_log_probs.detach())
+            sampled = self.sample(gen_log_probs.detach(), generator.temperature())
             logs["sampled_correct"] = (sampled == masked_targets).sum()  # sampled_masked_lm_acc
             # 4. corrupt: the samples replace the masked tokens
             corrupted = src_tokens.flatten().index_put((positions,), sampled).view_as(src_tokens)
         # labels: replaced where the input differs (a sample equal to the original is original)
         replaced = corrupted.ne(original)
         main = copy = hidden = None
-        if not self.generator_alone:  # two-stage training's first stage: no discriminator
+        if generator is None or generator.runs_discriminator(self):
             # 5. discriminator: one replaced/original logit per token (discriminator_head)
             hidden, _ = self.discriminator.encode(corrupted, attn_mask)
             main, copy = self.objective.predict(self, hidden, positions)
@@ -502,38 +216,37 @@ class ElectraModel(BaseFairseqModel):
             masked_targets=masked_targets, positions=positions, corrupted=corrupted,
             original=original, replaced=replaced, padding_mask=padding_mask,
             main=main, copy=copy, disc_hidden=hidden)
-        # 6. loss = lambda * BCE averaged over the non-pad tokens + the generator's
-        #    cross-entropy averaged over the masked positions
-        loss, per_token = 0.0, None
+        # 6. losses: BCE averaged over the non-pad tokens, and the generator's cross-entropy
+        #    averaged over the masked positions
+        main_loss = gen_loss = per_token = None
         if main is not None:
-            disc_loss, per_token, counts = self.objective.main_loss(out)
-            loss = (disc_weight if self.objective.binary else 1.0) * disc_loss
-            logs.update({self.objective.loss_name: disc_loss.detach(), **counts})
-        if self.generator_variant is not None:
-            gen_loss, gen_logs = self.generator_variant.loss(self, out, per_token)
-            loss = loss + gen_loss
+            main_loss, per_token, counts = self.objective.main_loss(out)
+            logs.update({self.objective.loss_name: main_loss.detach(), **counts})
+        if generator is not None:
+            gen_loss, gen_logs = generator.loss(self, out, per_token)
             logs.update(gen_logs)
-        logs["loss"] = loss.detach()
-        return out._replace(loss=loss, logs=logs)
+        return out._replace(main_loss=main_loss, generator_loss=gen_loss, logs=logs)
 
     def train_flops(self, length: int, sequences: int, predicted: int) -> float:
-        """Training FLOPs of one batch as the paper counts them, for this model's setting."""
-        disc, gen = self._sizes
-        # a trained part counts forward + backward (equal, as the paper), a frozen one forward
-        gen_passes = 1 if self.generator_frozen else 2
-        disc_passes = 0 if self.generator_alone else 2
-        return paper_train_flops(disc, gen if self.generator is not None else None,
-                                 self.discriminator.embeddings.word_embeddings.num_embeddings,
-                                 length, sequences, predicted, objective=self.objective.name,
-                                 generator_passes=gen_passes, discriminator_passes=disc_passes)
+        """Training FLOPs of one batch as the paper counts them: forward + backward (equal, as
+        the paper) of what learns, forward of what only samples."""
+        disc, vocab, positions = self._disc_size, self.vocab_size, length * sequences
+        flops = 0.0
+        generator = self.generator_variant
+        if generator is None or generator.runs_discriminator(self):
+            flops = 2 * (paper_encoder_flops(disc, vocab, length, positions)
+                         + self.objective.paper_head_flops(disc, vocab, positions, predicted))
+        if generator is not None:
+            flops += generator.paper_flops(self, vocab, length, positions, predicted)
+        return flops
 
     @cached_property
-    def _sizes(self):
-        """(discriminator, generator) sizes for the FLOPs count; the config does not change."""
-        return model_sizes(self.cfg)
+    def _disc_size(self) -> EncoderSize:
+        return discriminator_size(self.cfg)  # the config does not change
 
+    @staticmethod
     @torch.no_grad()
-    def sample(self, logits):
+    def sample(logits, temperature: float):
         """One token per row of M x V logits, drawn in fp32 from ``softmax(logits / T)``.
 
         Inverse-CDF sampling: the distribution of the official Gumbel-max trick, with one
@@ -541,10 +254,10 @@ class ElectraModel(BaseFairseqModel):
         that is 6x cheaper). Temperature 0 takes the argmax.
         """
         logits = logits.float()
-        if self.cfg.temperature == 0:
+        if temperature == 0:
             return logits.argmax(-1)
-        if self.cfg.temperature != 1:
-            logits = logits / self.cfg.temperature
+        if temperature != 1:
+            logits = logits / temperature
         cdf = logits.softmax(-1).cumsum_(-1)
         u = torch.rand(len(cdf), 1, device=cdf.device) * cdf[:, -1:]  # cdf[:, -1] is ~1
         return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=cdf.size(1) - 1)
@@ -556,7 +269,7 @@ class ElectraModel(BaseFairseqModel):
             if old.out_proj.out_features != num_classes:
                 logger.warning(f"re-registering head '{name}' with {num_classes} classes "
                                f"(was {old.out_proj.out_features})")
-        head = ClassificationHead(self.cfg.hidden_size, inner_dim or self.cfg.hidden_size,
+        head = ElectraClassificationHead(self.cfg.hidden_size, inner_dim or self.cfg.hidden_size,
                                   num_classes, self.cfg.dropout,
                                   self.cfg.get("classifier_pooling", "first"))
         head.apply(init_bert_params)  # N(0, 0.02), zero biases: HF's and the official init
@@ -589,8 +302,9 @@ class ElectraModel(BaseFairseqModel):
         Pre-training parts (generator, replaced-token head, FLOPs counter) are dropped when
         this model was built for fine-tuning, after folding a GDES residual into the
         discriminator's token embeddings; a pre-training checkpoint without a FLOPs
-        counter (older, or converted from HF) starts the count at 0. Classification heads the
-        checkpoint has and this model lacks are registered with ``--load-checkpoint-heads`` and dropped otherwise; a head of the same
+        counter (older, or converted from HF) starts the count at 0; one without a version key
+        is version 1. Classification heads the checkpoint has and this model lacks are
+        registered with ``--load-checkpoint-heads`` and dropped otherwise; a head of the same
         name with another number of classes is an error (``--classification-head-name``
         picks a new head).
         """
@@ -602,8 +316,15 @@ class ElectraModel(BaseFairseqModel):
             for key in [k for k in state_dict if k.startswith(prefix) and
                         not k.startswith(keep)]:
                 del state_dict[key]
-        elif self.flops_counter is not None:
+        else:
             state_dict.setdefault(prefix + FlopsCounter.KEY, torch.zeros((), dtype=torch.float64))
+            version = int(state_dict.get(prefix + VERSION_KEY, 1))  # 1: saved before the key
+            if version > CHECKPOINT_VERSION:
+                raise ElectraUsageError(
+                    f"the checkpoint was written by a newer version of the plugin (format "
+                    f"{version}, this one reads up to {CHECKPOINT_VERSION}); upgrade the plugin")
+            # version 1 holds the same tensors; its options were renamed (config.py upgrades)
+            state_dict[prefix + VERSION_KEY] = torch.tensor(CHECKPOINT_VERSION)
         heads_prefix = prefix + "classification_heads."
         for head, num_classes in _heads_in(state_dict, heads_prefix).items():
             if head not in self.classification_heads:
@@ -625,7 +346,6 @@ class ElectraModel(BaseFairseqModel):
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         """Reject a checkpoint of another model with one line instead of fairseq's wrapper."""
         check_model_settings(self, state_dict)  # names the settings that differ
-        self._known_stage = None  # the checkpoint's second_stage flag decides
         self.upgrade_state_dict(state_dict)
         own = self.state_dict()
         for key, value in state_dict.items():
@@ -645,8 +365,11 @@ class ElectraModel(BaseFairseqModel):
                     f"checkpoint does not fit this model: {len(missing)} missing keys "
                     f"{missing[:3]} and {len(unexpected)} unexpected keys {unexpected[:3]}; "
                     f"is it an ELECTRA checkpoint of the same --arch?")
-        return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg,
-                                       args=args)
+        result = super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg,
+                                         args=args)
+        if self.generator_variant is not None:
+            self.generator_variant.loaded(self)
+        return result
 
 
 def fold_embedding_delta(state_dict, prefix=""):
@@ -693,7 +416,8 @@ def init_bert_params(module):
 def _register_arch(name):
     @register_model_architecture("electra", name)
     def fill_sizes(args):
-        for key, value in ARCH_SIZES[name].items():
+        for key in SIZE_FIELDS:
+            value = ARCH_SIZES[name][key]
             if getattr(args, key, None) is None:
                 setattr(args, key, value)
 

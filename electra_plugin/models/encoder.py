@@ -14,6 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..speed import Dropout, attention, project_qkv
+from .config import EncoderSize
 
 LAYER_NORM_EPS = 1e-12
 
@@ -144,15 +145,15 @@ class ElectraLayerStack(nn.Module):
 class ElectraEncoder(nn.Module):
     """Embeddings (possibly shared) -> optional projection -> post-LN Transformer layers."""
 
-    def __init__(self, embeddings: ElectraEmbeddings, embedding_size, hidden_size, num_layers,
-                 num_heads, ffn_size, dropout, attention_dropout, padding_idx):
+    def __init__(self, embeddings: ElectraEmbeddings, size: EncoderSize, dropout,
+                 attention_dropout, padding_idx):
         super().__init__()
         self.embeddings = embeddings
         self.embeddings_project = (
-            nn.Linear(embedding_size, hidden_size) if embedding_size != hidden_size else None
+            nn.Linear(size.embedding, size.hidden) if size.embedding != size.hidden else None
         )
         self.encoder = ElectraLayerStack(
-            num_layers, hidden_size=hidden_size, num_heads=num_heads, ffn_size=ffn_size,
+            size.layers, hidden_size=size.hidden, num_heads=size.heads, ffn_size=size.ffn,
             dropout=dropout, attention_dropout=attention_dropout,
         )
         self.padding_idx = padding_idx

@@ -21,7 +21,7 @@ def fp32_linear(x, weight, bias=None):
         return F.linear(x.float(), weight.float(), None if bias is None else bias.float())
 
 
-class GeneratorHead(nn.Module):
+class ElectraGeneratorPredictions(nn.Module):
     """Masked-LM head: dense -> GELU -> LayerNorm -> projection tied to the token embeddings.
 
     Called on the generator's hidden states at the masked positions only (M x H_gen), so the
@@ -41,7 +41,7 @@ class GeneratorHead(nn.Module):
         return fp32_linear(x, self.embed_tokens[0].weight, self.bias)
 
 
-class DiscriminatorHead(nn.Module):
+class ElectraDiscriminatorPredictions(nn.Module):
     """Per-token replaced/original classifier: dense -> GELU -> dense to one logit, in fp32."""
 
     def __init__(self, hidden_size):
@@ -55,7 +55,7 @@ class DiscriminatorHead(nn.Module):
         return fp32_linear(x, self.dense_prediction.weight, self.dense_prediction.bias).squeeze(-1)
 
 
-class ClassificationHead(nn.Module):
+class ElectraClassificationHead(nn.Module):
     """Sentence-level head, as HF's ELECTRA classifier on the first token (``<s>``/[CLS]).
 
     dropout -> dense -> GELU -> dropout -> out_proj; keys map to HF's ``classifier.*``.

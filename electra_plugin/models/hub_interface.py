@@ -127,8 +127,7 @@ class ElectraHubInterface(nn.Module):
         target = torch.full_like(tokens, self.task.source_dictionary.pad())
         target[picked] = tokens[picked]
         torch.manual_seed(seed)
-        out = self.model(self._batch(src), target=self._batch(target),
-                         disc_weight=1.0)  # its loss goes unused
+        out = self.model(self._batch(src), target=self._batch(target))
         probs = torch.sigmoid(out.main[0].float())[1:-1]
         read = out.corrupted[0][1:-1]
         return list(zip(self.pieces(tokens[1:-1]), self.pieces(read), probs.tolist()))

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from fairseq import utils
+from fairseq import metrics, utils
 from fairseq.data import (
     Dictionary,
     PrependTokenDataset,
@@ -133,6 +133,7 @@ class ElectraPretrainingTask(FairseqTask):
                 f"--leave-unmasked-prob {cfg.leave_unmasked_prob:g} and --random-token-prob "
                 f"{cfg.random_token_prob:g} must be fractions that add up to at most 1")
         self.dictionary = dictionary
+        self.flops_counter = None  # the model's, once built: reduce_metrics adds to it
         # Same dictionary as fairseq's sentence_prediction builds from the same dict.txt.
         self.mask_idx = dictionary.add_symbol(MASK_SYMBOL)
         self.word_starts = word_starts(dictionary) if cfg.whole_word_mask else None
@@ -173,6 +174,7 @@ class ElectraPretrainingTask(FairseqTask):
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
+        self.flops_counter = model.flops_counter
         if compile_encoders(model, self.cfg.torch_compile):
             logger.info(f"--torch-compile {self.cfg.torch_compile}: the encoders compile at "
                         f"their first batch")
@@ -229,6 +231,16 @@ class ElectraPretrainingTask(FairseqTask):
         for p in model.resting_parameters():  # two-stage training: the other part is frozen
             p.grad = None
         optimizer_step(optimizer)  # --amp: unscaled once (optim/amp.py)
+
+    def reduce_metrics(self, logging_outputs, criterion):
+        """fairseq's, plus the running FLOPs count: an update's training FLOPs are known here,
+        summed over its micro-batches and workers, so they are added to the model's counter."""
+        super().reduce_metrics(logging_outputs, criterion)
+        if self.flops_counter is not None and any("flops" in log for log in logging_outputs):
+            flops = sum(log.get("flops", 0) for log in logging_outputs)
+            # weight 0: the meter shows the latest value, the running total after this update
+            metrics.log_scalar("train_flops", self.flops_counter.add(flops), weight=0,
+                               priority=600, round=0)
 
     def valid_step(self, sample, model, criterion):
         with self.autocast(model):

@@ -36,7 +36,8 @@ sys.path.insert(0, str(REPO / "scripts"))  # the demo's data steps, with the dat
 from demo import prepare_corpus, prepare_sentiment  # noqa: E402
 
 from electra_plugin.demo import dev_accuracy_cmd, finetune_cmd  # noqa: E402
-from electra_plugin.models.electra import complete_config  # noqa: E402
+from electra_plugin.models.config import complete_config  # noqa: E402
+from electra_plugin.models.electra import ElectraModel  # noqa: E402
 
 PLUGIN = str(REPO / "electra_plugin")
 LENGTH, BATCH = 128, 32
@@ -57,17 +58,16 @@ def model_options(objective, generator_size, electra_options=()):
 
 def flops_per_update(objective, generator_size, vocab):
     """Paper-counted training FLOPs of one full batch (the masked count as the task draws it:
-    15% of the 127 tokens after <s>)."""
-    from electra_plugin.flops import paper_train_flops
-    from electra_plugin.models.electra import model_sizes
-
+    15% of the 127 tokens after <s>), as the model of that setting counts them."""
     cfg = complete_config(OmegaConf.create(dict(
         **SIZES, objective=objective,
-        generator_size=generator_size)))
-    disc, gen = model_sizes(cfg)
+        generator_size=None if objective == "mlm" else generator_size)))
+    dictionary = Dictionary()
+    while len(dictionary) < vocab - 1:
+        dictionary.add_symbol(f"w{len(dictionary)}")
+    dictionary.add_symbol("<mask>")
     predicted = round(0.15 * (LENGTH - 1)) * BATCH
-    return paper_train_flops(disc, None if objective == "mlm" else gen, vocab, LENGTH, BATCH,
-                             predicted, objective=objective)
+    return ElectraModel(cfg, dictionary, pretraining=True).train_flops(LENGTH, BATCH, predicted)
 
 
 def execute(cmd, log_path, threads):

@@ -1,0 +1,134 @@
+"""What a generator variant is: the interface :meth:`ElectraModel.electra_step` calls.
+
+A variant owns everything about where the replacements come from: the options it reads (and
+the refusal of those it does not), the modules it adds to the model (under the names the
+checkpoints and HF keys use: ``generator``, ``generator_head``, ``generator_baseline``,
+``unigram``), its sampling temperature, its loss, its hooks on the update count and on
+loading, and its share of the training FLOPs.
+"""
+
+from typing import Dict, Optional, Type
+
+from ..errors import ElectraUsageError
+from ..flops import paper_encoder_flops, paper_generator_output
+from ..models.config import GENERATOR_OPTIONS, EncoderSize, discriminator_size
+
+GENERATORS: Dict[str, Type["Generator"]] = {}
+
+
+def register_generator(name):
+    def register(cls):
+        cls.name = name
+        GENERATORS[name] = cls
+        return cls
+
+    return register
+
+
+def _flag(option: str) -> str:
+    return "--" + option.replace("_", "-")
+
+
+class Generator:
+    """The default behaviour: a network generator trained with the discriminator."""
+
+    name: str
+    reads = ("temperature",)  # the options of GENERATOR_OPTIONS this variant uses
+    embedding_sharing = ("shared",)  # --embedding-sharing values it allows; first: default
+    binary_only = False  # defined for replaced token detection only
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    # -------------------------------------------------------------- configuration
+
+    def check(self, objective) -> None:
+        """Raise one line for an option this variant does not read or cannot honour."""
+        for option, default in GENERATOR_OPTIONS.items():
+            if option not in self.reads and self.cfg.get(option, default) != default:
+                raise ElectraUsageError(
+                    f"{_flag(option)} does not apply to --generator {self.name}; drop it or "
+                    f"pick a generator that reads it")
+        sharing = self.cfg.get("embedding_sharing", None)
+        if sharing is not None and sharing not in self.embedding_sharing:
+            raise ElectraUsageError(
+                f"--generator {self.name} works with --embedding-sharing "
+                f"{' or '.join(self.embedding_sharing)}, not {sharing}; drop "
+                f"--embedding-sharing")
+        if self.binary_only and not objective.binary:
+            raise ElectraUsageError(
+                f"--generator {self.name} is defined for replaced token detection, not "
+                f"--objective {objective.name}; use --objective electra or electra_15")
+
+    @property
+    def sharing(self) -> str:
+        """The embedding sharing in effect."""
+        return self.cfg.get("embedding_sharing", None) or self.embedding_sharing[0]
+
+    def size(self) -> Optional[EncoderSize]:
+        """The generator network's size (None: no network)."""
+        return None
+
+    def complete_run(self, run) -> None:
+        """Check or complete the run's settings (precision, DDP) for this variant."""
+
+    # -------------------------------------------------------------- building
+
+    def build(self, model, dictionary, shared_embeddings) -> None:
+        """Add this variant's modules to ``model`` (after the discriminator's heads)."""
+
+    # -------------------------------------------------------------- the step
+
+    def propose(self, model, src_tokens, attn_mask, positions):
+        """-> (M x V fp32 log-probabilities at the M masked positions, M baseline logits or
+        None)."""
+        raise NotImplementedError
+
+    def temperature(self) -> float:
+        """The sampling temperature at this update."""
+        return self.cfg.temperature
+
+    def loss(self, model, out, per_token):
+        """-> (the generator's loss or None when it learns nothing, its logs); ``per_token``:
+        the B x T discriminator loss of a binary objective (None otherwise)."""
+        return None, {}
+
+    def trains(self, model) -> bool:
+        """Whether the generator learns at this update."""
+        return False
+
+    def runs_discriminator(self, model) -> bool:
+        """Whether the discriminator runs at this update."""
+        return True
+
+    # -------------------------------------------------------------- hooks
+
+    def set_num_updates(self, model, num_updates: int) -> None:
+        pass
+
+    def loaded(self, model) -> None:
+        """After the model loaded a state dict."""
+
+    def resting_parameters(self, model):
+        """Parameters that require a gradient but must not move at this update."""
+        return []
+
+    def paper_flops(self, model, vocab: int, length: int, positions: int,
+                    predicted: float) -> float:
+        """This variant's training FLOPs as the paper counts them (forward and backward
+        when it learns, forward only when frozen)."""
+        size = self.size()
+        if size is None:
+            return 0.0
+        passes = 2 if self.trains(model) else 1
+        return passes * (paper_encoder_flops(size, vocab, length, positions)
+                         + predicted * paper_generator_output(size, vocab))
+
+    def disc_size(self) -> EncoderSize:
+        return discriminator_size(self.cfg)
+
+
+def frozen(module) -> None:
+    """No gradient for ``module``'s parameters, ever (fairseq's optimizer then skips them)."""
+    for p in module.parameters():
+        p.requires_grad_(False)

@@ -1,0 +1,157 @@
+"""Fast-ELECTRA (Dong et al., ICLR 2024): an existing masked LM as the generator, frozen, its
+output smoothed by a temperature that decays over training.
+
+No generator is trained, so its backward pass, its optimizer state and its gradient
+all-reduce are gone; the curriculum that joint training gave (a generator that starts weak
+and improves) comes from the temperature instead: a high one flattens the distribution into
+easy-to-spot replacements, and it descends to ``--temperature`` over
+``--temperature-decay-updates``.
+"""
+
+import math
+
+import torch
+from omegaconf import open_dict
+
+from ..checkpoint import load_checkpoint
+from ..errors import ElectraUsageError
+from ..models.config import complete_config, discriminator_size, scaled_size
+from .base import GENERATORS, frozen, register_generator
+from .masked_lm import MaskedLMGenerator
+
+# where a checkpoint keeps a masked LM: (encoder prefix, head prefix), generator first
+MASKED_LM_PARTS = (("generator.", "generator_head."), ("discriminator.", "mlm_head."))
+
+
+@register_generator("fast_electra")
+class FastElectraGenerator(MaskedLMGenerator):
+    reads = ("generator_size", "generator_layers", "temperature", "generator_checkpoint",
+             "temperature_start", "temperature_decay_updates", "temperature_schedule")
+    embedding_sharing = ("untied",)
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.updates = 0
+        self.ready = None  # whether the model holds the masked LM's weights; read once
+
+    def check(self, objective):
+        super().check(objective)
+        cfg = self.cfg
+        if not cfg.get("generator_checkpoint", None):
+            raise ElectraUsageError("--generator fast_electra samples from an existing masked "
+                                    "LM; give it with --generator-checkpoint PATH")
+        if cfg.temperature_decay_updates < 0 or min(cfg.temperature,
+                                                    cfg.temperature_start) < 0:
+            raise ElectraUsageError("--temperature, --temperature-start and "
+                                    "--temperature-decay-updates must not be negative")
+        if cfg.get("generator_size", None) is None:  # a checkpoint of this run records it
+            size = self.source_size(self.read_source()[0])
+            with open_dict(cfg):
+                cfg.generator_size, cfg.generator_layers = self.fractions(size)
+
+    def read_source(self):
+        """-> (the masked LM checkpoint's completed model config, its weights)."""
+        path = self.cfg.generator_checkpoint
+        state = load_checkpoint(path)
+        source = complete_config(state["cfg"].model)
+        for field in ("max_positions", "type_vocab_size", "embedding_size"):
+            if source[field] != self.cfg[field]:
+                raise ElectraUsageError(
+                    f"--generator-checkpoint {path} has {field} {source[field]}, this model "
+                    f"{self.cfg[field]}; the generator reads the same inputs, so they must "
+                    f"agree")
+        return source, state["model"]
+
+    def source_size(self, source):
+        if source.objective == "mlm":
+            return discriminator_size(source)
+        if source.generator not in ("masked_lm", "adversarial", "tied", "two_stage",
+                                    "fast_electra"):
+            raise ElectraUsageError(
+                f"--generator-checkpoint {self.cfg.generator_checkpoint} has no masked LM "
+                f"(its generator is {source.generator}); give an electra or --objective mlm "
+                f"checkpoint")
+        return GENERATORS[source.generator](source).size()
+
+    def fractions(self, size):
+        """(generator_size, generator_layers) that give ``size`` under this discriminator."""
+        disc = self.disc_size()
+        fractions = size.hidden / disc.hidden, size.layers / disc.layers
+        if size.heads * disc.hidden != size.hidden * disc.heads or \
+                size.layers > disc.layers or size.hidden > disc.hidden or \
+                scaled_size(disc, *fractions) != size:
+            raise ElectraUsageError(
+                f"the masked LM of --generator-checkpoint {self.cfg.generator_checkpoint} "
+                f"({size.layers} layers, hidden {size.hidden}, {size.heads} heads, FFN "
+                f"{size.ffn}) is not a generator of this discriminator's shape: a generator "
+                f"keeps its head size and FFN ratio, at most its depth and width")
+        return fractions
+
+    def size(self):
+        return scaled_size(self.disc_size(), self.cfg.generator_size,
+                           self.cfg.generator_layers)
+
+    def build(self, model, dictionary, shared_embeddings):
+        super().build(model, dictionary, shared_embeddings)
+        frozen(model.generator)
+        frozen(model.generator_head)
+        # saved with checkpoints: a resumed run has the weights and needs no file
+        model.register_buffer("generator_loaded", torch.zeros((), dtype=torch.bool))
+
+    def trains(self, model):
+        return False
+
+    def set_num_updates(self, model, num_updates):
+        self.updates = num_updates
+        self.load_weights(model)
+
+    def loaded(self, model):
+        self.ready = None
+
+    def propose(self, model, src_tokens, attn_mask, positions):
+        self.load_weights(model)
+        return super().propose(model, src_tokens, attn_mask, positions)
+
+    def loss(self, model, out, per_token):
+        loss, logs = super().loss(model, out, per_token)
+        logs["gen_temperature"] = self.temperature()  # the schedule, in every log line
+        return loss, logs
+
+    def load_weights(self, model):
+        """The masked LM's weights into the generator, once per run (not on resume)."""
+        if self.ready is None:
+            self.ready = bool(model.generator_loaded)
+        if self.ready:
+            return
+        source, weights = self.read_source()
+        if self.source_size(source) != self.size():
+            raise ElectraUsageError(
+                f"--generator-checkpoint {self.cfg.generator_checkpoint} holds another masked "
+                f"LM than this run was started with (--generator-size/--generator-layers); "
+                f"give the checkpoint the run started from")
+        encoder, head = next(parts for parts in MASKED_LM_PARTS
+                             if any(k.startswith(parts[1]) for k in weights))
+        for module, prefix in ((model.generator, encoder), (model.generator_head, head)):
+            part = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
+            rows = part.get("embeddings.word_embeddings.weight", part.get("bias"))
+            if rows is not None and rows.shape[0] != model.generator_head.bias.shape[0]:
+                raise ElectraUsageError(
+                    f"--generator-checkpoint {self.cfg.generator_checkpoint} has a vocabulary "
+                    f"of {rows.shape[0]} entries, this data's dictionary "
+                    f"{model.generator_head.bias.shape[0]}; use a masked LM trained on the "
+                    f"same dict.txt")
+            with torch.no_grad():
+                module.load_state_dict(part)
+        model.generator_loaded.fill_(True)
+        self.ready = True
+
+    def temperature(self):
+        """``--temperature-start`` at update 0, descending to ``--temperature`` at
+        ``--temperature-decay-updates`` (linearly or along a half cosine), then constant."""
+        cfg = self.cfg
+        if self.updates >= cfg.temperature_decay_updates:
+            return cfg.temperature
+        progress = self.updates / cfg.temperature_decay_updates
+        remaining = 0.5 * (1 + math.cos(math.pi * progress)) \
+            if cfg.temperature_schedule == "cosine" else 1 - progress
+        return cfg.temperature + (cfg.temperature_start - cfg.temperature) * remaining

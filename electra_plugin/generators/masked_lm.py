@@ -1,0 +1,60 @@
+"""The official generator: a small masked LM trained with the discriminator by maximum
+likelihood (cross-entropy at the masked positions)."""
+
+from contextlib import nullcontext
+
+import torch
+import torch.nn.functional as F
+
+from ..models.config import arch_generator_size, scaled_size
+from ..models.heads import ElectraGeneratorPredictions
+from ..objectives import masked_mean
+from .base import Generator, register_generator
+
+
+@register_generator("masked_lm")
+class MaskedLMGenerator(Generator):
+    reads = ("generator_size", "generator_layers", "temperature")
+    embedding_sharing = ("shared", "untied", "gdes")
+
+    def size(self):
+        fraction = self.cfg.get("generator_size", None) or arch_generator_size(self.cfg)
+        return scaled_size(self.disc_size(), fraction, self.cfg.get("generator_layers", None))
+
+    def build(self, model, dictionary, shared_embeddings):
+        embeddings = model.make_embeddings() if self.sharing == "untied" else shared_embeddings
+        model.generator = model.make_encoder(embeddings, self.size())
+        self.build_head(model)
+
+    def build_head(self, model):
+        model.generator_head = ElectraGeneratorPredictions(
+            self.size().hidden, self.cfg.embedding_size,
+            model.generator.embeddings.word_embeddings)
+
+    def propose(self, model, src_tokens, attn_mask, positions):
+        with nullcontext() if self.trains(model) else torch.no_grad():
+            hidden, _ = model.generator.encode(src_tokens, attn_mask)
+            hidden = hidden.flatten(0, 1)[positions]
+            log_probs = F.log_softmax(model.generator_head(hidden), dim=-1, dtype=torch.float32)
+        return log_probs, self.baseline(model, hidden)
+
+    def baseline(self, model, hidden):
+        """M x G generator states -> M baseline logits; maximum likelihood needs none."""
+        return None
+
+    def trains(self, model):
+        return True
+
+    def loss(self, model, out, per_token):
+        with torch.no_grad():  # the official masked_lm_accuracy
+            correct = out.generator_log_probs.argmax(-1) == out.masked_targets
+        logs = {"gen_correct": correct.sum()}
+        if not self.trains(model):
+            return None, logs
+        loss = self.trained_loss(out, per_token)
+        logs["gen_loss"] = loss.detach()
+        return loss, logs
+
+    def trained_loss(self, out, per_token):
+        """Cross-entropy at the masked positions."""
+        return masked_mean(-out.generator_log_probs.gather(1, out.masked_targets[:, None]))

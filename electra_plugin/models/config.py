@@ -1,0 +1,254 @@
+"""The ELECTRA model's configuration: sizes, the option surface and its completion.
+
+No network code: the model, the converter, the FLOPs count and the benchmark read sizes from
+here. The options are one choice per axis (``--objective``, ``--generator``,
+``--embedding-sharing``); what each choice needs of the others is checked by its own class
+(:mod:`electra_plugin.generators`, :mod:`electra_plugin.objectives`) when the model is built.
+"""
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from omegaconf import OmegaConf, open_dict
+
+from ..errors import ElectraUsageError
+
+logger = logging.getLogger(__name__)
+
+# The official sizes (google-research/electra configure_pretraining.py), in one place.
+# generator_size is the generator's hidden size as a fraction of the discriminator's;
+# the generator keeps the depth and head size, its FFN scales with its hidden size.
+ARCH_SIZES = {
+    "electra_tiny": dict(num_layers=4, hidden_size=128, num_heads=4, ffn_size=512,
+                         embedding_size=64, generator_size=0.25),
+    "electra_small": dict(num_layers=12, hidden_size=256, num_heads=4, ffn_size=1024,
+                          embedding_size=128, generator_size=0.25),
+    "electra_base": dict(num_layers=12, hidden_size=768, num_heads=12, ffn_size=3072,
+                         embedding_size=768, generator_size=1 / 3),
+    "electra_large": dict(num_layers=24, hidden_size=1024, num_heads=16, ffn_size=4096,
+                          embedding_size=1024, generator_size=0.25),
+}
+SIZE_FIELDS = ("num_layers", "hidden_size", "num_heads", "ffn_size", "embedding_size")
+# Checkpoint format. 1: the options before issue 27 (--tie-generator, --generator-training,
+# --untie-embeddings); 2: one choice per axis. Stored as the model's ``version`` buffer.
+CHECKPOINT_VERSION = 2
+OBJECTIVE_NAMES = ["electra", "electra_15", "replace_mlm", "all_tokens_mlm", "mlm"]
+GENERATOR_NAMES = ["masked_lm", "adversarial", "unigram", "tied", "two_stage", "fast_electra"]
+
+
+@dataclass(frozen=True)
+class EncoderSize:
+    """One Transformer encoder (generator or discriminator) and its embedding width."""
+
+    layers: int
+    hidden: int
+    heads: int
+    ffn: int
+    embedding: int
+
+
+@dataclass
+class ElectraConfig(FairseqDataclass):
+    # --- sizes: None is filled from the --arch (or model._name)
+    num_layers: Optional[int] = field(
+        default=None, metadata={"help": "discriminator Transformer layers"})
+    hidden_size: Optional[int] = field(
+        default=None, metadata={"help": "discriminator hidden size"})
+    num_heads: Optional[int] = field(
+        default=None, metadata={"help": "discriminator attention heads"})
+    ffn_size: Optional[int] = field(
+        default=None, metadata={"help": "discriminator feed-forward inner size"})
+    embedding_size: Optional[int] = field(
+        default=None, metadata={"help": "token embedding size; projected to the hidden size "
+                                        "when different (ELECTRA-Small: 128 -> 256)"})
+    max_positions: int = field(
+        default=512, metadata={"help": "number of learned position embeddings"})
+    type_vocab_size: int = field(
+        default=2, metadata={"help": "token type (segment) embeddings; 0 disables them"})
+    dropout: float = field(default=0.1, metadata={"help": "dropout probability"})
+    attention_dropout: float = field(
+        default=0.1, metadata={"help": "dropout probability on attention weights"})
+    # --- the three axes of pre-training
+    objective: ChoiceEnum(OBJECTIVE_NAMES) = field(  # type: ignore
+        default="electra", metadata={"help": "pre-training objective: electra (replaced token "
+                                             "detection on every token), electra_15 (only at "
+                                             "the masked positions), replace_mlm (MLM on "
+                                             "generator samples instead of <mask>), "
+                                             "all_tokens_mlm (replace_mlm predicting every "
+                                             "token, with a copy mechanism), mlm (BERT: no "
+                                             "generator)"})
+    generator: ChoiceEnum(GENERATOR_NAMES) = field(  # type: ignore
+        default="masked_lm", metadata={"help": "where the replacements come from: masked_lm "
+                                               "(a small masked LM trained with the "
+                                               "discriminator, official), adversarial "
+                                               "(trained by REINFORCE on the discriminator's "
+                                               "loss, Appendix F), unigram (dict.txt's "
+                                               "counts, no network), tied (the discriminator "
+                                               "itself), two_stage (a full-size masked LM "
+                                               "trained alone for --two-stage-updates, then "
+                                               "frozen, the discriminator initialised from "
+                                               "it), fast_electra (an existing masked LM, "
+                                               "--generator-checkpoint, frozen, sampled at a "
+                                               "decaying temperature)"})
+    embedding_sharing: Optional[ChoiceEnum(["shared", "untied", "gdes"])] = field(  # type: ignore
+        default=None, metadata={"help": "how generator and discriminator share embeddings: "
+                                        "shared (one block, official), untied (each its own), "
+                                        "gdes (DeBERTa-v3's gradient-disentangled sharing: the "
+                                        "discriminator reads the generator's token embeddings "
+                                        "without their gradient plus a zero-initialised "
+                                        "residual of its own); unset: the generator's own "
+                                        "choice (shared; untied for two_stage and "
+                                        "fast_electra)"})
+    # --- options of particular generators (each refuses the ones it does not read)
+    generator_size: Optional[float] = field(
+        default=None, metadata={"help": "masked_lm/adversarial: generator hidden size as a "
+                                        "fraction of the discriminator's (official: 1/4 small "
+                                        "and large, 1/3 base; default: the --arch's); must "
+                                        "give whole attention heads"})
+    generator_layers: Optional[float] = field(
+        default=None, metadata={"help": "masked_lm/adversarial: generator depth as a fraction "
+                                        "of the discriminator's layers (official "
+                                        "generator_layers); must give a whole number of "
+                                        "layers; unset: the same depth"})
+    temperature: float = field(
+        default=1.0, metadata={"help": "generator sampling temperature (fast_electra: the "
+                                       "final one); 0 takes the argmax (deterministic, for "
+                                       "debugging)"})
+    two_stage_updates: int = field(
+        default=0, metadata={"help": "two_stage: updates of the generator alone before the "
+                                     "discriminator starts"})
+    generator_checkpoint: Optional[str] = field(
+        default=None, metadata={"help": "fast_electra: the masked LM to sample from, a plugin "
+                                        "checkpoint: an electra pre-training one (its "
+                                        "generator), an --objective mlm one, or an HF "
+                                        "generator imported with electra-convert"})
+    temperature_start: float = field(
+        default=2.0, metadata={"help": "fast_electra: sampling temperature at update 0; it "
+                                       "decays to --temperature over "
+                                       "--temperature-decay-updates"})
+    temperature_decay_updates: int = field(
+        default=0, metadata={"help": "fast_electra: updates over which the temperature "
+                                     "decays (then stays at --temperature)"})
+    temperature_schedule: ChoiceEnum(["linear", "cosine"]) = field(  # type: ignore
+        default="linear", metadata={"help": "fast_electra: the shape of the decay"})
+    # --- fine-tuning
+    classifier_pooling: ChoiceEnum(["first", "mean"]) = field(  # type: ignore
+        default="first", metadata={"help": "what sentence-level classification heads read: "
+                                           "first: the <s> token's features (HF, official); "
+                                           "mean: the mean over the non-pad tokens (the "
+                                           "small-compute fine-tuning recipe; not exportable "
+                                           "to HF's classifier)"})
+    load_checkpoint_heads: bool = field(
+        default=False, metadata={"help": "keep the classification heads a checkpoint has "
+                                         "(for evaluation and the hub interface)"})
+    segment_token_types: bool = field(
+        default=False, metadata={"help": "the encoder was pre-trained with token type 1 on "
+                                         "the second segment (HF/official checkpoints; set "
+                                         "by the HF import): inputs given without token "
+                                         "types get type 1 after the first </s>, as BERT's "
+                                         "[CLS] A [SEP] B [SEP]. Off: type 0 throughout, as "
+                                         "in the plugin's own pre-training. Fine-tuning an "
+                                         "imported checkpoint with --restore-file or "
+                                         "--finetune-from-model needs it on the command line"})
+
+
+# The options only some generators read, with their defaults (a generator refuses the
+# ones it does not read when they differ from these).
+GENERATOR_OPTIONS = {name: ElectraConfig.__dataclass_fields__[name].default for name in (
+    "generator_size", "generator_layers", "temperature", "two_stage_updates",
+    "generator_checkpoint", "temperature_start", "temperature_decay_updates",
+    "temperature_schedule")}
+
+
+def complete_config(cfg):
+    """Fill unset size fields from the architecture and bring a config of an older checkpoint
+    to today's options.
+
+    Runs whatever path built ``cfg`` (CLI --arch, hydra model._name, a checkpoint), so the
+    result never depends on whether fairseq merged dataclass defaults before or after the
+    arch function. The generator and objective check their options when the model is built.
+    """
+    if not OmegaConf.is_config(cfg):
+        cfg = OmegaConf.create(vars(cfg))
+    arch = cfg.get("arch", None) or cfg.get("_name", None)
+    with open_dict(cfg):
+        _upgrade_options(cfg)
+        full = OmegaConf.merge(OmegaConf.structured(ElectraConfig), {
+            k: v for k, v in cfg.items() if k in ElectraConfig.__dataclass_fields__})
+        for k, v in full.items():
+            cfg[k] = v
+        for k in SIZE_FIELDS:
+            if cfg[k] is None:
+                cfg[k] = ARCH_SIZES.get(arch, {}).get(k)
+        missing = [k for k in SIZE_FIELDS if cfg[k] is None]
+        if missing:
+            raise ElectraUsageError(
+                f"model size is not set ({', '.join(missing)}); pick --arch "
+                f"{'|'.join(ARCH_SIZES)} or give --{missing[0].replace('_', '-')}")
+        if cfg.hidden_size % cfg.num_heads:
+            raise ElectraUsageError(
+                f"hidden size {cfg.hidden_size} is not divisible by {cfg.num_heads} heads")
+    return cfg
+
+
+def arch_generator_size(cfg) -> float:
+    """The --arch's generator_size (1/4 for an arch of one's own)."""
+    arch = cfg.get("arch", None) or cfg.get("_name", None)
+    return ARCH_SIZES.get(arch, {}).get("generator_size", 0.25)
+
+
+def _upgrade_options(cfg) -> None:
+    """A version-1 config (--tie-generator, --generator-training, --untie-embeddings, and
+    --two-stage-updates on the masked_lm generator) as one choice per axis."""
+    old = {k: cfg.pop(k) for k in ("tie_generator", "generator_training", "untie_embeddings")
+           if k in cfg}
+    if not old:
+        return
+    if old.get("tie_generator"):
+        cfg.generator = "tied"
+    elif cfg.get("two_stage_updates", 0):
+        cfg.generator = "two_stage"
+    elif old.get("generator_training") == "adversarial":
+        cfg.generator = "adversarial"
+    if cfg.get("embedding_sharing") != "gdes":  # two_stage unties by itself
+        cfg.embedding_sharing = "untied" if old.get("untie_embeddings") and \
+            cfg.generator != "two_stage" else None
+    if cfg.get("objective") == "mlm" or cfg.generator not in ("masked_lm", "adversarial") or \
+            cfg.get("generator_size") == arch_generator_size(cfg):
+        cfg.generator_size = None  # version 1 filled in the arch's for every generator
+
+
+def discriminator_size(cfg) -> EncoderSize:
+    return EncoderSize(cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.ffn_size,
+                       cfg.embedding_size)
+
+
+def scaled_size(disc: EncoderSize, hidden_fraction: float,
+                layer_fraction: Optional[float]) -> EncoderSize:
+    """An encoder of ``hidden_fraction`` of the discriminator's hidden size (whole heads of
+    its head size, FFN in proportion) and ``layer_fraction`` of its layers (None: all)."""
+    head_dim = disc.hidden // disc.heads
+    hidden = disc.hidden * hidden_fraction
+    heads = hidden / head_dim
+    if not 0 < hidden_fraction <= 1 or not math.isclose(heads, round(heads), abs_tol=1e-4) \
+            or round(heads) == 0:
+        raise ElectraUsageError(
+            f"--generator-size {hidden_fraction:g} gives a generator hidden size of "
+            f"{hidden:g}, which is not a whole number of {head_dim}-dim attention heads; use a "
+            f"fraction in (0, 1] that is a multiple of {head_dim}/{disc.hidden}")
+    heads = round(heads)
+    layers = disc.layers
+    if layer_fraction is not None:
+        layers = disc.layers * layer_fraction
+        if not 0 < layer_fraction <= 1 or \
+                not math.isclose(layers, round(layers), abs_tol=1e-4) or round(layers) == 0:
+            raise ElectraUsageError(
+                f"--generator-layers {layer_fraction:g} of the discriminator's {disc.layers} "
+                f"layers gives the generator {layers:g}, not a whole number from 1 to "
+                f"{disc.layers}; use a multiple of 1/{disc.layers} in (0, 1]")
+        layers = round(layers)
+    return EncoderSize(layers, heads * head_dim, heads, disc.ffn * heads // disc.heads,
+                       disc.embedding)

@@ -1,0 +1,96 @@
+"""What an objective is: the interface :meth:`ElectraModel.electra_step` calls.
+
+Every objective runs on the same batch (masked input + original tokens at the picked
+positions) and the same generator; it decides:
+
+- ``corrupts``: whether the generator's samples replace the picked positions (all but
+  ``mlm``, which keeps ``<mask>`` as BERT does);
+- ``heads``: which pre-training heads the discriminator gets (``discriminator_head``: one
+  logit per token; ``mlm_head``: vocabulary logits tied to the token embeddings), and what
+  they cost in FLOPs;
+- ``predict`` / ``main_loss``: what those heads compute and the loss on them;
+- ``binary``: whether that loss is a replaced/original one, which the ``electra`` criterion
+  weights by ``--disc-weight``.
+"""
+
+from typing import Dict, NamedTuple, Optional
+
+import torch
+
+from ..flops import paper_discriminator_output
+from ..models.heads import ElectraDiscriminatorPredictions, ElectraGeneratorPredictions
+
+OBJECTIVES: Dict[str, "Objective"] = {}
+
+
+def register_objective(name):
+    def register(cls):
+        cls.name = name
+        OBJECTIVES[name] = cls()
+        return cls
+
+    return register
+
+
+def masked_mean(values: torch.Tensor) -> torch.Tensor:
+    """Mean over the M picked positions; 0 (not NaN) for a batch without any, as a batch of
+    ``<s> </s>`` lines gives (M is known on the host: the picked positions set shapes)."""
+    return values.sum() / max(values.numel(), 1)
+
+
+class PretrainingOutput(NamedTuple):
+    """What one pre-training step produced (a tuple, so DDP can walk it).
+
+    ``generator_log_probs`` is the distribution the replacements were drawn from (a network
+    generator's, or the unigram table's), None for ``--objective mlm``; ``main``/``copy``
+    are None while two-stage training trains the generator alone.
+    """
+
+    generator_log_probs: Optional[torch.Tensor]  # M x V fp32 at the M picked positions
+    baseline_logits: Optional[torch.Tensor]  # M, adversarial generator's learned baseline
+    masked_targets: torch.Tensor  # M, the original tokens at the picked positions
+    positions: torch.Tensor  # M, flat indices (into B x T) of the picked positions
+    corrupted: torch.Tensor  # B x T, the discriminator's input
+    original: torch.Tensor  # B x T, the uncorrupted tokens
+    replaced: torch.Tensor  # B x T bool: the input differs from the original there
+    padding_mask: torch.Tensor  # B x T bool
+    main: Optional[torch.Tensor]  # the objective's prediction (see its predict)
+    copy: Optional[torch.Tensor]  # B x T copy logits (all_tokens_mlm)
+    disc_hidden: Optional[torch.Tensor] = None  # B x T x H discriminator's last layer
+    main_loss: Optional[torch.Tensor] = None  # the objective's (None: no discriminator ran)
+    generator_loss: Optional[torch.Tensor] = None  # None: the generator learns nothing
+    logs: Optional[dict] = None  # the losses and counts the batch logs
+
+
+class Objective:
+    name: str
+    corrupts = True
+    heads = ("discriminator_head",)
+    binary = True  # the main loss is a replaced/original loss, weighted by --disc-weight
+    loss_name = "disc_loss"
+
+    def check(self, cfg) -> None:
+        """Raise one line for model options this objective cannot honour."""
+
+    def build_heads(self, model, word_embeddings) -> None:
+        """Add the pre-training heads to ``model`` (the MLM head tied to the discriminator's
+        ``word_embeddings``)."""
+        if "discriminator_head" in self.heads:
+            model.discriminator_head = ElectraDiscriminatorPredictions(model.cfg.hidden_size)
+        if "mlm_head" in self.heads:
+            model.mlm_head = ElectraGeneratorPredictions(
+                model.cfg.hidden_size, model.cfg.embedding_size, word_embeddings)
+
+    def paper_head_flops(self, disc, vocab: int, positions: int, predicted: float) -> float:
+        """Forward FLOPs of the heads, as the paper counts them."""
+        return positions * paper_discriminator_output(disc)
+
+    def predict(self, model, hidden, positions):
+        """Discriminator features B x T x H -> (main, copy) of :class:`PretrainingOutput`."""
+        raise NotImplementedError
+
+    def main_loss(self, out: PretrainingOutput):
+        """-> (loss, per-token loss B x T or None, counts for the log)."""
+        raise NotImplementedError
+
+

@@ -1,0 +1,48 @@
+"""BERT's masked LM, on <mask> or on generator samples (the paper's Replace MLM)."""
+
+import torch
+import torch.nn.functional as F
+
+from ..flops import paper_generator_output
+from ..models.config import GENERATOR_OPTIONS
+from ..errors import ElectraUsageError
+from .base import Objective, masked_mean, register_objective
+
+
+@register_objective("mlm")
+class MaskedLM(Objective):
+    """BERT: the discriminator network predicts the original token at the picked positions."""
+
+    corrupts = False
+    heads = ("mlm_head",)
+    binary = False
+    loss_name = "mlm_loss"
+
+    def check(self, cfg):
+        given = [option for option, default in dict(
+            GENERATOR_OPTIONS, generator="masked_lm", embedding_sharing=None).items()
+            if cfg.get(option, default) != default]
+        if given and not self.corrupts:
+            raise ElectraUsageError(
+                f"--objective mlm has no generator, so --{given[0].replace('_', '-')} does not "
+                f"apply; drop it or pick another --objective")
+
+    def paper_head_flops(self, disc, vocab, positions, predicted):
+        return predicted * paper_generator_output(disc, vocab)
+
+    def predict(self, model, hidden, positions):
+        logits = model.mlm_head(hidden.flatten(0, 1)[positions])
+        return F.log_softmax(logits, dim=-1, dtype=torch.float32), None
+
+    def main_loss(self, out):
+        loss = masked_mean(-out.main.gather(1, out.masked_targets[:, None]))
+        with torch.no_grad():
+            correct = (out.main.argmax(-1) == out.masked_targets).sum()
+        return loss, None, {"mlm_correct": correct, "mlm_tokens": out.masked_targets.numel()}
+
+
+@register_objective("replace_mlm")
+class ReplaceMLM(MaskedLM):
+    """Replace MLM: masked LM whose picked positions hold generator samples, not <mask>."""
+
+    corrupts = True
