@@ -615,72 +615,47 @@ def run_config(args, arch, length, precision, device, data_root):
 # ------------------------------------------------------------------------------ breakdown
 
 
-def breakdown(args, arch, length, precision, device, data_root, repeats):
-    """Median ms of each part of the plugin's step, timed one part at a time.
+# part of the breakdown: the profiler labels it sums (the step's own, electra:*, and fairseq's
+# FairseqTask.train_step and Trainer.train_step ones)
+BREAKDOWN_LABELS = {
+    "generator": ("electra:generator",), "sampling": ("electra:sample",),
+    "discriminator": ("electra:discriminator",), "losses": ("electra:losses",),
+    "forward": ("forward",), "backward": ("backward",),
+    "optimizer": ("multiply-grads", "clip-grads", "optimizer"), "step": ("bench:step",)}
 
-    generator: masked-input encoder, head at the masked positions, log-softmax, MLM loss,
-    forward and backward; sampling: the sample and the corrupted input; discriminator:
-    encoder, replaced-token head and loss, forward and backward; optimizer: fairseq's
-    gradient scaling, clipping and electra_adam step; data: masking and collating one batch
-    from binarized blocks (the electra task's dataset, as fairseq-train's loader runs it);
-    step: the whole Trainer.train_step, whose rest is fairseq's bookkeeping.
+
+def breakdown(args, arch, length, precision, device, data_root, repeats):
+    """Median ms of each part of the plugin's real update (``Trainer.train_step``), read from
+    the profiler labels the step runs under.
+
+    generator, sampling, discriminator, losses: the forward parts of ``electra_step``
+    (generator encoder and head at the masked positions; the sample and the corrupted input;
+    discriminator encoder and head; both losses and the logged counts); forward: all of the
+    criterion's forward; backward: the whole backward pass (both networks); optimizer:
+    fairseq's gradient scaling, clipping and the optimizer step; step: the whole
+    ``Trainer.train_step``, whose rest is fairseq's bookkeeping; data: masking and collating
+    one batch from binarized blocks (the electra task's dataset, as fairseq-train's loader
+    runs it), not in the step. On CUDA each part is the GPU time of its kernels.
     """
-    from electra_plugin.models.encoder import attention_mask
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     data_dir = write_dictionary(data_root / f"dict{args.vocab}", args.vocab)
     runner = PluginStep(data_dir, arch, length, args.batch_size, device,
                         plugin_modes(precision, device)[0][1], extra=args.plugin_args)
-    model, trainer, pad = runner.model, runner.trainer, runner.task.dictionary.pad()
     batches = make_batches(runner.task, repeats + 1, args.batch_size, length, seed=1)
-    batches = [(s.to(device), t.to(device)) for s, t in batches]
-    parts = {k: [] for k in ("generator", "sampling", "discriminator", "optimizer", "step")}
-
-    def timed(part, fn):
-        synchronize(device)
-        start = time.perf_counter()
-        result = fn()
-        synchronize(device)
-        parts[part].append(1e3 * (time.perf_counter() - start))
-        return result
-
-    model.train()
-    for i, (src, target) in enumerate(batches):
-        timed("step", lambda: runner.step(src, target))
-        with runner.forward_context():
-            padding = src.eq(pad)
-            mask = attention_mask(padding)
-            masked = target.ne(pad)
-            positions = masked.flatten().nonzero().squeeze(1)
-
-            def generator():
-                hidden, _ = model.generator.encode(src, mask)
-                logits = model.generator_head(hidden.flatten(0, 1)[positions])
-                log_probs = F.log_softmax(logits, dim=-1, dtype=torch.float32)
-                F.nll_loss(log_probs, target.flatten()[positions]).backward()
-                return log_probs.detach()
-
-            def sampling():
-                sampled = model.sample(log_probs, model.generator_variant.temperature())
-                corrupted = src.flatten().index_put((positions,), sampled).view_as(src)
-                return corrupted, corrupted.ne(torch.where(masked, target, src))
-
-            def discriminator():
-                hidden, _ = model.discriminator.encode(corrupted, mask)
-                logits = model.discriminator_head(hidden).float()
-                F.binary_cross_entropy_with_logits(logits[~padding],
-                                                   replaced[~padding].float()).backward()
-
-            log_probs = timed("generator", generator)
-            corrupted, replaced = timed("sampling", sampling)
-            timed("discriminator", discriminator)
-
-        def optimizer():
-            trainer.optimizer.multiply_grads(1.0)
-            trainer.clip_grad_norm(CLIP_NORM)
-            trainer.optimizer.step()
-            trainer.zero_grad()
-
-        timed("optimizer", optimizer)
+    activities = [ProfilerActivity.CPU] + \
+        ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    parts = {k: [] for k in BREAKDOWN_LABELS}
+    for src, target in batches:
+        src, target = src.to(device), target.to(device)
+        with profile(activities=activities) as prof:
+            with record_function("bench:step"):
+                runner.step(src, target)
+            synchronize(device)
+        ms = {e.key: (e.device_time_total if device.type == "cuda" else e.cpu_time_total) / 1e3
+              for e in prof.key_averages()}
+        for part, labels in BREAKDOWN_LABELS.items():
+            parts[part].append(sum(ms.get(label, 0.0) for label in labels))
     result = {k: statistics.median(v[1:]) for k, v in parts.items()}  # first: warm-up
     task = electra_task(data_corpus(args, arch, length, data_root, args.batch_size, repeats),
                         arch, length)
@@ -1068,11 +1043,13 @@ def main(argv=None):
         print(table(rows, peaks))
     print(data_table(data))
     for b in parts:
-        named = ("generator", "sampling", "discriminator", "optimizer")
-        rest = b["step"] - sum(b[k] for k in named)
+        inner = ("generator", "sampling", "discriminator", "losses")
+        rest = b["step"] - sum(b[k] for k in ("forward", "backward", "optimizer"))
         print(f"breakdown {b['arch']} T={b['length']} {b['precision']}: step {b['step']:.0f} ms = "
-              + ", ".join(f"{k} {b[k]:.0f}" for k in named)
-              + f", rest {rest:.0f}; data (not in the step) {b['data']:.0f} ms/batch")
+              f"forward {b['forward']:.0f} ("
+              + ", ".join(f"{k} {b[k]:.0f}" for k in inner)
+              + f"), backward {b['backward']:.0f}, optimizer {b['optimizer']:.0f}, rest "
+              f"{rest:.0f}; data (not in the step) {b['data']:.0f} ms/batch")
     for t in train:
         print(f"fairseq-train {t['arch']} {t['mode']}: {t['fairseq_train_wps']:.0f} wps "
               f"= {t['ratio']:.2f}x the harness's {t['harness_tokens_per_s']:.0f} tokens/s")

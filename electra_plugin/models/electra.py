@@ -15,6 +15,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 from fairseq.models import BaseFairseqModel, register_model, register_model_architecture
+from torch.profiler import record_function
 
 from ..errors import ElectraUsageError
 from ..flops import FlopsCounter, paper_encoder_flops
@@ -183,7 +184,8 @@ class ElectraModel(BaseFairseqModel):
         two host-device syncs of finding them here. The comments say what the default
         (``--objective electra``, ``--generator masked_lm``) does; the variants plug in as
         ``self.generator_variant`` and ``self.objective``. Returns both losses; the
-        ``electra`` criterion weights and adds them.
+        ``electra`` criterion weights and adds them. The parts run under profiler labels
+        (``electra:generator`` ...), which the benchmark's breakdown reads.
         """
         generator = self.generator_variant  # None: BERT's mlm keeps <mask>
         padding_mask = src_tokens.eq(self.padding_idx)
@@ -198,19 +200,25 @@ class ElectraModel(BaseFairseqModel):
         corrupted, gen_log_probs, baseline = src_tokens, None, None
         if generator is not None:
             # 2. generator: M x V log-probabilities, a small masked LM's at the masked positions
-            gen_log_probs, baseline = generator.propose(self, src_tokens, attn_mask, positions)
-            # 3. sample, without gradient: the discriminator's loss never reaches the generator
-            sampled = self.sample(gen_log_probs.detach(), generator.temperature())
-            logs["sampled_correct"] = (sampled == masked_targets).sum()  # sampled_masked_lm_acc
-            # 4. corrupt: the samples replace the masked tokens
-            corrupted = src_tokens.flatten().index_put((positions,), sampled).view_as(src_tokens)
+            with stage("generator"):
+                gen_log_probs, baseline = generator.propose(self, src_tokens, attn_mask,
+                                                            positions)
+            with stage("sample"):
+                # 3. sample, without gradient: the discriminator's loss never reaches the
+                #    generator
+                sampled = self.sample(gen_log_probs.detach(), generator.temperature())
+                logs["sampled_correct"] = (sampled == masked_targets).sum()  # sampled_masked_lm_acc
+                # 4. corrupt: the samples replace the masked tokens
+                corrupted = src_tokens.flatten().index_put((positions,), sampled).view_as(
+                    src_tokens)
         # labels: replaced where the input differs (a sample equal to the original is original)
         replaced = corrupted.ne(original)
         main = copy = hidden = None
         if generator is None or generator.runs_discriminator(self):
             # 5. discriminator: one replaced/original logit per token (discriminator_head)
-            hidden, _ = self.discriminator.encode(corrupted, attn_mask)
-            main, copy = self.objective.predict(self, hidden, positions)
+            with stage("discriminator"):
+                hidden, _ = self.discriminator.encode(corrupted, attn_mask)
+                main, copy = self.objective.predict(self, hidden, positions)
         out = PretrainingOutput(
             generator_log_probs=gen_log_probs, baseline_logits=baseline,
             masked_targets=masked_targets, positions=positions, corrupted=corrupted,
@@ -219,12 +227,13 @@ class ElectraModel(BaseFairseqModel):
         # 6. losses: BCE averaged over the non-pad tokens, and the generator's cross-entropy
         #    averaged over the masked positions
         main_loss = gen_loss = per_token = None
-        if main is not None:
-            main_loss, per_token, counts = self.objective.main_loss(out)
-            logs.update({self.objective.loss_name: main_loss.detach(), **counts})
-        if generator is not None:
-            gen_loss, gen_logs = generator.loss(self, out, per_token)
-            logs.update(gen_logs)
+        with stage("losses"):
+            if main is not None:
+                main_loss, per_token, counts = self.objective.main_loss(out)
+                logs.update({self.objective.loss_name: main_loss.detach(), **counts})
+            if generator is not None:
+                gen_loss, gen_logs = generator.loss(self, out, per_token)
+                logs.update(gen_logs)
         return out._replace(main_loss=main_loss, generator_loss=gen_loss, logs=logs)
 
     def train_flops(self, length: int, sequences: int, predicted: int) -> float:
@@ -370,6 +379,11 @@ class ElectraModel(BaseFairseqModel):
         if self.generator_variant is not None:
             self.generator_variant.loaded(self)
         return result
+
+
+def stage(name: str):
+    """A profiler label for a part of the pre-training step (free without a profiler)."""
+    return record_function(f"electra:{name}")
 
 
 def fold_embedding_delta(state_dict, prefix=""):

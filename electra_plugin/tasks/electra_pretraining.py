@@ -22,6 +22,7 @@ from fairseq.optim.fp16_optimizer import FP16Optimizer, MemoryEfficientFP16Optim
 from fairseq.tasks import FairseqTask, register_task
 from fairseq.tasks.language_modeling import SAMPLE_BREAK_MODE_CHOICES, SHORTEN_METHOD_CHOICES
 from omegaconf import II, MISSING
+from torch.profiler import record_function
 
 from ..data.binarize import STAGING_PREFIX
 from ..data.masking import ElectraMaskingDataset, word_starts
@@ -208,11 +209,12 @@ class ElectraPretrainingTask(FairseqTask):
         # the backward then runs each op in the dtype its forward used
         model.train()
         model.set_num_updates(update_num)
-        with self.autocast(model):
+        with self.autocast(model), record_function("forward"):
             loss, sample_size, logging_output = criterion(model, sample)
         if ignore_grad:
             loss *= 0
-        optimizer.backward(loss)
+        with record_function("backward"):  # fairseq's labels, for profiles
+            optimizer.backward(loss)
         return loss, sample_size, logging_output
 
     def set_up_device(self, device_type):
