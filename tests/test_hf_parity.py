@@ -39,7 +39,7 @@ from conftest import run  # noqa: E402
 from electra_plugin.convert.hf import (  # noqa: E402
     HIDDEN_ACT,
     LAYER_NORM_EPS,
-    _generator_fields,
+    _encoder_fields,
     _hf_config,
 )
 from electra_plugin.convert.keys import (  # noqa: E402
@@ -52,8 +52,7 @@ from electra_plugin.convert.keys import (  # noqa: E402
     symbols,
 )
 from electra_plugin.criterions.electra import ElectraCriterion  # noqa: E402
-from electra_plugin.flops import FlopsCounter  # noqa: E402
-from electra_plugin.models.electra import ElectraModel  # noqa: E402
+from electra_plugin.models.electra import BOOKKEEPING_KEYS, ElectraModel  # noqa: E402
 from electra_plugin.tasks.electra_pretraining import (  # noqa: E402
     ElectraPretrainingConfig,
     ElectraPretrainingTask,
@@ -155,7 +154,7 @@ def hf_models(model, task):
     cfg = model.cfg
     dictionary = task.source_dictionary
     vocab, pad = len(dictionary), dictionary.pad()
-    state = {k: v for k, v in model.state_dict().items() if k != FlopsCounter.KEY}
+    state = {k: v for k, v in model.state_dict().items() if k not in BOOKKEEPING_KEYS}
     by_component = {}
     for key, value in state.items():
         by_component.setdefault(component_of(key), {})[key] = value
@@ -163,8 +162,7 @@ def hf_models(model, task):
     built, names = {}, {}
     for architecture, fields_ in (("ElectraForPreTraining", fields),
                                   ("ElectraForMaskedLM",
-                                   _generator_fields(fields, cfg.generator_size,
-                                                     cfg.generator_layers))):
+                                   _encoder_fields(fields, model.generator_variant.size()))):
         components = HF_ARCHITECTURES[architecture]
         params = expand(components, {c: symbols(fields_, vocab) for c in components})
         part = {k: v for c in components for k, v in by_component[c].items()}

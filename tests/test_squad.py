@@ -289,6 +289,7 @@ def test_task_batch_and_loss_by_hand(squad_bin):
 def tiny_squad_model(task):
     args = Namespace(arch="electra_tiny", num_layers=1, hidden_size=16, num_heads=2,
                      ffn_size=32, embedding_size=8, generator_size=0.5, _name="electra")
+    torch.manual_seed(0)  # the same model whatever ran before in the process
     return task.build_model(args).eval()
 
 

@@ -53,10 +53,9 @@ from ..data.wordpiece import BERT_SPECIAL_TOKENS, load_vocab, vocab_to_fairseq_i
 from ..data.wordpiece import write_fairseq_dict
 from ..errors import ElectraUsageError, first_line
 from ..partial_output import removed_on_failure
-from ..flops import FlopsCounter
 from ..generators import GENERATORS
 from ..models.config import SIZE_FIELDS, EncoderSize, complete_config, scaled_size
-from ..models.electra import VERSION_KEY, fold_embedding_delta
+from ..models.electra import BOOKKEEPING_KEYS, fold_embedding_delta
 from .keys import (CONFIG_TABLE, HF_ARCHITECTURES, component_of, expand, permute_rows, rename,
                    symbols)
 
@@ -723,8 +722,8 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
     state = load_checkpoint(checkpoint)
     cfg = complete_config(OmegaConf.create(OmegaConf.to_container(state["cfg"].model)))
     weights = dict(state["model"])
-    weights.pop(FlopsCounter.KEY, None)  # a training statistic, not a weight
-    weights.pop(VERSION_KEY, None)  # the plugin's checkpoint format
+    for key in BOOKKEEPING_KEYS:  # the FLOPs count and the checkpoint format
+        weights.pop(key, None)
     fold_embedding_delta(weights)  # GDES: HF's discriminator holds one token embedding table
     # heads of the ablation objectives and generators have no transformers class
     ablation = [k for k in weights if k.startswith(("mlm_head.", "generator_baseline.",

@@ -9,6 +9,7 @@ model's before anything is loaded.
 """
 
 from ..errors import ElectraUsageError
+from .config import arch_generator_size
 
 # The settings that decide what a checkpoint's weights mean: sizes decide their shapes;
 # heads, objective and generator what tensors of the same shapes compute. The
@@ -31,7 +32,7 @@ def check_model_settings(model, state_dict) -> None:
         return
     here = model.cfg
     names = DISCRIMINATOR_SETTINGS + (PRETRAINING_SETTINGS if model.pretraining else ())
-    differ = [n for n in names if saved.get(n, None) != here.get(n, None)]
+    differ = [n for n in names if _effective(saved, n) != _effective(here, n)]
     own = model.state_dict()
     vocab, vocab_here = next(((state_dict[k].shape[0], own[k].shape[0]) for k in own
                               if k.endswith("word_embeddings.weight") and k in state_dict),
@@ -46,7 +47,7 @@ def check_model_settings(model, state_dict) -> None:
 
     def options(cfg, arch_name):
         return ", ".join(f"--{n.replace('_', '-')} "
-                         f"{arch_name if n == 'arch' else _setting(cfg.get(n, None))}"
+                         f"{arch_name if n == 'arch' else _setting(_effective(cfg, n))}"
                          for n in differ)
 
     vocabulary = (f"; its vocabulary has {vocab} entries and this data's dictionary "
@@ -63,6 +64,14 @@ def vocabulary_error(entries: int, entries_here: int) -> ElectraUsageError:
         f"the checkpoint's vocabulary has {entries} entries but this data's dictionary gives "
         f"{entries_here}: the data was binarized with another dict.txt; binarize it with the "
         f"pre-training dict.txt")
+
+
+def _effective(cfg, name):
+    """A setting as the model uses it: an unset generator size is the arch's."""
+    value = cfg.get(name, None)
+    if name == "generator_size" and value is None:
+        return arch_generator_size(cfg)
+    return value
 
 
 def _setting(value) -> str:

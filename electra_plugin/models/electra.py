@@ -37,6 +37,8 @@ FINETUNING_PARTS = ("discriminator.", "classification_heads.")
 # The discriminator's residual on the generator's token embeddings (--embedding-sharing gdes).
 GDES_DELTA = "discriminator.embeddings.word_embeddings.delta"
 VERSION_KEY = "version"
+# state-dict entries that are bookkeeping, not weights: no HF tensor holds them
+BOOKKEEPING_KEYS = (FlopsCounter.KEY, VERSION_KEY)
 
 
 @register_model("electra", dataclass=ElectraConfig)
