@@ -1,4 +1,5 @@
-"""The GLUE benchmark as the official file layout defines it: columns, labels, metrics, recipe.
+"""The GLUE benchmark as the official file layout defines it: columns, labels, metrics, train
+set sizes.
 
 One table serves the preprocessing and the evaluation script. The fine-tuning recipe (epochs,
 batch, lr) lives in the hydra configs of examples/glue/config/; tests/test_glue.py checks that
