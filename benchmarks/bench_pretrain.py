@@ -68,7 +68,7 @@ PLUGIN = REPO / "electra_plugin"
 OFFICIAL_LENGTH = {"electra_tiny": 128, "electra_small": 128, "electra_base": 512,
                    "electra_large": 512}
 DISC_WEIGHT = 50.0
-# Official pre-training hyperparameters (examples/pretraining/config/electra_small.yaml).
+# Official pre-training hyperparameters (examples/pretraining/config: electra_small).
 LR, BETAS, EPS, WEIGHT_DECAY, CLIP_NORM = 5e-4, (0.9, 0.999), 1e-6, 0.01, 1.0
 
 

@@ -1,7 +1,9 @@
-"""The GLUE benchmark as the official file layout defines it: columns, labels, metrics, recipe.
+"""The GLUE benchmark as the official file layout defines it: columns, labels, metrics, train
+set sizes.
 
-One table serves the preprocessing script, the evaluation script and the generated hydra
-configs (``electra-glue configs``), so a task is described once.
+One table serves the preprocessing and the evaluation script. The fine-tuning recipe (epochs,
+batch, lr) lives in the hydra configs of examples/glue/config/; tests/test_glue.py checks that
+what they restate from this table (classes, checkpoint metric, updates per epoch) agrees.
 """
 
 import csv
@@ -23,8 +25,7 @@ class GlueTask:
     label_column: int  # may be negative (from the end)
     labels: Optional[Tuple[str, ...]]  # None: regression (STS-B)
     metrics: Tuple[str, ...]  # the official metric(s); the first one picks checkpoints
-    train_size: int  # official train set size, for the recipe's update counts
-    epochs: int = 3
+    train_size: int  # official train set size: the configs' updates are epochs x batches of it
     header: bool = True
     dev_splits: Tuple[str, ...] = ("dev",)
 
@@ -38,12 +39,11 @@ GLUE_TASKS: Dict[str, GlueTask] = {t.name: t for t in [
     GlueTask("SST-2", (0,), 1, ("0", "1"), ("accuracy",), 67349),
     GlueTask("MRPC", (3, 4), 0, ("0", "1"), ("f1", "accuracy"), 3668),
     GlueTask("QQP", (3, 4), 5, ("0", "1"), ("f1", "accuracy"), 363846),
-    GlueTask("STS-B", (7, 8), -1, None, ("pearson", "spearman"), 5749, epochs=10),
+    GlueTask("STS-B", (7, 8), -1, None, ("pearson", "spearman"), 5749),
     GlueTask("MNLI", (8, 9), -1, ("contradiction", "entailment", "neutral"), ("accuracy",),
              392702, dev_splits=("dev_matched", "dev_mismatched")),
     GlueTask("QNLI", (1, 2), -1, ("entailment", "not_entailment"), ("accuracy",), 104743),
-    GlueTask("RTE", (1, 2), -1, ("entailment", "not_entailment"), ("accuracy",), 2490,
-             epochs=10),
+    GlueTask("RTE", (1, 2), -1, ("entailment", "not_entailment"), ("accuracy",), 2490),
     GlueTask("WNLI", (1, 2), -1, ("0", "1"), ("accuracy",), 635),
 ]}
 

@@ -135,7 +135,7 @@ def main():
     p.add_argument("--workdir", default=os.path.join(REPO, "work_dirs", "demo"))
     p.add_argument("--vocab-size", type=int, default=8000, help="sentencepiece pieces")
     p.add_argument("--preset", default="small_compute",
-                   help="pre-training preset (a yaml of examples/pretraining/config)")
+                   help="pre-training preset (a --config-name of examples/pretraining/config)")
     p.add_argument("--updates", type=int, default=1200, help="pre-training updates "
                                                             "(about 5 minutes on 2 cores)")
     p.add_argument("--finetune-updates", type=int, default=900,

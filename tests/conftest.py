@@ -81,6 +81,23 @@ def built_from_command_line(data: Path, *extra: str):
     return cfg, task, task.build_model(cfg.model)
 
 
+def composed(config_dir: Path, name: str, *overrides: str):
+    """-> the config fairseq-hydra-train builds from ``--config-dir config_dir --config-name
+    name overrides``, in process: hydra's composition with fairseq's schema registered under
+    the config's name (fairseq's hydra_init), then fairseq's defaults, resolved."""
+    from fairseq.dataclass.initialize import add_defaults, hydra_init
+    from fairseq.utils import import_user_module
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    import_user_module(OmegaConf.create({"user_dir": PLUGIN}))  # as common.user_dir does
+    hydra_init(name)
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.1"):
+        cfg = compose(config_name=name, overrides=list(overrides))
+    add_defaults(cfg)
+    return OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
+
+
 def assert_one_line_error(proc, *phrases) -> str:
     """A failed command whose stderr ends in one plugin error line holding ``phrases``."""
     assert proc.returncode != 0

@@ -1,9 +1,7 @@
 """The official global batch on any number of GPUs: --global-batch-size derives --update-freq."""
 
 import pytest
-from omegaconf import OmegaConf
-
-from conftest import REPO, built_from_command_line, run, train_cmd
+from conftest import REPO, built_from_command_line, composed, run, train_cmd
 from electra_plugin.errors import ElectraUsageError
 from electra_plugin.run_config import update_freq_for
 from test_training import records
@@ -18,7 +16,7 @@ README_BATCH = {"electra_small": {1: None, 8: 16, 16: 8},
 
 @pytest.mark.parametrize("recipe", sorted(OFFICIAL_BATCH))
 def test_recipes_give_the_official_batch_on_1_8_16_gpus(recipe):
-    yaml = OmegaConf.load(CONFIG_DIR / f"{recipe}.yaml")
+    yaml = composed(CONFIG_DIR, recipe)
     assert yaml.task.global_batch_size == OFFICIAL_BATCH[recipe]
     for gpus, batch in README_BATCH[recipe].items():
         batch = batch or yaml.dataset.batch_size

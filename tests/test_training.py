@@ -20,8 +20,7 @@ import sys
 
 import pytest
 import torch
-from conftest import PLUGIN, REPO, run, train_cmd
-from omegaconf import OmegaConf
+from conftest import PLUGIN, REPO, composed, run, train_cmd
 
 CONFIG_DIR = REPO / "examples" / "pretraining" / "config"
 LOGGED = ("loss", "gen_loss", "disc_loss", "gen_acc", "sampled_acc", "disc_acc",
@@ -268,7 +267,7 @@ def test_hydra_small_yaml_gives_official_small_model_and_optimizer(hydra_small_r
     assert_official_sizes(model, "electra_small")
 
     # hydra applied the yaml: the official optimizer settings reached the real optimizer
-    yaml = OmegaConf.load(CONFIG_DIR / "electra_small.yaml")
+    yaml = composed(CONFIG_DIR, "electra_small")
     assert list(yaml.optimization.lr) == [5e-4]
     assert yaml.optimizer.weight_decay == 0.01 and yaml.optimization.clip_norm == 1.0
     groups = state["last_optimizer_state"]["param_groups"]
@@ -300,16 +299,8 @@ def test_hydra_small_yaml_gives_official_small_model_and_optimizer(hydra_small_r
 def test_hydra_base_and_large_yamls_give_official_sizes(arch, data_bin):
     """Compose the yaml as fairseq-hydra-train does and build the model on the meta device."""
     from fairseq import tasks
-    from fairseq.dataclass.initialize import add_defaults, hydra_init
-    from hydra import compose, initialize_config_dir
 
-    import_plugin()
-    hydra_init(arch)
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.1"):
-        cfg = compose(config_name=arch,
-                      overrides=[f"task.data={data_bin}", f"common.user_dir={PLUGIN}"])
-    add_defaults(cfg)
-    cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
+    cfg = composed(CONFIG_DIR, arch, f"task.data={data_bin}", f"common.user_dir={PLUGIN}")
     assert cfg.model._name == arch
     task = tasks.setup_task(cfg.task)
     with torch.device("meta"):  # shapes only: no memory, no init cost
