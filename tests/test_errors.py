@@ -1,17 +1,14 @@
 """Bad input to fairseq-train gets one clear line, no traceback, and no lost files."""
 
-import hashlib
 import shutil
 import sys
 
 import pytest
 
-from conftest import assert_one_line_error, binarize, run, train_cmd, write_corpus
-from test_training import hydra_cmd
+from helpers import (
+    assert_one_line_error, binarize, digest, hydra_cmd, run, train_cmd, write_corpus,
+)
 
-
-def digest(path):
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.mark.slow

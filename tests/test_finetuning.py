@@ -5,9 +5,8 @@ import sys
 import pytest
 import torch
 
-from conftest import PLUGIN, run
 from electra_plugin.models.electra import ElectraModel
-from test_glue import preprocess, write_rte
+from helpers import PLUGIN, preprocess, run, write_rte
 
 
 @pytest.fixture(scope="module")

@@ -3,10 +3,9 @@
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import REPO, built_from_command_line, run, train_cmd
 from electra_plugin.errors import ElectraUsageError
 from electra_plugin.run_config import update_freq_for
-from test_training import records
+from helpers import REPO, built_from_command_line, records, run, train_cmd
 
 CONFIG_DIR = REPO / "examples" / "pretraining" / "config"
 OFFICIAL_BATCH = {"electra_small": 128, "electra_base": 256, "electra_large": 2048}

@@ -9,31 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import assert_one_line_error, PLUGIN, REPO, SUBJECTS, OBJECTS, VERBS, run
 from electra_plugin import glue
-
-GLUE = [sys.executable, "-m", "electra_plugin.cli.glue"]  # electra-glue, installed or not
-
-
-def sentence(rng):
-    return f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)} ."
-
-
-def write_rte(root, n_train=96, n_dev=40, seed=0):
-    """Label = entailment when the hypothesis repeats the premise's subject."""
-    rng = random.Random(seed)
-    root.mkdir(parents=True)
-    for split, n in (("train", n_train), ("dev", n_dev)):
-        rows = ["index\tsentence1\tsentence2\tlabel"]
-        for i in range(n):
-            premise = sentence(rng)
-            subject = " ".join(premise.split()[:2])
-            same = rng.random() < 0.5
-            other = subject if same else rng.choice([s for s in SUBJECTS if s != subject])
-            label = "entailment" if same else "not_entailment"
-            rows.append(f"{i}\t{premise}\t{other} {rng.choice(VERBS)} it .\t{label}")
-        (root / f"{split}.tsv").write_text("\n".join(rows) + "\n")
-    return root
+from helpers import GLUE, PLUGIN, REPO, assert_one_line_error, preprocess, run, sentence, write_rte
 
 
 def write_stsb(root, n=40, seed=1):
@@ -56,11 +33,6 @@ def write_cola(root, n=30, seed=2):
         rows = [f"src\t{rng.randint(0, 1)}\t\t{sentence(rng)}" for _ in range(n)]
         (root / f"{split}.tsv").write_text("\n".join(rows) + "\n")
     return root
-
-
-def preprocess(task, glue_dir, spm_data, dest, *extra):
-    return run([*GLUE, "preprocess", "--task", task, "--glue-dir",
-                glue_dir, "--pretrain-data", spm_data, "--destdir", dest, *extra])
 
 
 def test_official_metrics_on_hand_checked_cases():

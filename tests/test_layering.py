@@ -7,7 +7,8 @@ so a lazy import that hides a circle counts as one.
 import ast
 from pathlib import Path
 
-from conftest import REPO
+from helpers import REPO
+
 
 PACKAGE = REPO / "electra_plugin"
 # a layer may import the ones after it, never one before it

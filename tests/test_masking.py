@@ -7,9 +7,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import OBJECTS, SUBJECTS, TAILS, VERBS, run, train_cmd, write_corpus
 from fairseq.data import Dictionary, ListDataset
-from test_training import failure, records
 
 import electra_plugin  # noqa: F401  (registers the task)
 from electra_plugin.data.masking import ElectraMaskingDataset, word_starts
@@ -18,6 +16,7 @@ from electra_plugin.tasks.electra_pretraining import (
     ElectraPretrainingConfig,
     ElectraPretrainingTask,
 )
+from helpers import OBJECTS, SUBJECTS, TAILS, VERBS, failure, records, run, train_cmd, write_corpus
 
 
 def make_task(data_bin, **overrides):

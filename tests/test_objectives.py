@@ -9,13 +9,13 @@ import torch
 import torch.nn.functional as F
 from fairseq import checkpoint_utils
 
-from conftest import assert_one_line_error, run, train_cmd
 from electra_plugin.criterions.electra import ElectraCriterion
 from electra_plugin.errors import ElectraUsageError
 from electra_plugin.flops import EncoderSize, paper_train_flops
-from test_criterion import sample_for
-from test_model import tiny_model
-from test_training import hydra_train, import_plugin, records
+from helpers import (
+    assert_one_line_error, hydra_train, import_plugin, make_task, records, run, sample_for,
+    tiny_model, train_cmd,
+)
 
 DETERMINISTIC = dict(dropout=0.0, attention_dropout=0.0)
 
@@ -153,7 +153,6 @@ def test_unigram_generator_samples_the_dictionary_counts():
 
 def skewed_task():
     """A dictionary whose counts are far from uniform, as dict.txt's are."""
-    from test_model import make_task
 
     task = make_task()
     for i in range(task.dictionary.nspecial, len(task.dictionary) - 1):
