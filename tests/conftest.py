@@ -1,11 +1,50 @@
-"""Shared fixtures: a tiny English-like corpus binarized with fairseq-preprocess."""
+"""Shared fixtures (a tiny English-like corpus binarized with fairseq-preprocess, a short
+pre-training run) and the fast tier's rule: a test not marked slow spawns no
+electra-prepare, fairseq-preprocess or fairseq-(hydra-)train."""
 
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from electra_plugin.cli import prepare
 from helpers import PLUGIN, binarize, run, write_corpus
+
+# The commands only a slow test may start: console scripts and their ``-m`` modules.
+SLOW_COMMANDS = {"electra-prepare", "electra_plugin.cli.prepare", "fairseq-preprocess",
+                 "fairseq_cli.preprocess", "fairseq-train", "fairseq_cli.train",
+                 "fairseq-hydra-train", "fairseq_cli.hydra_train", "electra-train",
+                 "electra_plugin.train_cli"}
+_current = {"item": None}  # the test being set up, run or torn down
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item):
+    _current["item"] = item
+    yield
+    _current["item"] = None
+
+
+def _slow_command(args):
+    argv = [str(a) for a in args] if isinstance(args, (list, tuple)) else str(args).split()
+    return next((a for a in argv if Path(a).name in SLOW_COMMANDS or a in SLOW_COMMANDS), None)
+
+
+_popen_init = subprocess.Popen.__init__
+
+
+def _checked_popen_init(self, args, *rest, **kwargs):
+    """Fail a fast test (its fixtures included) that starts one of SLOW_COMMANDS: the fast
+    tier stays fast because nothing in it trains or preprocesses in a subprocess."""
+    item, command = _current["item"], _slow_command(args)
+    if item is not None and command and item.get_closest_marker("slow") is None:
+        raise AssertionError(f"{item.nodeid} is not marked slow but runs {command}: mark it "
+                             f"@pytest.mark.slow or do the work in process")
+    _popen_init(self, args, *rest, **kwargs)
+
+
+subprocess.Popen.__init__ = _checked_popen_init
 
 
 @pytest.fixture(scope="session")
@@ -22,10 +61,8 @@ def spm_data(tmp_path_factory) -> Path:
     """The tiny corpus through electra-prepare (sentencepiece, 80 pieces)."""
     root = tmp_path_factory.mktemp("spm")
     write_corpus(root / "corpus.txt", 1500, seed=5)
-    proc = run([sys.executable, "-m", "electra_plugin.cli.prepare", "--train",
-                root / "corpus.txt", "--destdir", root / "bin", "--sentencepiece-vocab-size",
-                "80", "--workers", "1"])
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    prepare.main(["--train", str(root / "corpus.txt"), "--destdir", str(root / "bin"),
+                  "--sentencepiece-vocab-size", "80", "--workers", "1"])  # in process
     return root / "bin"
 
 

@@ -50,11 +50,14 @@ def write_corpus(path: Path, sentences: int, seed: int) -> None:
 
 
 def binarize(text_dir: Path, dest: Path, splits=("train", "valid")) -> Path:
-    args = [sys.executable, "-m", "fairseq_cli.preprocess", "--only-source",
-            "--destdir", str(dest), "--workers", "1"]
+    """fairseq-preprocess --only-source, in process (a subprocess would add its start-up)."""
+    from fairseq import options
+    from fairseq_cli import preprocess
+
+    argv = ["--only-source", "--destdir", str(dest), "--workers", "1"]
     for split in splits:  # train, valid or test
-        args += [f"--{split}pref", str(text_dir / f"{split}.txt")]
-    subprocess.run(args, check=True, capture_output=True)
+        argv += [f"--{split}pref", str(text_dir / f"{split}.txt")]
+    preprocess.main(options.get_preprocessing_parser().parse_args(argv))
     return dest
 
 
