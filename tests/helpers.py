@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from fairseq.data import Dictionary
 from fairseq.optim.amp_optimizer import AMPOptimizer
@@ -20,6 +21,7 @@ from tokenizers.normalizers import BertNormalizer
 from tokenizers.pre_tokenizers import BertPreTokenizer
 
 from electra_plugin.convert.hf import model_cli_args
+from electra_plugin.errors import ElectraUsageError
 from electra_plugin.models.electra import ElectraModel
 from electra_plugin.optim.layer_decay import ElectraAdamConfig
 from electra_plugin.tasks.electra_pretraining import ElectraPretrainingConfig, ElectraPretrainingTask
@@ -101,6 +103,33 @@ def assert_one_line_error(proc, *phrases) -> str:
     for phrase in phrases:
         assert phrase in last, last
     return last
+
+
+def train_in_process(cmd) -> None:
+    """A ``train_cmd`` (fairseq-train, or electra-train when the module is swapped in) run by
+    the same main in this process: the run without an interpreter's start-up, and an
+    ElectraUsageError it raises reaches the caller as the exception."""
+    from fairseq import distributed_utils, options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq_cli import train
+
+    from electra_plugin import train_cli
+
+    argv = [str(c) for c in cmd[3:]]
+    args = train_cli.parse_args(argv) if cmd[2] == "electra_plugin.train_cli" else \
+        options.parse_args_and_arch(options.get_training_parser(), input_args=argv)
+    distributed_utils.call_main(convert_namespace_to_omegaconf(args), train.main)
+
+
+def assert_usage_error(cmd, *phrases) -> str:
+    """``train_in_process(cmd)`` stops with one ElectraUsageError line holding ``phrases``."""
+    with pytest.raises(ElectraUsageError) as caught:
+        train_in_process(cmd)
+    line = str(caught.value)
+    assert line.startswith("electra_plugin: error: ") and "\n" not in line, line
+    for phrase in phrases:
+        assert phrase in line, line
+    return line
 
 
 def run(cmd, **kwargs) -> subprocess.CompletedProcess:
