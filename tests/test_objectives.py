@@ -13,7 +13,7 @@ from electra_plugin.criterions.electra import ElectraCriterion
 from electra_plugin.errors import ElectraUsageError
 from electra_plugin.flops import EncoderSize, paper_train_flops
 from helpers import (
-    assert_one_line_error, hydra_train, import_plugin, make_task, records, run, sample_for,
+    assert_usage_error, hydra_train, import_plugin, make_task, records, run, sample_for,
     tiny_model, train_cmd,
 )
 
@@ -353,12 +353,13 @@ def test_impossible_combinations_are_one_line_errors(options, phrase):
 
 @pytest.mark.slow
 def test_bad_masking_fractions_and_fp16_two_stage_are_one_line(data_bin, tmp_path):
-    proc = run(train_cmd(data_bin, tmp_path, "--leave-unmasked-prob", "0.6",
-                         "--random-token-prob", "0.6"))
-    assert_one_line_error(proc, "--random-token-prob", "add up to at most 1")
-    proc = run(train_cmd(data_bin, tmp_path, "--generator-size", "1.0", "--two-stage-updates",
-                         "2", "--fp16", "--fp16-no-flatten-grads", "--max-update", "1"))
-    assert_one_line_error(proc, "--two-stage-updates", "--amp")
+    assert_usage_error(train_cmd(data_bin, tmp_path, "--leave-unmasked-prob", "0.6",
+                                 "--random-token-prob", "0.6"),
+                       "--random-token-prob", "add up to at most 1")
+    assert_usage_error(train_cmd(data_bin, tmp_path, "--generator-size", "1.0",
+                                 "--two-stage-updates", "2", "--fp16", "--fp16-no-flatten-grads",
+                                 "--max-update", "1"),
+                       "--two-stage-updates", "--amp")
     assert not any(tmp_path.iterdir())  # nothing written
-    proc = run(train_cmd(data_bin, tmp_path, "--generator-layers", "0.3"))
-    assert_one_line_error(proc, "--generator-layers 0.3", "use a multiple of 1/2 in (0, 1]")
+    assert_usage_error(train_cmd(data_bin, tmp_path, "--generator-layers", "0.3"),
+                       "--generator-layers 0.3", "use a multiple of 1/2 in (0, 1]")
