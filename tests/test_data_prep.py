@@ -253,7 +253,8 @@ def test_prepare_data_wordpiece_with_valid_file(tmp_path):
 
 @pytest.mark.slow
 def test_usage_errors_are_one_line(tmp_path):
-    """Run as commands: one 'electra_plugin: error:' line, no traceback, user files untouched."""
+    """One 'electra_plugin: error:' line (prepare.main in process; the fetch script run as a
+    command, no traceback), user files untouched."""
     write_corpus(tmp_path / "ok.txt", n_docs=12, seed=6, lines_per_doc=(1, 2))
     ok = tmp_path / "ok.txt"
     taken = tmp_path / "taken"
@@ -261,24 +262,26 @@ def test_usage_errors_are_one_line(tmp_path):
     (taken / "dict.txt").write_text("mine 1\n", encoding="utf-8")
     before = (taken / "dict.txt").stat()
     (tmp_path / "exists.txt").write_text("keep me\n", encoding="utf-8")
+    fetch = run_script(FETCH, "news", "--out", tmp_path / "exists.txt", "--cache-dir",
+                       tmp_path / "cache")
     cases = {
-        "destdir taken": (PREPARE, ["--train", ok, "--destdir", taken,
-                                    "--sentencepiece-vocab-size", 100], "--force"),
-        "vocab too large": (PREPARE, ["--train", ok, "--destdir", tmp_path / "o3",
-                                      "--sentencepiece-vocab-size", 5000, "--workers", 1],
+        "destdir taken": (["--train", ok, "--destdir", taken, "--sentencepiece-vocab-size", 100],
+                          "--force"),
+        "vocab too large": (["--train", ok, "--destdir", tmp_path / "o3",
+                             "--sentencepiece-vocab-size", 5000, "--workers", 1],
                             "--sentencepiece-vocab-size 5000 is too large"),
-        "fetch overwrite": (FETCH, ["news", "--out", tmp_path / "exists.txt",
-                                    "--cache-dir", tmp_path / "cache"], "--force"),
     }
-    # started together: most of each run is importing fairseq
-    procs = {name: run_script(script, *args) for name, (script, args, _) in cases.items()}
-    for name, proc in procs.items():
-        code, out, err = finish(proc)
-        assert code == 1, (name, err)
-        assert "Traceback" not in err, (name, err)
-        errors = [l for l in err.splitlines() if l.startswith("electra_plugin: error: ")]
-        assert len(errors) == 1 and err.rstrip("\n").endswith(errors[0]), (name, err)
-        assert cases[name][2] in errors[0], (name, errors[0])
+    for name, (argv, phrase) in cases.items():
+        with pytest.raises(ElectraUsageError) as err:
+            prepare.main([str(a) for a in argv])
+        message = str(err.value)
+        assert message.startswith("electra_plugin: error: ") and "\n" not in message, name
+        assert phrase in message, (name, message)
+    code, out, err = finish(fetch)
+    assert code == 1 and "Traceback" not in err, err
+    errors = [l for l in err.splitlines() if l.startswith("electra_plugin: error: ")]
+    assert len(errors) == 1 and err.rstrip("\n").endswith(errors[0]), err
+    assert "--force" in errors[0], errors[0]
     # the user's files are untouched, and nothing was written next to them
     assert (taken / "dict.txt").read_text(encoding="utf-8") == "mine 1\n"
     assert (taken / "dict.txt").stat().st_mtime_ns == before.st_mtime_ns
