@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
+
 
 pytest.importorskip("transformers")  # the peer
 

@@ -8,11 +8,9 @@ import sys
 import pytest
 import torch
 
-from conftest import run, train_cmd
 from electra_plugin.models.encoder import attention_mask
 from electra_plugin.speed import compile_encoders
-from test_model import masked_batch, tiny_model
-from test_training import records
+from helpers import masked_batch, records, run, tiny_model, train_cmd
 
 # fairseq-train in a process that prints torch.compile's counters when the run is over
 COUNTING_TRAIN = ("import json, sys; from fairseq_cli import train; train.cli_main(); "

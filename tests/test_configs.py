@@ -3,7 +3,7 @@ fairseq-hydra-train composes it, into every value its files state, and the pre-t
 recipes into the official hyperparameters. (GLUE's against its task table: test_glue.py.)"""
 
 import pytest
-from conftest import REPO, composed
+from helpers import REPO, composed
 from omegaconf import OmegaConf
 
 PRETRAINING = REPO / "examples" / "pretraining" / "config"

@@ -12,12 +12,12 @@ import time
 import pytest
 import torch
 
-from conftest import PLUGIN, assert_one_line_error, run, train_cmd, write_corpus
 from electra_plugin.checkpoint import checkpoint_damage
 from electra_plugin.errors import ElectraUsageError
-from test_errors import digest
-from test_glue import preprocess, write_rte
-from test_training import assert_same_params, checkpoint, failure, records
+from helpers import (
+    PLUGIN, assert_one_line_error, assert_same_params, checkpoint, digest, failure, preprocess,
+    records, run, train_cmd, write_corpus, write_rte,
+)
 
 
 

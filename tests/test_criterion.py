@@ -6,16 +6,8 @@ import pytest
 import torch
 from fairseq import metrics
 
-from conftest import binarize, run, train_cmd
 from electra_plugin.criterions.electra import ElectraCriterion
-from test_training import failure, records
-from test_model import masked_batch, tiny_model
-
-
-def sample_for(task, seed=0):
-    src, target, _, _ = masked_batch(task, seed=seed)
-    return {"net_input": {"src_tokens": src, "src_lengths": src.ne(1).sum(1)},
-            "target": target, "ntokens": int(src.ne(1).sum()), "nsentences": len(src)}
+from helpers import binarize, failure, records, run, sample_for, tiny_model, train_cmd
 
 
 def test_loss_is_mean_mlm_plus_lambda_mean_bce():

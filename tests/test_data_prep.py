@@ -9,69 +9,16 @@ from pathlib import Path
 
 import pytest
 from fairseq.data import Dictionary, data_utils
-from tokenizers.normalizers import BertNormalizer
-from tokenizers.pre_tokenizers import BertPreTokenizer
 
 from electra_plugin.cli import prepare
 from electra_plugin.data import tokenizer as tokmod
 from electra_plugin.data.wordpiece import load_vocab, vocab_to_fairseq_indices, write_fairseq_dict
 from electra_plugin.errors import ElectraUsageError
+from helpers import SPECIALS, VARIED, python_docs_paragraphs, vocab_for
 
 REPO = Path(__file__).resolve().parents[1]
 PREPARE = ["-m", "electra_plugin.cli.prepare"]  # electra-prepare, installed or not
 FETCH = [REPO / "scripts" / "fetch_corpus.py"]
-SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-
-# Text for the tokenizer comparison: accents, punctuation, CJK, emoji, controls, odd spaces,
-# Greek capitals (sigma), literal special tokens, over-long words.
-VARIED = [
-    "The quick brown fox jumps over the lazy dog.",
-    "Café déjà vu: naïve coöperation at the Hôtel Ångström, façade & résumé!",
-    "ΟΔΟΣ ΣΟΦΟΣ; Привет, МИР! İstanbul, straße, Ærø, Œuvre.",
-    "北京欢迎你！日本語のテキスト、한국어 텍스트 and English mixed.",
-    "Emoji 😀👍🏽 👨‍👩‍👧 🇺🇸 ❤️ 🫠 ☕️ ™ © ½ ² µ.",
-    "Ctrl\x00nul\x01soh\x7fdel zero\u200bwidth soft\u00adhyphen bom\ufeff repl\ufffd.",
-    "Spaces:\u00a0nbsp\u2003em\u3000ideo\u2028ls\ttab\x0bvt\x85nel end",
-    "Specials [CLS] hello [SEP] world[MASK]x [UNK] [PAD][sep] [ CLS ]",
-    "e\u0301 decomposed, \u0301 alone, ﬁ ligature, ｆｕｌｌ！ and `varia` \u1fef.",
-    "Rare: \U0002B820\U0002B8FF ext-E, \u0378unassigned, 🫨 newer emoji.",
-    "U.S.A. e-mail @user #tag http://example.com/a?b=c&d=e 3.14 1,000,000 50% $5 {x} <y> \\z",
-    "—–…“quoted” ‘single’ «guillemets» ¿qué? ¡sí! § ¶ † • € £ ¥",
-    "x" * 100 + " " + "y" * 101 + " " + "supercalifragilistic" * 3,
-    "",
-    "   \t  ",
-]
-
-
-def words_of(text, lowercase):
-    """BERT's words and punctuation before WordPiece (special-token strings not kept)."""
-    normalized = BertNormalizer(lowercase=lowercase).normalize_str(text)
-    return [word for word, _ in BertPreTokenizer().pre_tokenize_str(normalized)]
-
-
-def vocab_for(texts, lowercase, rng):
-    """A BERT-style vocab.txt for `texts`: every character, most of them also as '##' pieces,
-    some whole words and prefixes; a few characters are left out so [UNK] happens."""
-    words = sorted({w for t in texts for w in words_of(t, lowercase)})
-    chars = sorted({c for w in words for c in w})
-    missing = set(rng.sample(chars, 4))
-    vocab = list(SPECIALS) + [f"[unused{i}]" for i in range(3)]
-    vocab += [c for c in chars if c not in missing]
-    vocab += ["##" + c for c in chars if c not in missing and rng.random() < 0.85]
-    for w in words:
-        if len(w) > 3 and rng.random() < 0.5:
-            vocab.append(w)
-        if len(w) > 5:
-            vocab += [w[:3], "##" + w[3:5]]
-    return list(dict.fromkeys(vocab))
-
-
-def python_docs_paragraphs(n):
-    """Real English text with code, quotes and odd punctuation: Python's own help topics."""
-    from pydoc_data.topics import topics
-
-    paragraphs = [p for key in sorted(topics) for p in topics[key].split("\n\n") if p.strip()]
-    return paragraphs[:: max(1, len(paragraphs) // n)][:n]
 
 
 def fairseq_view(pieces):
@@ -306,7 +253,8 @@ def test_prepare_data_wordpiece_with_valid_file(tmp_path):
 
 @pytest.mark.slow
 def test_usage_errors_are_one_line(tmp_path):
-    """Run as commands: one 'electra_plugin: error:' line, no traceback, user files untouched."""
+    """One 'electra_plugin: error:' line (prepare.main in process; the fetch script run as a
+    command, no traceback), user files untouched."""
     write_corpus(tmp_path / "ok.txt", n_docs=12, seed=6, lines_per_doc=(1, 2))
     ok = tmp_path / "ok.txt"
     taken = tmp_path / "taken"
@@ -314,24 +262,26 @@ def test_usage_errors_are_one_line(tmp_path):
     (taken / "dict.txt").write_text("mine 1\n", encoding="utf-8")
     before = (taken / "dict.txt").stat()
     (tmp_path / "exists.txt").write_text("keep me\n", encoding="utf-8")
+    fetch = run_script(FETCH, "news", "--out", tmp_path / "exists.txt", "--cache-dir",
+                       tmp_path / "cache")
     cases = {
-        "destdir taken": (PREPARE, ["--train", ok, "--destdir", taken,
-                                    "--sentencepiece-vocab-size", 100], "--force"),
-        "vocab too large": (PREPARE, ["--train", ok, "--destdir", tmp_path / "o3",
-                                      "--sentencepiece-vocab-size", 5000, "--workers", 1],
+        "destdir taken": (["--train", ok, "--destdir", taken, "--sentencepiece-vocab-size", 100],
+                          "--force"),
+        "vocab too large": (["--train", ok, "--destdir", tmp_path / "o3",
+                             "--sentencepiece-vocab-size", 5000, "--workers", 1],
                             "--sentencepiece-vocab-size 5000 is too large"),
-        "fetch overwrite": (FETCH, ["news", "--out", tmp_path / "exists.txt",
-                                    "--cache-dir", tmp_path / "cache"], "--force"),
     }
-    # started together: most of each run is importing fairseq
-    procs = {name: run_script(script, *args) for name, (script, args, _) in cases.items()}
-    for name, proc in procs.items():
-        code, out, err = finish(proc)
-        assert code == 1, (name, err)
-        assert "Traceback" not in err, (name, err)
-        errors = [l for l in err.splitlines() if l.startswith("electra_plugin: error: ")]
-        assert len(errors) == 1 and err.rstrip("\n").endswith(errors[0]), (name, err)
-        assert cases[name][2] in errors[0], (name, errors[0])
+    for name, (argv, phrase) in cases.items():
+        with pytest.raises(ElectraUsageError) as err:
+            prepare.main([str(a) for a in argv])
+        message = str(err.value)
+        assert message.startswith("electra_plugin: error: ") and "\n" not in message, name
+        assert phrase in message, (name, message)
+    code, out, err = finish(fetch)
+    assert code == 1 and "Traceback" not in err, err
+    errors = [l for l in err.splitlines() if l.startswith("electra_plugin: error: ")]
+    assert len(errors) == 1 and err.rstrip("\n").endswith(errors[0]), err
+    assert "--force" in errors[0], errors[0]
     # the user's files are untouched, and nothing was written next to them
     assert (taken / "dict.txt").read_text(encoding="utf-8") == "mine 1\n"
     assert (taken / "dict.txt").stat().st_mtime_ns == before.st_mtime_ns

@@ -3,10 +3,8 @@ fairseq-hydra-train, its progress lines, the curves and the discriminator at wor
 
 import pytest
 
-from conftest import REPO, run
-from test_training import failure
-
 from electra_plugin import demo
+from helpers import REPO, failure, run
 
 
 @pytest.mark.slow

@@ -3,10 +3,8 @@
 import pytest
 import torch
 
-from conftest import assert_one_line_error, run, train_cmd
 from electra_plugin.checkpoint import checkpoint_damage
-from test_errors import digest
-from test_training import checkpoint, records
+from helpers import assert_one_line_error, checkpoint, digest, records, run, train_cmd
 
 
 def with_options(cmd, **options):

@@ -1,23 +1,21 @@
 """Bad input to fairseq-train gets one clear line, no traceback, and no lost files."""
 
-import hashlib
 import shutil
 import sys
 
 import pytest
 
-from conftest import assert_one_line_error, binarize, run, train_cmd, write_corpus
-from test_training import hydra_cmd
+from helpers import (
+    assert_one_line_error, assert_usage_error, binarize, digest, hydra_cmd, run, train_cmd,
+    train_in_process, write_corpus,
+)
 
-
-def digest(path):
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.mark.slow
 def test_missing_data_directory(tmp_path):
-    proc = run(train_cmd(tmp_path / "nowhere", tmp_path / "ck", "--max-update", "1"))
-    assert_one_line_error(proc, "does not exist", "electra-prepare")
+    cmd = train_cmd(tmp_path / "nowhere", tmp_path / "ck", "--max-update", "1")
+    assert_usage_error(cmd, "does not exist", "electra-prepare")
 
 
 @pytest.mark.slow
@@ -25,8 +23,8 @@ def test_missing_dictionary(tmp_path, data_bin):
     data = tmp_path / "data"
     shutil.copytree(data_bin, data)
     (data / "dict.txt").unlink()
-    proc = run(train_cmd(data, tmp_path / "ck", "--max-update", "1"))
-    assert_one_line_error(proc, "dict.txt is missing")
+    cmd = train_cmd(data, tmp_path / "ck", "--max-update", "1")
+    assert_usage_error(cmd, "dict.txt is missing")
 
 
 @pytest.mark.slow
@@ -34,8 +32,8 @@ def test_malformed_dictionary(tmp_path, data_bin):
     data = tmp_path / "data"
     shutil.copytree(data_bin, data)
     (data / "dict.txt").write_text("the\ncat 3\n")
-    proc = run(train_cmd(data, tmp_path / "ck", "--max-update", "1"))
-    assert_one_line_error(proc, "is not a fairseq dictionary")
+    cmd = train_cmd(data, tmp_path / "ck", "--max-update", "1")
+    assert_usage_error(cmd, "is not a fairseq dictionary")
 
 
 @pytest.mark.slow
@@ -44,8 +42,8 @@ def test_data_binarized_with_another_dictionary(tmp_path, data_bin):
     shutil.copytree(data_bin, data)
     lines = (data / "dict.txt").read_text().splitlines()
     (data / "dict.txt").write_text("\n".join(lines[:10]) + "\n")
-    proc = run(train_cmd(data, tmp_path / "ck", "--max-update", "1"))
-    assert_one_line_error(proc, "binarized with another dictionary", "--srcdict")
+    cmd = train_cmd(data, tmp_path / "ck", "--max-update", "1")
+    assert_usage_error(cmd, "binarized with another dictionary", "--srcdict")
 
 
 @pytest.mark.slow
@@ -53,34 +51,37 @@ def test_empty_split(tmp_path):
     write_corpus(tmp_path / "train.txt", 50, seed=0)
     (tmp_path / "valid.txt").write_text("")
     data = binarize(tmp_path, tmp_path / "bin")
-    proc = run(train_cmd(data, tmp_path / "ck", "--max-update", "1"))
-    assert_one_line_error(proc, "'valid' split", "is empty")
+    cmd = train_cmd(data, tmp_path / "ck", "--max-update", "1")
+    assert_usage_error(cmd, "'valid' split", "is empty")
 
 
 @pytest.mark.slow
 def test_missing_split(tmp_path, data_bin):
-    proc = run(train_cmd(data_bin, tmp_path / "ck", "--max-update", "1", "--valid-subset", "test"))
-    assert_one_line_error(proc, "no 'test' split", "--valid-subset")
+    cmd = train_cmd(data_bin, tmp_path / "ck", "--max-update", "1", "--valid-subset", "test")
+    assert_usage_error(cmd, "no 'test' split", "--valid-subset")
 
 
 @pytest.mark.slow
 def test_tokens_per_sample_longer_than_positions(tmp_path, data_bin):
-    proc = run(train_cmd(data_bin, tmp_path / "ck", "--max-update", "1", "--max-positions", "16"))
-    assert_one_line_error(proc, "--tokens-per-sample 32", "model's 16 positions")
+    cmd = train_cmd(data_bin, tmp_path / "ck", "--max-update", "1", "--max-positions", "16")
+    assert_usage_error(cmd, "--tokens-per-sample 32", "model's 16 positions")
 
 
 @pytest.mark.slow
 def test_generator_fraction_without_whole_heads(tmp_path, data_bin):
-    proc = run(train_cmd(data_bin, tmp_path / "ck", "--max-update", "1",
-                         "--generator-size", "0.3"))
-    assert_one_line_error(proc, "--generator-size 0.3", "attention heads")
+    assert_usage_error(train_cmd(data_bin, tmp_path / "ck", "--max-update", "1",
+                         "--generator-size", "0.3"), "--generator-size 0.3", "attention heads")
+
+
+# A checkpoint that does not fit the model stops in fairseq's trainer, which turns any
+# exception into its own; only fairseq-train's command line lets the one line through, so the
+# tests that load one run the real command (slow).
 
 
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory, data_bin):
     save = tmp_path_factory.mktemp("ck")
-    proc = run(train_cmd(data_bin, save, "--max-update", "1", "--no-epoch-checkpoints"))
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    train_in_process(train_cmd(data_bin, save, "--max-update", "1", "--no-epoch-checkpoints"))
     return save
 
 
@@ -144,7 +145,7 @@ def test_autocast_bf16_with_another_precision_flag(tmp_path, data_bin, other):
     """electra-train (fairseq-train with --bf16 usable) refuses two precision modes at once."""
     cmd = train_cmd(data_bin, tmp_path / "ck", "--max-update", "1", "--autocast-bf16", *other)
     cmd[1:3] = ["-m", "electra_plugin.train_cli"]
-    assert_one_line_error(run(cmd), "--autocast-bf16 does not combine", "keep --autocast-bf16")
+    assert_usage_error(cmd, "--autocast-bf16 does not combine", "keep --autocast-bf16")
 
 
 # ---------------------------------------------------------------- resumes of another model

@@ -7,9 +7,9 @@ import torch
 
 import pytest
 
-from conftest import PLUGIN, SUBJECTS, VERBS, OBJECTS, run
 from electra_plugin.data.binarize import fairseq_preprocess
 from electra_plugin.data.tokenizer import load_tokenizer
+from helpers import OBJECTS, PLUGIN, SUBJECTS, VERBS, run
 
 # The shape of fairseq's examples/roberta/config/finetuning/*.yaml (RoBERTa's GLUE recipe),
 # written out here; only the model name changes.

@@ -7,14 +7,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import run, train_cmd
 from electra_plugin.checkpoint import write_checkpoint
 from electra_plugin.criterions.electra import ElectraCriterion
 from electra_plugin.errors import ElectraUsageError
 from electra_plugin.models.config import complete_config
-from test_criterion import sample_for
-from test_model import make_task, tiny_model, tiny_model_config
-from test_training import records
+from helpers import make_task, records, run, sample_for, tiny_model, tiny_model_config, train_cmd
 
 
 def saved_masked_lm(path, task, **options):

@@ -17,7 +17,6 @@ import torch.nn.functional as F
 from fairseq import metrics
 from omegaconf import OmegaConf
 
-from conftest import run, train_cmd
 from electra_plugin.criterions.electra import ElectraCriterion
 from electra_plugin.flops import (
     EncoderSize,
@@ -28,9 +27,9 @@ from electra_plugin.flops import (
 from electra_plugin.generators import model_sizes
 from electra_plugin.models.electra import ElectraModel
 from electra_plugin.speed.dropout import Dropout, random_int16
-from test_criterion import sample_for
-from test_model import tiny_model, tiny_model_config
-from test_training import records
+from helpers import (
+    electra_adam_cfg, records, run, sample_for, tiny_model, tiny_model_config, train_cmd,
+)
 
 DISC_WEIGHT = 50.0
 
@@ -229,11 +228,10 @@ def test_electra_adam_updates_all_tensors_at_once(device):
     from fairseq.optim.fused_adam import get_fused_adam_class as fairseq_fused_adam
 
     from electra_plugin.speed import MultiTensorAdam
-    from test_layer_decay import optimizer_cfg
 
     if device == "cuda" and fairseq_fused_adam() is not None:
         pytest.skip("apex is installed: fairseq uses its FusedAdam on GPUs")
-    optimizer = optim.build_optimizer(optimizer_cfg(layer_decay=0.8),
+    optimizer = optim.build_optimizer(electra_adam_cfg(layer_decay=0.8),
                                       list(torch.nn.Linear(2, 2).to(device).parameters()))
     assert isinstance(optimizer.optimizer, MultiTensorAdam)
 
@@ -396,7 +394,6 @@ def test_speed_switch_off_gives_the_plain_ops(monkeypatch):
     from fairseq.optim.adam import Adam
 
     from electra_plugin.speed import attention, project_qkv, retain_freed_memory
-    from test_layer_decay import optimizer_cfg
 
     monkeypatch.setenv("ELECTRA_SPEED", "0")
     x = torch.randn(4, 7, 64, requires_grad=True)
@@ -417,7 +414,7 @@ def test_speed_switch_off_gives_the_plain_ops(monkeypatch):
     plain = F.scaled_dot_product_attention(split(layer.query(x)), split(layer.key(x)),
                                            split(layer.value(x)), dropout_p=0.2)
     torch.testing.assert_close(out, plain, rtol=1e-5, atol=1e-6)
-    optimizer = optim.build_optimizer(optimizer_cfg(layer_decay=0.8),
+    optimizer = optim.build_optimizer(electra_adam_cfg(layer_decay=0.8),
                                       list(torch.nn.Linear(2, 2).parameters()))
     assert type(optimizer.optimizer) is Adam
     assert retain_freed_memory() is False

@@ -5,9 +5,8 @@ import sys
 import pytest
 import torch
 
-from conftest import PLUGIN, run
 from electra_plugin.models.electra import ElectraModel
-from test_glue import preprocess, write_rte
+from helpers import PLUGIN, preprocess, run, write_rte
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +104,7 @@ def test_hub_interface_on_the_pretrained_model(pretrained, spm_data):
         ElectraModel.from_pretrained(str(pretrained.parent), "missing.pt", str(spm_data))
 
 
+@pytest.mark.slow  # pretrained: a fairseq-train run
 def test_own_pretraining_keeps_pairs_at_token_type_0(pretrained, spm_data):
     """The electra task never feeds token type 1, so pairs of its checkpoints stay type 0."""
     hub = ElectraModel.from_pretrained(str(pretrained.parent), pretrained.name, str(spm_data))

@@ -6,9 +6,11 @@ import sys
 
 import pytest
 
-from conftest import REPO, assert_one_line_error, run, train_cmd, write_corpus
-from test_glue import GLUE, write_rte
-from test_squad import squad_json, write_json
+from helpers import (
+    GLUE, REPO, assert_one_line_error, run, squad_json, train_cmd, write_corpus, write_json,
+    write_rte,
+)
+
 
 FULL = "(File too large); nothing of this run's output was left there"
 

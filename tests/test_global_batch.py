@@ -1,10 +1,11 @@
 """The official global batch on any number of GPUs: --global-batch-size derives --update-freq."""
 
 import pytest
-from conftest import REPO, built_from_command_line, composed, run, train_cmd
+from omegaconf import OmegaConf
+
 from electra_plugin.errors import ElectraUsageError
 from electra_plugin.run_config import update_freq_for
-from test_training import records
+from helpers import REPO, built_from_command_line, composed, records, run, train_cmd
 
 CONFIG_DIR = REPO / "examples" / "pretraining" / "config"
 OFFICIAL_BATCH = {"electra_small": 128, "electra_base": 256, "electra_large": 2048}

@@ -9,31 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import assert_one_line_error, composed, PLUGIN, REPO, SUBJECTS, OBJECTS, VERBS, run
 from electra_plugin import glue
-
-GLUE = [sys.executable, "-m", "electra_plugin.cli.glue"]  # electra-glue, installed or not
-
-
-def sentence(rng):
-    return f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)} ."
-
-
-def write_rte(root, n_train=96, n_dev=40, seed=0):
-    """Label = entailment when the hypothesis repeats the premise's subject."""
-    rng = random.Random(seed)
-    root.mkdir(parents=True)
-    for split, n in (("train", n_train), ("dev", n_dev)):
-        rows = ["index\tsentence1\tsentence2\tlabel"]
-        for i in range(n):
-            premise = sentence(rng)
-            subject = " ".join(premise.split()[:2])
-            same = rng.random() < 0.5
-            other = subject if same else rng.choice([s for s in SUBJECTS if s != subject])
-            label = "entailment" if same else "not_entailment"
-            rows.append(f"{i}\t{premise}\t{other} {rng.choice(VERBS)} it .\t{label}")
-        (root / f"{split}.tsv").write_text("\n".join(rows) + "\n")
-    return root
+from electra_plugin.cli import glue as glue_cli
+from electra_plugin.errors import ElectraUsageError
+from helpers import (
+    GLUE, PLUGIN, REPO, assert_one_line_error, composed, preprocess, run, sentence, write_rte,
+)
 
 
 def write_stsb(root, n=40, seed=1):
@@ -56,11 +37,6 @@ def write_cola(root, n=30, seed=2):
         rows = [f"src\t{rng.randint(0, 1)}\t\t{sentence(rng)}" for _ in range(n)]
         (root / f"{split}.tsv").write_text("\n".join(rows) + "\n")
     return root
-
-
-def preprocess(task, glue_dir, spm_data, dest, *extra):
-    return run([*GLUE, "preprocess", "--task", task, "--glue-dir",
-                glue_dir, "--pretrain-data", spm_data, "--destdir", dest, *extra])
 
 
 def test_official_metrics_on_hand_checked_cases():
@@ -279,18 +255,23 @@ def test_long_pairs_are_cut_to_fit_the_positions(tmp_path, spm_data):
     assert len(second[0]) == len(short) + 1  # the short side is kept whole
 
 
-@pytest.mark.slow
 def test_preprocess_errors(tmp_path, spm_data):
+    """electra-glue preprocess's main, in process (the console script's one-line edge is
+    errors.command_line, which test_errors runs as a real command)."""
+
+    def error(task, glue_dir, dest, *extra):
+        with pytest.raises(ElectraUsageError) as caught:
+            glue_cli.main(["preprocess", "--task", task, "--glue-dir", str(glue_dir),
+                           "--pretrain-data", str(spm_data), "--destdir", str(dest), *extra])
+        return str(caught.value)
+
     rte = write_rte(tmp_path / "RTE", 4, 4)
-    proc = preprocess("RTE", rte, spm_data, tmp_path / "out", "--max-seq-len", "1024")
-    assert_one_line_error(proc, "--max-seq-len 1024")
-    proc = preprocess("NOPE", rte, spm_data, tmp_path / "out")
-    assert_one_line_error(proc, "unknown GLUE task")
+    assert "--max-seq-len 1024" in error("RTE", rte, tmp_path / "out", "--max-seq-len", "1024")
+    assert "unknown GLUE task" in error("NOPE", rte, tmp_path / "out")
     (rte / "dev.tsv").write_text("index\tsentence1\tsentence2\tlabel\n0\tA\tB\tmaybe\n")
-    proc = preprocess("RTE", rte, spm_data, tmp_path / "out")
-    assert_one_line_error(proc, "label 'maybe'")
+    assert "label 'maybe'" in error("RTE", rte, tmp_path / "out")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("mine")
-    proc = preprocess("RTE", write_rte(tmp_path / "RTE2", 4, 4), spm_data, tmp_path / "full")
-    assert_one_line_error(proc, "already holds files", "--force")
+    line = error("RTE", write_rte(tmp_path / "RTE2", 4, 4), tmp_path / "full")
+    assert "already holds files" in line and "--force" in line
     assert (tmp_path / "full" / "keep.txt").read_text() == "mine"

@@ -11,10 +11,11 @@ import pytest
 import torch
 from fairseq import optim
 
-from conftest import run, train_cmd
-from test_model import masked_batch, tiny_model
-from test_precision import amp_optimizer, one_update, optimizer_cfg
-from test_training import DISC_WEIGHT, checkpoint, failure, hydra_train, records
+from helpers import (
+    DISC_WEIGHT, adam_cfg, amp_optimizer, checkpoint, failure, hydra_train, masked_batch,
+    one_update, records, run, tiny_model, train_cmd,
+)
+
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -73,7 +74,7 @@ def test_amp_update_equals_fp32_update_with_the_cuda_scaler(name):
     (reference, task), (fixed, _) = (tiny_model(dropout=0.0, attention_dropout=0.0)
                                      for _ in range(2))
     reference.cuda(), fixed.cuda()
-    fp32 = optim.build_optimizer(optimizer_cfg(name), list(reference.parameters()))
+    fp32 = optim.build_optimizer(adam_cfg(name), list(reference.parameters()))
     one_update(reference, task, fp32, lambda o: task.optimizer_step(o, reference, 0), amp=False)
     amp = amp_optimizer(name, list(fixed.parameters()), scale=128.0)
     one_update(fixed, task, amp, lambda o: task.optimizer_step(o, fixed, 0), amp=True)

@@ -4,7 +4,8 @@ import pytest
 import torch
 from fairseq import optim, utils
 
-from test_layer_decay import optimizer_cfg
+from helpers import electra_adam_cfg
+
 
 
 def parameters(seed=0):
@@ -33,7 +34,7 @@ def model_parallel_sum(norm):
 @pytest.mark.parametrize("max_norm", [0.0, 1.0, 1e6])  # norm only; clipping; none needed
 def test_clip_grad_norm_is_fairseqs(max_norm, aggregate_norm_fn):
     ours, theirs = parameters(), parameters()
-    norm = optim.build_optimizer(optimizer_cfg(), ours).clip_grad_norm(max_norm, aggregate_norm_fn)
+    norm = optim.build_optimizer(electra_adam_cfg(), ours).clip_grad_norm(max_norm, aggregate_norm_fn)
     fairseq_norm = utils.clip_grad_norm_(theirs, max_norm, aggregate_norm_fn)
     grads, fairseq_grads = [p.grad for p in ours], [p.grad for p in theirs]
     before = [p.grad for p in parameters()]
@@ -54,7 +55,7 @@ def test_clip_grad_norm_is_fairseqs(max_norm, aggregate_norm_fn):
 
 def test_expert_gradients_stay_out_of_the_norm():
     params = parameters()
-    optimizer = optim.build_optimizer(optimizer_cfg(), params)
+    optimizer = optim.build_optimizer(electra_adam_cfg(), params)
     counted = [p.grad.float() for p in params if p.grad is not None and p is not params[3]]
     expected = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in counted]))
     torch.testing.assert_close(optimizer.clip_grad_norm(0.0), expected, rtol=1e-6, atol=0)
@@ -66,7 +67,7 @@ def test_fp16_gradients_norm_in_fp32():
     params = [torch.nn.Parameter(torch.zeros(4096, dtype=torch.float16)) for _ in range(3)]
     for p in params:
         p.grad = torch.full_like(p, 1024.0)
-    optimizer = optim.build_optimizer(optimizer_cfg(), params)
+    optimizer = optim.build_optimizer(electra_adam_cfg(), params)
     norm = optimizer.clip_grad_norm(0.0)
     assert norm.dtype == torch.float32
     torch.testing.assert_close(norm, utils.clip_grad_norm_(params, 0.0), rtol=1e-6, atol=0)
@@ -78,7 +79,7 @@ def test_zero_and_one_gradient_are_fairseqs():
         params = [torch.nn.Parameter(torch.ones(3)) for _ in range(4)]
         for p in params[:with_grad]:
             p.grad = torch.full((3,), 2.0)
-        optimizer = optim.build_optimizer(optimizer_cfg(), params)
+        optimizer = optim.build_optimizer(electra_adam_cfg(), params)
         norm = optimizer.clip_grad_norm(1.0)
         assert norm.item() == pytest.approx(2.0 * 3 ** 0.5 if with_grad else 0.0)
         if with_grad:
@@ -94,7 +95,7 @@ def norm_ops(fn):
 
 def test_the_norms_are_one_op_and_the_switch_gives_fairseqs_loop(monkeypatch):
     params = parameters()
-    optimizer = optim.build_optimizer(optimizer_cfg(), params)
+    optimizer = optim.build_optimizer(electra_adam_cfg(), params)
     counted = sum(p.grad is not None and not hasattr(p, "expert") for p in params)
     fast = norm_ops(lambda: optimizer.clip_grad_norm(1.0))
     # one per dtype (fp32, bf16), then the total

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import PLUGIN, assert_one_update_from, run, train_from_model_cfg
+
 transformers = pytest.importorskip(
     "transformers", reason="HF conversion tests need transformers (pip install -e '.[hf]')")
 
@@ -32,7 +34,6 @@ from transformers import (  # noqa: E402
     ElectraModel,
 )
 
-from conftest import PLUGIN, run  # noqa: E402
 from electra_plugin.checkpoint import (  # noqa: E402
     build_fairseq_config,
     load_checkpoint,
@@ -401,26 +402,6 @@ def binarize(tokenizer_dir, dest):
     return dest / "bin"
 
 
-def train(data, save_dir, model_cfg, *extra):
-    return run([sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
-                "--task", "electra", "--criterion", "electra", *model_cli_args(model_cfg),
-                "--cpu", "--tokens-per-sample", "32", "--batch-size", "4", "--num-workers", "0",
-                "--optimizer", "adam", "--lr", "1e-4", "--max-update", "1",
-                "--save-dir", save_dir, "--no-epoch-checkpoints", "--disable-validation",
-                "--log-format", "json", "--log-interval", "1", "--no-progress-bar", *extra])
-
-
-def assert_one_update_from(proc, save_dir, imported):
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Loaded checkpoint" in proc.stderr + proc.stdout
-    after = torch.load(save_dir / "checkpoint_last.pt", map_location="cpu")
-    assert after["optimizer_history"][-1]["num_updates"] == 1
-    before = torch.load(imported, map_location="cpu")["model"]
-    # one Adam step of lr 1e-4 moves each weight by about 1e-4: the run started from ours
-    for key, value in before.items():
-        assert (after["model"][key] - value).abs().max() < 1e-3, key
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name,start", [
     ("small", ["--restore-file", "{ckpt}", "--reset-optimizer", "--reset-dataloader",
@@ -432,7 +413,7 @@ def test_continue_pretraining_with_fairseq_train(make_case, tmp_path, name, star
     case = make_case(name)
     data = binarize(case["out"], tmp_path / "data")
     checkpoint = case["result"].checkpoint
-    proc = train(data, tmp_path / "ck", case["result"].model_cfg,
+    proc = train_from_model_cfg(data, tmp_path / "ck", case["result"].model_cfg,
                  *[arg.format(ckpt=checkpoint) for arg in start])
     assert_one_update_from(proc, tmp_path / "ck", checkpoint)
     # and what fairseq-train saved exports again (data/bin has dict.txt but no vocab.txt)
@@ -450,7 +431,7 @@ def test_gdes_run_exports_a_plain_discriminator(tiny, bert, tmp_path):
     data = binarize(tmp_path / "imported", tmp_path / "data")
     # from scratch (tiny's two embedding blocks differ: the import unties them); lr 1e-2:
     # one Adam update moves the residual about as far as the embeddings' own scale
-    proc = train(data, tmp_path / "ck", dict(imported.model_cfg, embedding_sharing=None),
+    proc = train_from_model_cfg(data, tmp_path / "ck", dict(imported.model_cfg, embedding_sharing=None),
                  "--embedding-sharing", "gdes", "--lr", "1e-2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     checkpoint = tmp_path / "ck" / "checkpoint_last.pt"
@@ -516,7 +497,8 @@ def test_finetuning_an_imported_model_keeps_its_token_types(tiny, tmp_path):
     """fairseq-train sentence_prediction with the imported model's options (model_cli_args)
     and --restore-file: the fine-tuned checkpoint keeps the setting, and its pairs
     <s> A </s> B </s> (electra-glue preprocess) get type 1 on B </s>."""
-    from test_glue import preprocess, write_rte
+    from helpers import preprocess, write_rte  # this module's preprocess is fairseq's
+
 
     imported = from_hf(tiny[0], out_dir=tmp_path / "imported")
     data = tmp_path / "rte-bin"

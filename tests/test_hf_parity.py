@@ -30,12 +30,13 @@ import sys
 import pytest
 import torch
 
+from helpers import run
+
 transformers = pytest.importorskip(
     "transformers", reason="the HF parity test needs transformers (pip install -e '.[hf]')")
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from conftest import run  # noqa: E402
 from electra_plugin.convert.hf import (  # noqa: E402
     HIDDEN_ACT,
     LAYER_NORM_EPS,

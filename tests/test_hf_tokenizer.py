@@ -16,9 +16,11 @@ from electra_plugin.cli import prepare
 from electra_plugin.data import fast_tokenizer
 from electra_plugin.data import tokenizer as tokmod
 from electra_plugin.data.binarize import fairseq_preprocess
+from helpers import (
+    PLUGIN, VARIED, assert_one_update_from, preprocess, python_docs_paragraphs, run, train_cmd,
+    train_from_model_cfg, vocab_for, write_rte,
+)
 
-from conftest import PLUGIN, run
-from test_data_prep import VARIED, python_docs_paragraphs, vocab_for
 
 # Real Korean and Japanese text: articles of the constitutions of the Republic of Korea
 # (1987) and of Japan (1946), both public documents.
@@ -225,7 +227,6 @@ def test_binarizing_is_byte_identical_to_fairseq_preprocess(kind, corpus, spm_di
 @pytest.fixture(scope="module")
 def spm_model(spm_dir, tmp_path_factory):
     """A few pre-training updates on the Korean + English sentencepiece data, exported."""
-    from conftest import train_cmd
     from electra_plugin.convert.hf import to_hf
 
     save = tmp_path_factory.mktemp("spm_model")
@@ -297,7 +298,6 @@ def test_exported_classifier_in_a_transformers_pipeline(spm_model, spm_dir, tmp_
     from transformers import pipeline
 
     from electra_plugin.convert.hf import to_hf
-    from test_glue import preprocess, write_rte
 
     save, _ = spm_model
     proc = run([sys.executable, "-m", "electra_plugin.cli.extract", save / "checkpoint_last.pt",
@@ -434,7 +434,6 @@ def test_continue_pretraining_an_hf_pair_on_text_in_its_own_tokenizer(tmp_path):
     from transformers import ElectraConfig, ElectraForMaskedLM
 
     from electra_plugin.convert.hf import from_hf
-    from test_hf_convert import assert_one_update_from, train
 
     text = [" ".join(p.split()) for p in python_docs_paragraphs(200)] + KOREAN + JAPANESE
     hf_tok, disc = hf_checkpoint(tmp_path / "disc", "unigram", text)
@@ -466,7 +465,7 @@ def test_continue_pretraining_an_hf_pair_on_text_in_its_own_tokenizer(tmp_path):
     assert first.tolist() == [d.index(p) for p in plugin.pieces(text[0])] + [2]
     assert [d[i] for i in first.tolist()[:-1]] == hf_tok.convert_ids_to_tokens(want)
 
-    proc = train(tmp_path / "data", tmp_path / "ck", result.model_cfg, "--restore-file",
+    proc = train_from_model_cfg(tmp_path / "data", tmp_path / "ck", result.model_cfg, "--restore-file",
                  result.checkpoint, "--reset-optimizer", "--reset-dataloader", "--reset-meters")
     assert_one_update_from(proc, tmp_path / "ck", result.checkpoint)
 
@@ -478,7 +477,6 @@ def test_finetune_an_imported_bpe_checkpoint(tmp_path):
     from transformers import AutoTokenizer
 
     from electra_plugin.convert.hf import from_hf, model_cli_args, to_hf
-    from test_glue import preprocess, write_rte
 
     text = [" ".join(p.split()) for p in python_docs_paragraphs(200)]
     hf_checkpoint(tmp_path / "hf", "bpe", text)

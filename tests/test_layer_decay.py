@@ -7,8 +7,7 @@ from fairseq.optim.lr_scheduler import build_lr_scheduler
 from omegaconf import OmegaConf
 
 from electra_plugin.errors import ElectraUsageError
-from electra_plugin.optim.layer_decay import ElectraAdamConfig
-from test_model import masked_batch, tiny_model
+from helpers import electra_adam_cfg, masked_batch, tiny_model
 
 
 def expected_scale(name, num_layers, decay):
@@ -19,14 +18,8 @@ def expected_scale(name, num_layers, decay):
     return 1.0
 
 
-def optimizer_cfg(**fields):
-    cfg = ElectraAdamConfig(lr=[1e-3], tpu=False, adam_betas="(0.9, 0.999)", adam_eps=1e-8,
-                            **fields)
-    return OmegaConf.merge(OmegaConf.structured(cfg), {"_name": "electra_adam"})
-
-
 def build(model, decay, weight_decay=0.0):
-    cfg = optimizer_cfg(layer_decay=decay, weight_decay=weight_decay)
+    cfg = electra_adam_cfg(layer_decay=decay, weight_decay=weight_decay)
     return optim.build_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
 
 
@@ -78,4 +71,4 @@ def test_groups_exempt_layernorm_and_bias_from_weight_decay():
 def test_flattened_fp16_parameters_are_rejected_with_layer_decay():
     flat = torch.nn.Parameter(torch.zeros(10))
     with pytest.raises(ElectraUsageError, match="--fp16-no-flatten-grads"):
-        optim.build_optimizer(optimizer_cfg(layer_decay=0.8), [flat])
+        optim.build_optimizer(electra_adam_cfg(layer_decay=0.8), [flat])

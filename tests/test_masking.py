@@ -2,22 +2,21 @@
 
 import math
 import pickle
-import sys
 
 import numpy as np
 import pytest
 import torch
-from conftest import OBJECTS, SUBJECTS, TAILS, VERBS, run, train_cmd, write_corpus
 from fairseq.data import Dictionary, ListDataset
-from test_training import failure, records
 
 import electra_plugin  # noqa: F401  (registers the task)
+from electra_plugin.cli import prepare
 from electra_plugin.data.masking import ElectraMaskingDataset, word_starts
 from electra_plugin.speed.switch import VARIABLE
 from electra_plugin.tasks.electra_pretraining import (
     ElectraPretrainingConfig,
     ElectraPretrainingTask,
 )
+from helpers import OBJECTS, SUBJECTS, TAILS, VERBS, failure, records, run, train_cmd, write_corpus
 
 
 def make_task(data_bin, **overrides):
@@ -326,10 +325,8 @@ def wordpiece_data(tmp_path_factory):
     write_corpus(root / "corpus.txt", 1200, seed=4)
     words = {w for phrase in SUBJECTS + VERBS + OBJECTS + TAILS for w in phrase.split()}
     (root / "vocab.txt").write_text("\n".join(wordpiece_vocab(words)) + "\n")
-    proc = run([sys.executable, "-m", "electra_plugin.cli.prepare", "--train",
-                root / "corpus.txt", "--destdir", root / "bin", "--wordpiece-vocab",
-                root / "vocab.txt", "--workers", "1"])
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    prepare.main(["--train", str(root / "corpus.txt"), "--destdir", str(root / "bin"),
+                  "--wordpiece-vocab", str(root / "vocab.txt"), "--workers", "1"])  # in process
     return root / "bin"
 
 

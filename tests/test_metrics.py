@@ -10,7 +10,6 @@ import numpy as np
 
 import pytest
 import torch
-from conftest import PLUGIN, run, train_cmd
 from fairseq import checkpoint_utils, metrics
 from omegaconf import OmegaConf
 from sklearn.metrics import roc_auc_score
@@ -22,7 +21,7 @@ from electra_plugin.tasks.electra_pretraining import (
     ElectraPretrainingConfig,
     ElectraPretrainingTask,
 )
-from test_training import failure, import_plugin, records
+from helpers import PLUGIN, failure, import_plugin, records, run, train_cmd
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from fairseq import options
-from fairseq.data import Dictionary
 from omegaconf import OmegaConf
 
 from electra_plugin.errors import ElectraUsageError
@@ -14,33 +13,13 @@ from electra_plugin.flops import paper_train_flops
 from electra_plugin.generators import model_sizes
 from electra_plugin.models.config import complete_config
 from electra_plugin.models.electra import GDES_DELTA, ElectraModel
-from electra_plugin.tasks.electra_pretraining import ElectraPretrainingConfig, ElectraPretrainingTask
+from helpers import make_task, masked_batch, tiny_model, tiny_model_config
 
 OFFICIAL = {  # (layers, hidden, heads, ffn, embedding) and generator (hidden, heads, ffn)
     "electra_small": ((12, 256, 4, 1024, 128), (64, 1, 256)),
     "electra_base": ((12, 768, 12, 3072, 768), (256, 4, 1024)),
     "electra_large": ((24, 1024, 16, 4096, 1024), (256, 4, 1024)),
 }
-
-
-def make_task(vocab_size=60, tokens_per_sample=32):
-    d = Dictionary()
-    for i in range(vocab_size - len(d) - 1):
-        d.add_symbol(f"w{i}")
-    return ElectraPretrainingTask(
-        ElectraPretrainingConfig(data="unused", tokens_per_sample=tokens_per_sample, seed=1), d)
-
-
-def tiny_model_config(**overrides):
-    return OmegaConf.create(dict(dict(_name="electra_tiny", num_layers=2, hidden_size=64,
-                                      num_heads=4, ffn_size=128, embedding_size=32),
-                                 **overrides))
-
-
-def tiny_model(task=None, **overrides):
-    task = task or make_task()
-    torch.manual_seed(0)
-    return ElectraModel.build_model(tiny_model_config(**overrides), task), task
 
 
 @pytest.mark.parametrize("arch", sorted(OFFICIAL))
@@ -100,20 +79,6 @@ def test_tokens_per_sample_must_fit_positions():
     with pytest.raises(ElectraUsageError, match="tokens-per-sample 513 is larger than the "
                                                 "model's 512 positions"):
         tiny_model(make_task(tokens_per_sample=513))
-
-
-def masked_batch(task, rows=3, length=20, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    d = task.dictionary
-    tokens = torch.randint(d.nspecial, len(d) - 1, (rows, length), generator=g)
-    tokens[:, 0] = d.bos()
-    tokens[:, -1] = d.eos()
-    tokens[-1, -5:] = d.pad()  # a padded row
-    picked = (torch.rand(rows, length, generator=g) < 0.3) & (tokens >= d.nspecial)
-    picked[:, 1] = True
-    src = tokens.masked_fill(picked, task.mask_idx)
-    target = tokens.masked_fill(~picked, d.pad())
-    return src, target, tokens, picked
 
 
 def test_rtd_step_shapes_and_labels():

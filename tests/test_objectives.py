@@ -9,15 +9,15 @@ import torch
 import torch.nn.functional as F
 from fairseq import checkpoint_utils
 
-from conftest import assert_one_line_error, run, train_cmd
 from electra_plugin.criterions.electra import ElectraCriterion
 from electra_plugin.errors import ElectraUsageError
 from electra_plugin.flops import paper_encoder_flops, paper_train_flops
 from electra_plugin.models.config import EncoderSize
 from electra_plugin.objectives import OBJECTIVES
-from test_criterion import sample_for
-from test_model import tiny_model
-from test_training import hydra_train, import_plugin, records
+from helpers import (
+    assert_usage_error, hydra_train, import_plugin, make_task, records, run, sample_for,
+    tiny_model, train_cmd,
+)
 
 DETERMINISTIC = dict(dropout=0.0, attention_dropout=0.0)
 
@@ -155,7 +155,6 @@ def test_unigram_generator_samples_the_dictionary_counts():
 
 def skewed_task():
     """A dictionary whose counts are far from uniform, as dict.txt's are."""
-    from test_model import make_task
 
     task = make_task()
     for i in range(task.dictionary.nspecial, len(task.dictionary) - 1):
@@ -358,12 +357,13 @@ def test_impossible_combinations_are_one_line_errors(options, phrase):
 
 @pytest.mark.slow
 def test_bad_masking_fractions_and_fp16_two_stage_are_one_line(data_bin, tmp_path):
-    proc = run(train_cmd(data_bin, tmp_path, "--leave-unmasked-prob", "0.6",
-                         "--random-token-prob", "0.6"))
-    assert_one_line_error(proc, "--random-token-prob", "add up to at most 1")
-    proc = run(train_cmd(data_bin, tmp_path, "--generator", "two_stage", "--two-stage-updates",
-                         "2", "--fp16", "--fp16-no-flatten-grads", "--max-update", "1"))
-    assert_one_line_error(proc, "--generator two_stage", "--amp")
+    assert_usage_error(train_cmd(data_bin, tmp_path, "--leave-unmasked-prob", "0.6",
+                                 "--random-token-prob", "0.6"),
+                       "--random-token-prob", "add up to at most 1")
+    assert_usage_error(train_cmd(data_bin, tmp_path, "--generator", "two_stage",
+                                 "--two-stage-updates", "2", "--fp16", "--fp16-no-flatten-grads",
+                                 "--max-update", "1"),
+                       "--generator two_stage", "--amp")
     assert not any(tmp_path.iterdir())  # nothing written
-    proc = run(train_cmd(data_bin, tmp_path, "--generator-layers", "0.3"))
-    assert_one_line_error(proc, "--generator-layers 0.3", "use a multiple of 1/2 in (0, 1]")
+    assert_usage_error(train_cmd(data_bin, tmp_path, "--generator-layers", "0.3"),
+                       "--generator-layers 0.3", "use a multiple of 1/2 in (0, 1]")

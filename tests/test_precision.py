@@ -5,48 +5,15 @@ for the CUDA one, which switches itself off without a GPU)."""
 import pytest
 import torch
 from fairseq import optim
-from fairseq.optim.amp_optimizer import AMPOptimizer
 from fairseq.optim.fp16_optimizer import FP16Optimizer
-from omegaconf import OmegaConf
 
-from conftest import built_from_command_line
 from electra_plugin.auc import auc_from_counts, auc_pair_counts
 from electra_plugin.errors import ElectraUsageError
 from electra_plugin.models.electra import init_bert_params
 from electra_plugin.models.heads import ElectraDiscriminatorPredictions
-from test_model import masked_batch, tiny_model
-
-
-def optimizer_cfg(name):
-    cfg = {"_name": name, "lr": [1e-3], "adam_betas": "(0.9, 0.999)", "adam_eps": 1e-6,
-           "weight_decay": 0.01, "tpu": False, "use_old_adam": False, "fp16_adam_stats": False}
-    if name == "electra_adam":
-        cfg["layer_decay"] = 1.0
-    return OmegaConf.create(cfg)
-
-
-def amp_optimizer(name, params, scale):
-    """fairseq's AMPOptimizer over ``name``; off CUDA with a CPU GradScaler at ``scale`` (the
-    CUDA one it builds switches itself off without a GPU)."""
-    cfg = OmegaConf.create({"optimizer": optimizer_cfg(name),
-                            "common": {"fp16_init_scale": scale, "amp_scale_window": None,
-                                       "min_loss_scale": 1e-4}})
-    optimizer = AMPOptimizer.build_optimizer(cfg, params)
-    if not params[0].is_cuda:
-        optimizer._grad_scaler = torch.amp.GradScaler("cpu", init_scale=scale)
-    return optimizer
-
-
-def one_update(model, task, optimizer, step, amp):
-    """A training update in the trainer's order: backward, clip (fairseq always calls it;
-    0 = norm only), the task's optimizer_step."""
-    src, target, _, _ = (t.to(next(model.parameters()).device) for t in masked_batch(task))
-    torch.manual_seed(1)  # the same generator samples in every copy
-    out = model(src, target=target)
-    loss = out.generator_loss + 50.0 * out.main_loss
-    optimizer.backward(loss) if amp else loss.backward()
-    optimizer.clip_grad_norm(0.0)
-    step(optimizer)
+from helpers import (
+    adam_cfg, amp_optimizer, built_from_command_line, masked_batch, one_update, tiny_model,
+)
 
 
 @pytest.mark.parametrize("name", ["electra_adam", "adam"])
@@ -57,7 +24,7 @@ def test_amp_update_equals_fp32_update(name):
     # three identical models (deepcopy would drop the parameters' weight-decay tags)
     (reference, task), (fixed, _), (fairseq_own, _) = (
         tiny_model(dropout=0.0, attention_dropout=0.0) for _ in range(3))
-    fp32 = optim.build_optimizer(optimizer_cfg(name), list(reference.parameters()))
+    fp32 = optim.build_optimizer(adam_cfg(name), list(reference.parameters()))
     one_update(reference, task, fp32, lambda o: task.optimizer_step(o, reference, 0), amp=False)
 
     amp = amp_optimizer(name, list(fixed.parameters()), scale=128.0)

@@ -5,9 +5,8 @@ import subprocess
 
 import pytest
 
-from conftest import assert_one_line_error, run, train_cmd
-from test_errors import digest
-from test_training import checkpoint, failure, records
+from helpers import assert_one_line_error, checkpoint, digest, failure, records, run, train_cmd
+
 
 SAVES = ("--save-interval-updates", "2", "--no-epoch-checkpoints", "--disable-validation")
 

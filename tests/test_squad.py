@@ -3,7 +3,6 @@ fairseq-train run of --task squad from a pre-training checkpoint, and one-line e
 
 import json
 import math
-import random
 import re
 import subprocess
 import sys
@@ -15,59 +14,15 @@ import torch
 import torch.nn.functional as F
 from fairseq.data import Dictionary
 
-from conftest import PLUGIN, REPO, assert_one_line_error, run
 from electra_plugin.cli import squad as squad_cli
 from electra_plugin.data import squad as sq
 from electra_plugin.data.tokenizer import WordPieceTextTokenizer, load_tokenizer
 from electra_plugin.errors import ElectraUsageError
+from helpers import (
+    LONG, PLUGIN, REPO, SHORT, answer, assert_one_line_error, run, squad_json, write_json,
+)
 
 SQUAD = [sys.executable, "-m", "electra_plugin.cli.squad"]  # electra-squad, installed or not
-
-# Contexts made of the pre-training corpus' words (tests/conftest.py), plus capitals and
-# digits the 80-piece sentencepiece model has never seen (they become <unk> pieces).
-SHORT = "the cat sees a house in the park . a dog likes the ball ."
-_rng = random.Random(7)
-_FILLER = " ".join(
-    f"{_rng.choice(['the cat', 'a dog', 'my neighbour', 'the river'])} "
-    f"{_rng.choice(['likes', 'builds', 'follows'])} "
-    f"{_rng.choice(['an apple', 'the letter', 'a warm coat'])} ." for _ in range(12))
-LONG = ("the teacher carries two boxes every winter . " + _FILLER
-        + " Mr. Brown watches the morning news near the station in 1999 . the end .")
-
-
-def answer(text, context, occurrence=0):
-    start = -1
-    for _ in range(occurrence + 1):
-        start = context.index(text, start + 1)
-    return {"text": text, "answer_start": start}
-
-
-def squad_json(version="2.0"):
-    """Five questions: a short context, a long one needing several windows with answers at
-    both ends, several gold answers, and (2.0) an unanswerable question."""
-    qas_short = [{"id": "q1", "question": "what does the cat see ?",
-                  "answers": [answer("a house", SHORT)]}]
-    qas_long = [
-        {"id": "q2", "question": "who watches the morning news ?",
-         "answers": [answer("Mr. Brown", LONG)]},
-        {"id": "q3", "question": "what does the teacher carry ?",
-         "answers": [answer("two boxes", LONG)]},
-        {"id": "q5", "question": "where does he watch the news ?",
-         "answers": [answer("near the station", LONG), answer("the station", LONG)]},
-    ]
-    if version == "2.0":
-        qas_short.append({"id": "q4", "question": "what does the river build ?",
-                          "answers": [], "is_impossible": True,
-                          "plausible_answers": [answer("a house", SHORT)]})
-        for qa in qas_short + qas_long:
-            qa.setdefault("is_impossible", False)
-    return {"version": version, "data": [{"title": "t", "paragraphs": [
-        {"context": SHORT, "qas": qas_short}, {"context": LONG, "qas": qas_long}]}]}
-
-
-def write_json(path, obj):
-    path.write_text(json.dumps(obj))
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -9,26 +9,26 @@ without an active exception" (exit -6 / 134) *after* it saved its checkpoints. S
 ``--task masked_lm`` does the same; it is not the plugin's doing, but it makes a test flaky.
 """
 
-import argparse
-import json
 import math
 import os
 import re
 import socket
 import subprocess
-import sys
 
 import pytest
 import torch
-from conftest import PLUGIN, REPO, composed, run, train_cmd
+from omegaconf import OmegaConf
 
-CONFIG_DIR = REPO / "examples" / "pretraining" / "config"
+from helpers import (
+    CONFIG_DIR, DISC_WEIGHT, PLUGIN, assert_same_params, checkpoint, composed, failure,
+    hydra_train, import_plugin, records, run, train_cmd,
+)
+
 LOGGED = ("loss", "gen_loss", "disc_loss", "gen_acc", "sampled_acc", "disc_acc",
           "disc_precision", "disc_recall", "replaced_frac", "disc_baseline", "disc_auc")
 PERCENTAGES = ("gen_acc", "sampled_acc", "disc_acc", "disc_precision", "disc_recall",
                "replaced_frac", "disc_baseline")
 TIMING = {"wps", "ups", "wall", "train_wall"}  # differ between any two runs
-DISC_WEIGHT = 50.0  # the criterion's default (official lambda)
 
 # The official ELECTRA sizes (google-research/electra configure_pretraining.py, paper
 # Table 6): discriminator, then the generator (same depth and head size; hidden size 1/4
@@ -51,62 +51,6 @@ def train(data, save_dir, *extra):
     result = run(train_cmd(data, save_dir, *extra))
     assert result.returncode == 0, failure("fairseq-train", result)
     return result.stdout
-
-
-def hydra_cmd(config_name, data, save_dir, run_dir, *overrides, cpu=True):
-    """fairseq-hydra-train on a pre-training yaml, shrunk to a few small batches."""
-    return [
-        sys.executable, "-m", "fairseq_cli.hydra_train",
-        "--config-dir", str(CONFIG_DIR), "--config-name", config_name,
-        f"task.data={data}", f"common.user_dir={PLUGIN}", f"common.cpu={str(cpu).lower()}",
-        "common.log_format=json", "common.log_interval=1",
-        "task.tokens_per_sample=32", "dataset.batch_size=4", "task.global_batch_size=4",
-        "dataset.num_workers=0",
-        "dataset.data_buffer_size=0", "dataset.disable_validation=true",
-        f"checkpoint.save_dir={save_dir}", f"hydra.run.dir={run_dir}", *overrides,
-    ]
-
-
-def hydra_train(tmp, data, *overrides, config_name="electra_small", cpu=True):
-    """fairseq-hydra-train from a scratch cwd (hydra changes directory) -> (stdout, save_dir)."""
-    save_dir, cwd = tmp / "checkpoints", tmp / "cwd"
-    cwd.mkdir(parents=True, exist_ok=True)
-    result = run(hydra_cmd(config_name, data, save_dir, tmp / "hydra", *overrides, cpu=cpu),
-                 cwd=cwd)
-    assert result.returncode == 0, failure("fairseq-hydra-train", result)
-    return result.stdout, save_dir
-
-
-def failure(what, result):
-    return f"{what} exited {result.returncode}\n--- stdout\n{result.stdout[-3000:]}\n" \
-           f"--- stderr\n{result.stderr[-3000:]}"
-
-
-def records(stdout, tag="train_inner"):
-    """The json metrics of every ``tag`` log line, values as floats (a meter restored from a
-    mid-epoch checkpoint and not updated since, fairseq's ``null``, left out).
-
-    fairseq-train writes ``... | INFO | train_inner | {...}``, fairseq-hydra-train
-    ``[...][train_inner][INFO] - {...}``.
-    """
-    out = []
-    for line in stdout.splitlines():
-        if (f"| {tag} |" in line or f"[{tag}]" in line) and "{" in line:
-            raw = json.loads(line[line.index("{"):])
-            out.append({k: float(v) for k, v in raw.items() if v is not None})
-    return out
-
-
-def checkpoint(path):
-    assert path.is_file(), f"{path} was not written"
-    return torch.load(path, map_location="cpu", weights_only=False)
-
-
-def assert_same_params(a, b, atol, what):
-    assert a.keys() == b.keys(), f"{what}: different parameter names"
-    worst = max(a, key=lambda k: (a[k].float() - b[k].float()).abs().max().item())
-    diff = (a[worst].float() - b[worst].float()).abs().max().item()
-    assert diff <= atol, f"{what}: {worst} differs by {diff:g} (atol {atol:g})"
 
 
 def assert_metrics_equal(a, b, what):
@@ -158,13 +102,6 @@ def vocab_size(data):
     from fairseq.data import Dictionary
 
     return len(Dictionary.load(str(data / "dict.txt"))) + 1  # + <mask>
-
-
-def import_plugin():
-    """Register the plugin in this process the way fairseq's --user-dir does."""
-    from fairseq.utils import import_user_module
-
-    import_user_module(argparse.Namespace(user_dir=PLUGIN))
 
 
 def bce_of_constant(p):
