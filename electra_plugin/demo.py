@@ -163,11 +163,12 @@ def discriminator_at_work(checkpoint, data, sentence):
 
 def first_valid_sentence(data, min_pieces=12):
     """A sentence of the held-out split (the pre-training never saw it), as text."""
-    from fairseq.data import Dictionary, data_utils
+    from fairseq.data import data_utils
 
+    from electra_plugin.data.dictionary import load_dictionary
     from electra_plugin.data.tokenizer import load_tokenizer
 
-    dictionary = Dictionary.load(os.path.join(data, "dict.txt"))
+    dictionary = load_dictionary(data)
     dataset = data_utils.load_indexed_dataset(os.path.join(data, "valid"), dictionary)
     tokenizer = load_tokenizer(data)
     for i in range(len(dataset)):

@@ -344,9 +344,11 @@ def resolve_lowercase(args):
 
 def write_pieces_text(destdir):
     """The pieces of the binarized splits as text (train.pieces.txt, valid.pieces.txt)."""
-    from fairseq.data import Dictionary, data_utils
+    from fairseq.data import data_utils
 
-    d = Dictionary.load(os.path.join(destdir, "dict.txt"))
+    from electra_plugin.data.dictionary import load_dictionary
+
+    d = load_dictionary(destdir)
     for split in ("train", "valid"):
         items = data_utils.load_indexed_dataset(os.path.join(destdir, split), d)
         with open(os.path.join(destdir, f"{split}.pieces.txt"), "w", encoding="utf-8") as out:
@@ -358,12 +360,15 @@ def verify_output(destdir, dict_lines, stats):
     """Read the result back with fairseq, as the electra task will."""
     import logging
 
-    from fairseq.data import Dictionary, data_utils
+    from fairseq.data import data_utils
+
+    from electra_plugin.data.dictionary import MASK_SYMBOL, load_dictionary
 
     logging.getLogger("fairseq.data.data_utils").setLevel(logging.WARNING)
-    d = Dictionary.load(os.path.join(destdir, "dict.txt"))
-    if len(d) != d.nspecial + len(dict_lines):
-        raise ElectraUsageError(f"dict.txt has {len(d)} symbols, expected {d.nspecial + len(dict_lines)}")
+    d = load_dictionary(destdir)
+    rows = len(dict_lines) + all(line.split()[0] != MASK_SYMBOL for line in dict_lines)
+    if len(d) != d.nspecial + rows:
+        raise ElectraUsageError(f"dict.txt gives {len(d)} symbols with <mask>, expected {d.nspecial + rows}")
     for split in ("train", "valid"):
         ds = data_utils.load_indexed_dataset(os.path.join(destdir, split), d)
         want = stats[split]["lines"] + stats[split]["breaks"]

@@ -98,12 +98,11 @@ def _preprocess(args):
             f"{len(d.contexts)} paragraphs"
             + (f", {d.realigned} answers realigned" if d.realigned else ""))
 
-    from fairseq.data import Dictionary
-
+    from electra_plugin.data.dictionary import load_dictionary
     from electra_plugin.data.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(pretrain)
-    dictionary = Dictionary.load(os.path.join(pretrain, "dict.txt"))
+    dictionary = load_dictionary(pretrain)
     dest = args.destdir
     os.makedirs(dest, exist_ok=True)
     existing = [f for f in os.listdir(dest) if f.endswith(".squad.json")]
@@ -122,7 +121,7 @@ def _preprocess(args):
     for name, d in data.items():
         windows, offsets, stats = sq.make_windows(
             d, tokenizer, dictionary, args.max_seq_len, args.doc_stride, args.max_query_len)
-        sq.write_split(dest, name, d, windows, offsets, len(dictionary) + 1,  # + <mask>
+        sq.write_split(dest, name, d, windows, offsets, len(dictionary),
                        args.max_seq_len, args.doc_stride, args.max_query_len,
                        source=os.path.abspath(inputs[name]))
         unk = sum(t == dictionary.unk() for w in windows for t in w.tokens)

@@ -493,10 +493,9 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
             f.write("".join(token + "\n" for token in tokens))
     if other is None:
         write_fairseq_dict(vocab_path, dict_path)
-        from fairseq.data import Dictionary
+        from ..data.dictionary import load_dictionary
 
-        dictionary = Dictionary.load(dict_path)
-        dictionary.add_symbol("<mask>")
+        dictionary = load_dictionary(out_dir)
         _check_dictionary(dictionary, tokens, index, dict_path)
         tok_cfg = _tokenizer_settings(discriminator_dir)
         WordPieceTextTokenizer(vocab_path, lowercase=tok_cfg["do_lower_case"],
@@ -597,7 +596,7 @@ class ExportResult:
 
 def _find_dictionary(cfg, data: Optional[str]):
     """(dictionary with <mask>, the directory of its dict.txt)."""
-    from fairseq.data import Dictionary
+    from ..data.dictionary import load_dictionary
 
     if data is None:
         data = cfg.task.get("data", None)
@@ -605,18 +604,11 @@ def _find_dictionary(cfg, data: Optional[str]):
     if not data:
         raise ElectraUsageError("the checkpoint names no data directory; pass the directory "
                                 "with the dict.txt it was trained with (--data)")
-    for candidate in (data, os.path.join(data, "input0")):  # sentence_prediction layout
-        path = os.path.join(candidate, "dict.txt")
-        if os.path.isfile(path):
-            try:
-                dictionary = Dictionary.load(path)
-            except (ValueError, RuntimeError) as e:
-                raise ElectraUsageError(f"{path} is not a fairseq dictionary "
-                                        f"({first_line(e)})")
-            dictionary.add_symbol("<mask>")
-            return dictionary, candidate
-    raise ElectraUsageError(f"{data}/dict.txt does not exist; pass the directory with the "
-                            f"dict.txt the checkpoint was trained with (--data)")
+    input0 = os.path.join(data, "input0")  # sentence_prediction's layout
+    if not os.path.isfile(os.path.join(data, "dict.txt")) and \
+            os.path.isfile(os.path.join(input0, "dict.txt")):
+        data = input0
+    return load_dictionary(data), data
 
 
 def _tokenizer_dir(dict_dir: str) -> str:
