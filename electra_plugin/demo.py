@@ -10,6 +10,8 @@ import os
 import re
 import sys
 
+from .partial_output import written_whole
+
 PLUGIN = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -140,7 +142,9 @@ def plot_curves(log_path, png):
     for ax in axes:
         ax.legend()
     fig.tight_layout()
-    fig.savefig(png, dpi=100)
+    with written_whole(png) as partial:
+        fig.savefig(partial, dpi=100, format="png")
+    plt.close(fig)
     return train, valid
 
 

@@ -26,6 +26,7 @@ Examples:
 
 import argparse
 import json
+import logging
 import math
 import os
 import sys
@@ -45,8 +46,7 @@ MAX_POSITIONS = 512
 
 
 # ------------------------------------------------------------------------------ preprocess
-def log(message):
-    print(f"[electra-glue] {message}", file=sys.stderr, flush=True)
+logger = logging.getLogger(__name__)
 
 
 def fit_pair(pieces, max_tokens):
@@ -105,7 +105,7 @@ def _preprocess(args):
                 with open(os.path.join(work, f"{fairseq_name}.label"), "w") as f:
                     f.write("\n".join(labels) + "\n")
             prefixes[fairseq_name] = labelled
-            log(f"{glue_name}: {len(sentences)} examples, {truncated} cut to "
+            logger.info(f"{glue_name}: {len(sentences)} examples, {truncated} cut to "
                 f"{args.max_seq_len} tokens")
 
         def option_prefixes(suffix, labelled_only=False):
@@ -121,7 +121,7 @@ def _preprocess(args):
 
         for i in range(len(task.text_columns)):
             fairseq_preprocess(os.path.join(args.destdir, f"input{i}"), srcdict,
-                               option_prefixes(f"input{i}"), args.workers, log)
+                               option_prefixes(f"input{i}"), args.workers, logger.info)
         label_dir = os.path.join(args.destdir, "label")
         if task.labels is None:  # regression: sentence_prediction reads raw label files
             os.makedirs(label_dir, exist_ok=True)
@@ -134,9 +134,9 @@ def _preprocess(args):
             with open(label_dict, "w") as f:
                 f.writelines(f"{label} 1\n" for label in task.labels)
             fairseq_preprocess(label_dir, label_dict, option_prefixes("label", True),
-                               args.workers, log)
+                               args.workers, logger.info)
     tokenizer.save_to(args.destdir)  # the hub interface encodes text with it
-    log(f"wrote {args.destdir} ({task.name}, {task.num_classes} "
+    logger.info(f"wrote {args.destdir} ({task.name}, {task.num_classes} "
         f"{'output' if task.labels is None else 'classes'})")
 
 
@@ -171,7 +171,7 @@ def evaluate(args):
     hub = from_pretrained(os.path.dirname(os.path.abspath(args.checkpoint)),
                           os.path.basename(args.checkpoint), os.path.abspath(args.data))
     device = inference_device(args.cpu)
-    log(f"predicting {args.split} on {device.type}")
+    logger.info(f"predicting {args.split} on {device.type}")
     preds, gold = predict_split(hub.model.to(device), hub.task, args.split)
     results = score(glue_task, preds, gold)
     if args.predictions:

@@ -28,6 +28,7 @@ import argparse
 import glob
 import importlib.util
 import json
+import logging
 import math
 import os
 import random
@@ -35,7 +36,6 @@ import re
 import shutil
 import sys
 import tempfile
-import time
 
 from electra_plugin.data import tokenizer as tokmod
 from electra_plugin.data.binarize import STAGING_PREFIX, binarize_text
@@ -52,11 +52,7 @@ OUTPUT_FILES = ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx", 
 # With fewer documents than this, the validation split is made of single lines.
 MIN_DOCUMENTS_TO_SPLIT = 10
 
-_T0 = time.time()
-
-
-def log(msg):
-    print(f"electra-prepare: [{time.time() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+logger = logging.getLogger(__name__)
 
 
 def default_workers():
@@ -358,8 +354,6 @@ def write_pieces_text(destdir):
 
 def verify_output(destdir, dict_lines, stats):
     """Read the result back with fairseq, as the electra task will."""
-    import logging
-
     from fairseq.data import data_utils
 
     from electra_plugin.data.dictionary import MASK_SYMBOL, load_dictionary
@@ -435,12 +429,12 @@ def _prepare(args, destdir, work, lowercase):
     if args.valid:
         t = copy_docs(args.train, raw["train"])
         v = copy_docs(args.valid, raw["valid"])
-        log(f"train: {t[0]} documents, {t[1]} lines; valid (given): {v[0]} documents, {v[1]} lines")
+        logger.info(f"train: {t[0]} documents, {t[1]} lines; valid (given): {v[0]} documents, {v[1]} lines")
     else:
         counts = document_line_counts(args.train)
         by_line = len(counts) < MIN_DOCUMENTS_TO_SPLIT
         if by_line:
-            log(f"the training text has {len(counts)} document(s) (empty lines separate them): "
+            logger.info(f"the training text has {len(counts)} document(s) (empty lines separate them): "
                 f"holding out single lines instead of documents")
             counts = [1] * sum(counts)
             if len(counts) < 2:
@@ -448,14 +442,14 @@ def _prepare(args, destdir, work, lowercase):
         held = choose_valid_units(counts, args.valid_fraction, args.min_valid_lines, args.seed)
         st = write_splits(args.train, held, by_line, raw["train"], raw["valid"])
         if by_line:
-            log(f"train {st['train'][1]} lines; valid (held out, seed {args.seed}) {st['valid'][1]} lines")
+            logger.info(f"train {st['train'][1]} lines; valid (held out, seed {args.seed}) {st['valid'][1]} lines")
         else:
-            log(f"train {st['train'][0]} documents, {st['train'][1]} lines; valid (held out, seed "
+            logger.info(f"train {st['train'][0]} documents, {st['train'][1]} lines; valid (held out, seed "
                 f"{args.seed}) {st['valid'][0]} documents, {st['valid'][1]} lines")
 
     # 2. the tokenizer, in --destdir
     if args.sentencepiece_vocab_size is not None:
-        log(f"training a sentencepiece unigram model, {args.sentencepiece_vocab_size} pieces"
+        logger.info(f"training a sentencepiece unigram model, {args.sentencepiece_vocab_size} pieces"
             f"{', lower-cased' if lowercase else ''}")
         source = train_sentencepiece(raw["train"], os.path.join(work, "spm"), args, lowercase)
     elif not args.tokenizer_from:
@@ -474,17 +468,17 @@ def _prepare(args, destdir, work, lowercase):
     dict_lines = tokenizer.dict_lines()
     with open(os.path.join(staged, "dict.txt"), "w", encoding="utf-8", newline="\n") as f:
         f.writelines(line + "\n" for line in dict_lines)
-    log(f"{tokenizer.kind} tokenizer: {len(dict_lines)} dict.txt entries "
+    logger.info(f"{tokenizer.kind} tokenizer: {len(dict_lines)} dict.txt entries "
         f"({len(dict_lines) + 5} symbols with fairseq's 4 specials and <mask>)")
 
     # 3. encode and binarize
     stats = {}
     for split in ("train", "valid"):
         s = binarize_text(raw[split], os.path.join(staged, split), tokenizer,
-                          len(dict_lines) + 4, args.workers, log=log)
+                          len(dict_lines) + 4, args.workers, log=logger.info)
         stats[split] = s
         rate = 100.0 * s["unk"] / max(1, s["pieces"])
-        log(f"encoded {split}: {s['lines']} lines, {s['pieces']} pieces, {s['unk']} <unk> ({rate:.3f}%)")
+        logger.info(f"encoded {split}: {s['lines']} lines, {s['pieces']} pieces, {s['unk']} <unk> ({rate:.3f}%)")
         if s["lines"] == 0:
             raise ElectraUsageError(f"the {split} text gives no tokens at all after tokenization")
 
@@ -493,7 +487,7 @@ def _prepare(args, destdir, work, lowercase):
     if tokenizer.kind != "sentencepiece" or importlib.util.find_spec("transformers"):
         tokenizer.fast().save(os.path.join(staged, TOKENIZER_JSON))
     else:  # training needs none of it; the export (which needs transformers) builds it
-        log(f"{TOKENIZER_JSON} not written: it is built from the sentencepiece model by "
+        logger.info(f"{TOKENIZER_JSON} not written: it is built from the sentencepiece model by "
             f"transformers' converter (pip install -e '.[hf]'); electra-convert export builds "
             f"it then")
     if args.keep_text:
@@ -502,7 +496,7 @@ def _prepare(args, destdir, work, lowercase):
     n_symbols = verify_output(staged, dict_lines, stats)
     sizes = {f: os.path.getsize(os.path.join(staged, f)) for f in ("train.bin", "valid.bin")}
     publish(staged, destdir)
-    log(f"done: {destdir} ({n_symbols} symbols + <mask>; train.bin {sizes['train.bin'] / 1e6:.1f} MB, "
+    logger.info(f"done: {destdir} ({n_symbols} symbols + <mask>; train.bin {sizes['train.bin'] / 1e6:.1f} MB, "
         f"valid.bin {sizes['valid.bin'] / 1e6:.2f} MB)")
     return 0
 

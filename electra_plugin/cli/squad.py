@@ -19,21 +19,17 @@ Example (see examples/squad/README.md for the whole recipe):
 
 import argparse
 import json
+import logging
 import os
 import random
 import shutil
 import sys
-import time
 
 from electra_plugin.data import squad as sq
 from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.partial_output import removed_on_failure
 
-_T0 = time.time()
-
-
-def log(msg):
-    print(f"electra-squad: [{time.time() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+logger = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------ split
@@ -66,7 +62,7 @@ def split(args):
         with open(path, "w", encoding="utf-8") as f:
             json.dump({"version": raw.get("version", ""), "data": articles}, f,
                       ensure_ascii=False)
-        log(f"{path}: {counts[part]} questions, {len(articles)} paragraphs")
+        logger.info(f"{path}: {counts[part]} questions, {len(articles)} paragraphs")
     return 0
 
 
@@ -94,7 +90,7 @@ def _preprocess(args):
         raise ElectraUsageError(f"the files are of different SQuAD versions ({sorted(versions)}"
                                 f"); pass --squad-version")
     for name, d in data.items():
-        log(f"{name}: {inputs[name]}: SQuAD {d.version}, {len(d.examples)} questions, "
+        logger.info(f"{name}: {inputs[name]}: SQuAD {d.version}, {len(d.examples)} questions, "
             f"{len(d.contexts)} paragraphs"
             + (f", {d.realigned} answers realigned" if d.realigned else ""))
 
@@ -125,11 +121,11 @@ def _preprocess(args):
                        args.max_seq_len, args.doc_stride, args.max_query_len,
                        source=os.path.abspath(inputs[name]))
         unk = sum(t == dictionary.unk() for w in windows for t in w.tokens)
-        log(f"{name}: {stats['windows']} windows ({stats['windows without the answer']} without "
+        logger.info(f"{name}: {stats['windows']} windows ({stats['windows without the answer']} without "
             f"an answer), {stats['questions truncated']} questions cut to --max-query-len, "
             f"{stats['answers covering no piece']} answers that cover no piece, "
             f"{unk} <unk> tokens")
-    log(f"done: {os.path.abspath(dest)}")
+    logger.info(f"done: {os.path.abspath(dest)}")
     return 0
 
 
@@ -159,7 +155,7 @@ def predict(args):
         dataset=dataset, max_sentences=args.batch_size, max_positions=task.max_positions(),
         ignore_invalid_inputs=False, num_workers=0).next_epoch_itr(shuffle=False)
     logits = {}
-    log(f"predicting {len(dataset)} windows of {len(meta.examples)} questions "
+    logger.info(f"predicting {len(dataset)} windows of {len(meta.examples)} questions "
         f"({device.type})")
     with torch.inference_mode():
         for sample in batches:
@@ -188,7 +184,7 @@ def predict(args):
     for name, value in outputs.items():
         with open(os.path.join(args.out_dir, name), "w", encoding="utf-8") as f:
             json.dump(value, f, indent=1 if name == "eval.json" else None, ensure_ascii=False)
-    log(f"wrote {', '.join(outputs)} to {args.out_dir}")
+    logger.info(f"wrote {', '.join(outputs)} to {args.out_dir}")
     print(json.dumps(scores))
     return 0
 
@@ -207,7 +203,7 @@ def evaluate(args):
                                 f"answer text)")
     missing = sum(ex.qid not in predictions for ex in data.examples)
     if missing:
-        log(f"{missing} questions have no prediction and score 0")
+        logger.info(f"{missing} questions have no prediction and score 0")
     print(json.dumps(sq.squad_scores(data.examples, predictions)))
     return 0
 
