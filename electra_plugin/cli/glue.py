@@ -35,9 +35,10 @@ import tempfile
 import torch
 
 from electra_plugin.cli.device import inference_device, net_input_on
-from electra_plugin.data.binarize import check_destdir, fairseq_preprocess
+from electra_plugin.data.binarize import fairseq_preprocess
 from electra_plugin.data.tokenizer import load_tokenizer
 from electra_plugin.errors import ElectraUsageError, command_line
+from electra_plugin.output_dir import refuse_existing
 from electra_plugin.partial_output import removed_on_failure
 from electra_plugin.glue import GLUE_TASKS, GlueTask, get_task, read_split, score
 from electra_plugin.models.hub_interface import from_pretrained
@@ -75,7 +76,7 @@ def _preprocess(args):
         raise ElectraUsageError(f"{srcdict} is missing; --pretrain-data must be the directory "
                                 f"the checkpoint was pre-trained on")
     tokenizer = load_tokenizer(args.pretrain_data)
-    check_destdir(args.destdir, args.force)
+    refuse_existing(args.destdir, args.force)
 
     # fairseq names: train, valid (valid1 ... for MNLI's second dev set), test
     splits = [("train", "train", True)]

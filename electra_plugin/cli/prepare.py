@@ -40,6 +40,7 @@ import tempfile
 from electra_plugin.data import tokenizer as tokmod
 from electra_plugin.data.binarize import STAGING_PREFIX, binarize_text
 from electra_plugin.errors import ElectraUsageError, command_line
+from electra_plugin.output_dir import refuse_existing
 from electra_plugin.partial_output import removed_on_failure
 
 SPM_MODEL_FILE = "spm.model"
@@ -286,23 +287,14 @@ def parse_args(argv):
 
 
 def check_destdir(destdir, force):
-    if os.path.exists(destdir) and not os.path.isdir(destdir):
-        raise ElectraUsageError(f"--destdir {destdir!r} exists and is not a directory")
-    if not os.path.isdir(destdir):
-        return
+    """An interrupted run of this command is redone only when forced; then the one
+    output-directory rule, for this command's own files."""
     interrupted = glob.glob(os.path.join(destdir, STAGING_PREFIX + "*"))
     if interrupted and not force:
         raise ElectraUsageError(
             f"--destdir {destdir!r} holds an interrupted run of this script "
             f"({os.path.basename(interrupted[0])}); run again with --force to redo it")
-    existing = [f for f in OUTPUT_FILES if os.path.exists(os.path.join(destdir, f))]
-    existing += sorted(os.path.basename(f) for f in glob.glob(os.path.join(destdir, "*.bin"))
-                       if os.path.basename(f) not in existing)
-    if existing and not force:
-        raise ElectraUsageError(
-            f"--destdir {destdir!r} already holds {', '.join(existing[:4])}"
-            f"{' ...' if len(existing) > 4 else ''}; choose another directory or pass --force "
-            f"to overwrite this script's output files")
+    refuse_existing(destdir, force, lambda name: name in OUTPUT_FILES or name.endswith(".bin"))
     for leftover in interrupted:
         shutil.rmtree(leftover, ignore_errors=True)
 

@@ -27,6 +27,7 @@ import sys
 
 from electra_plugin.data import squad as sq
 from electra_plugin.errors import ElectraUsageError, command_line
+from electra_plugin.output_dir import refuse_existing
 from electra_plugin.partial_output import removed_on_failure
 
 logger = logging.getLogger(__name__)
@@ -101,14 +102,11 @@ def _preprocess(args):
     dictionary = load_dictionary(pretrain)
     dest = args.destdir
     os.makedirs(dest, exist_ok=True)
-    existing = [f for f in os.listdir(dest) if f.endswith(".squad.json")]
-    if existing and not args.force:
-        raise ElectraUsageError(f"{dest} already holds SQuAD data ({existing[0]}); pass --force "
-                                f"to overwrite it")
-    for name in os.listdir(dest) if args.force else ():
-        if name.endswith((".squad.json", ".input.bin", ".input.idx", ".target.bin",
-                          ".target.idx")):
-            os.remove(os.path.join(dest, name))
+    if refuse_existing(dest, args.force, lambda name: name.endswith(".squad.json")):
+        for name in os.listdir(dest):  # --force: this command's files of the earlier run
+            if name.endswith((".squad.json", ".input.bin", ".input.idx", ".target.bin",
+                              ".target.idx")):
+                os.remove(os.path.join(dest, name))
     # The data directory carries its dictionary and tokenizer, so it stands on its own.
     if not os.path.samefile(pretrain, dest):
         shutil.copyfile(os.path.join(pretrain, "dict.txt"), os.path.join(dest, "dict.txt"))

@@ -52,6 +52,7 @@ from ..data.tokenizer import (METADATA_FILE, TokenizersTextTokenizer, WordPieceT
 from ..data.wordpiece import BERT_SPECIAL_TOKENS, load_vocab, vocab_to_fairseq_indices
 from ..data.wordpiece import write_fairseq_dict
 from ..errors import ElectraUsageError, first_line
+from ..output_dir import refuse_existing
 from ..partial_output import removed_on_failure
 from ..flops import FlopsCounter
 from ..models.electra import (complete_config, fold_embedding_delta, generator_depth,
@@ -362,13 +363,7 @@ def _check_dictionary(dictionary, tokens: Sequence[str], index: torch.Tensor, wh
 
 def _prepare_out_dir(out_dir: str, overwrite: bool, managed: Sequence[str]) -> None:
     """Refuse a directory that holds files; with overwrite, remove the files we write."""
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise ElectraUsageError(f"{out_dir} exists and is not a directory")
-    present = sorted(os.listdir(out_dir)) if os.path.isdir(out_dir) else []
-    if present and not overwrite:
-        shown = ", ".join(present[:3]) + (" ..." if len(present) > 3 else "")
-        raise ElectraUsageError(f"{out_dir} already holds files ({shown}); choose an empty "
-                                f"directory or overwrite them (--overwrite)")
+    refuse_existing(out_dir, overwrite)
     for name in managed:
         path = os.path.join(out_dir, name)
         if os.path.isfile(path):
