@@ -10,16 +10,21 @@ curves printed 153 lines of matplotlib's font manager. Setting up replaces that 
 import logging
 import os
 import sys
+import time
 
 # libraries that log their workings at INFO or DEBUG, of no use to a user of the commands
 QUIET = ("matplotlib", "PIL", "urllib3", "filelock", "fsspec", "h5py", "numba")
 
 
 class _Elapsed(logging.Formatter):
-    """Seconds since the command started, as the progress lines' clock."""
+    """Seconds since logging was set up (the command's start), as the progress lines' clock."""
+
+    def __init__(self, fmt):
+        super().__init__(fmt)
+        self.start = time.time()
 
     def format(self, record):
-        record.elapsed = record.relativeCreated / 1000
+        record.elapsed = record.created - self.start
         return super().format(record)
 
 

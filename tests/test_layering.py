@@ -1,4 +1,4 @@
-"""The package's layering: tasks/criterions -> models -> modules, and no import circles.
+"""The package's layering: commands -> tasks/criterions -> models -> data, and no import circles.
 
 Read from the source (every ``from ... import`` of a plugin module, inside functions too),
 so a lazy import that hides a circle counts as one.
@@ -14,7 +14,8 @@ PACKAGE = REPO / "electra_plugin"
 LAYERS = [("electra_plugin.cli", "electra_plugin.demo", "electra_plugin.train_cli"),
           ("electra_plugin.tasks", "electra_plugin.criterions", "electra_plugin.convert",
            "electra_plugin.crash_safety", "electra_plugin.checkpoint"),
-          ("electra_plugin.models",)]
+          ("electra_plugin.models",),
+          ("electra_plugin.data",)]  # the library the commands call: never a command
 
 
 def module_name(path: Path) -> str:

@@ -32,10 +32,8 @@ import os
 import sys
 import tempfile
 
-import torch
-
-from electra_plugin.cli.device import inference_device, net_input_on
 from electra_plugin.data.binarize import fairseq_preprocess
+from electra_plugin.data.evaluation import inference_device, predict_split
 from electra_plugin.data.tokenizer import load_tokenizer
 from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.output_dir import refuse_existing
@@ -107,7 +105,7 @@ def _preprocess(args):
                     f.write("\n".join(labels) + "\n")
             prefixes[fairseq_name] = labelled
             logger.info(f"{glue_name}: {len(sentences)} examples, {truncated} cut to "
-                f"{args.max_seq_len} tokens")
+                        f"{args.max_seq_len} tokens")
 
         def option_prefixes(suffix, labelled_only=False):
             opts = {}
@@ -138,34 +136,10 @@ def _preprocess(args):
                                args.workers, logger.info)
     tokenizer.save_to(args.destdir)  # the hub interface encodes text with it
     logger.info(f"wrote {args.destdir} ({task.name}, {task.num_classes} "
-        f"{'output' if task.labels is None else 'classes'})")
+                f"{'output' if task.labels is None else 'classes'})")
 
 
 # -------------------------------------------------------------------------------- evaluate
-def predict_split(model, task, split, batch_size=64):
-    """-> (predictions, gold labels): class indices, or floats for regression. Runs in eval
-    mode on the device the model is on; the predictions come to the host once, at the end."""
-    device = next(model.parameters()).device
-    model.eval()
-    task.load_dataset(split)
-    itr = task.get_batch_iterator(task.dataset(split), max_sentences=batch_size,
-                                  max_positions=model.max_positions(),
-                                  ignore_invalid_inputs=False).next_epoch_itr(shuffle=False)
-    head = task.cfg.classification_head_name
-    ids, preds, gold = [], [], []
-    with torch.inference_mode():
-        for sample in itr:
-            logits, _ = model(**net_input_on(sample, device), features_only=True,
-                              classification_head_name=head)
-            # targets come as B x 1 (labels) or B x 1 (one regression value)
-            gold.append(sample["target"].view(-1))
-            preds.append(logits.view(-1) if task.cfg.regression_target else logits.argmax(-1))
-            ids.append(sample["id"])
-    ids, preds, gold = (torch.cat(t).tolist() if t else [] for t in (ids, preds, gold))
-    order = sorted(range(len(ids)), key=ids.__getitem__)  # back to file order
-    return [preds[i] for i in order], [gold[i] for i in order]
-
-
 def evaluate(args):
     """Prints the metrics and returns them."""
     glue_task = get_task(args.task)

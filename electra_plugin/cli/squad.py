@@ -92,8 +92,8 @@ def _preprocess(args):
                                 f"); pass --squad-version")
     for name, d in data.items():
         logger.info(f"{name}: {inputs[name]}: SQuAD {d.version}, {len(d.examples)} questions, "
-            f"{len(d.contexts)} paragraphs"
-            + (f", {d.realigned} answers realigned" if d.realigned else ""))
+                    f"{len(d.contexts)} paragraphs"
+                    + (f", {d.realigned} answers realigned" if d.realigned else ""))
 
     from electra_plugin.data.dictionary import load_dictionary
     from electra_plugin.data.tokenizer import load_tokenizer
@@ -120,20 +120,19 @@ def _preprocess(args):
                        source=os.path.abspath(inputs[name]))
         unk = sum(t == dictionary.unk() for w in windows for t in w.tokens)
         logger.info(f"{name}: {stats['windows']} windows ({stats['windows without the answer']} without "
-            f"an answer), {stats['questions truncated']} questions cut to --max-query-len, "
-            f"{stats['answers covering no piece']} answers that cover no piece, "
-            f"{unk} <unk> tokens")
+                    f"an answer), {stats['questions truncated']} questions cut to --max-query-len, "
+                    f"{stats['answers covering no piece']} answers that cover no piece, "
+                    f"{unk} <unk> tokens")
     logger.info(f"done: {os.path.abspath(dest)}")
     return 0
 
 
 # ---------------------------------------------------------------------------------- predict
 def predict(args):
-    import torch
     from fairseq import checkpoint_utils, utils
 
     import electra_plugin
-    from electra_plugin.cli.device import inference_device, net_input_on
+    from electra_plugin.data.evaluation import inference_device, squad_window_logits
     from electra_plugin.tasks.squad import SquadTask
 
     utils.import_user_module(argparse.Namespace(user_dir=os.path.dirname(electra_plugin.__file__)))
@@ -146,26 +145,11 @@ def predict(args):
         raise ElectraUsageError(f"{args.checkpoint} was not fine-tuned with --task squad")
     device = inference_device(args.cpu)
     model = models[0].eval().to(device)
-    head = task.cfg.classification_head_name
     dataset = task.load_dataset(args.split)
     meta = task.load_metadata(args.split)
-    batches = task.get_batch_iterator(
-        dataset=dataset, max_sentences=args.batch_size, max_positions=task.max_positions(),
-        ignore_invalid_inputs=False, num_workers=0).next_epoch_itr(shuffle=False)
-    logits = {}
     logger.info(f"predicting {len(dataset)} windows of {len(meta.examples)} questions "
-        f"({device.type})")
-    with torch.inference_mode():
-        for sample in batches:
-            out, _ = model(**net_input_on(sample, device), classification_head_name=head)
-            # one copy to the host per batch, not one per window
-            start, end = (x.float().cpu().numpy() for x in (out.start, out.end))
-            no_answer = None if out.no_answer is None else out.no_answer.float().tolist()
-            lengths = sample["net_input"]["src_lengths"].tolist()
-            for b, window in enumerate(sample["id"].tolist()):
-                n = lengths[b]
-                logits[window] = sq.WindowLogits(
-                    start[b, :n], end[b, :n], None if no_answer is None else no_answer[b])
+                f"({device.type})")
+    logits = squad_window_logits(model, task, dataset, args.batch_size, device)
     preds = sq.predict_answers(meta, logits, args.n_best_size, args.max_answer_len,
                                args.no_answer_threshold)
     answers = {qid: p.answer for qid, p in preds.items()}
