@@ -23,7 +23,6 @@ and exit with status 1.
 """
 
 import argparse
-import logging
 import sys
 
 from electra_plugin.errors import command_line
@@ -64,8 +63,6 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
     from electra_plugin.convert.hf import from_hf, to_hf
 
     if args.command == "import":

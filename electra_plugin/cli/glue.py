@@ -33,6 +33,7 @@ import sys
 import tempfile
 
 from electra_plugin.data.binarize import fairseq_preprocess
+from electra_plugin.data.dictionary import load_dictionary
 from electra_plugin.data.evaluation import inference_device, predict_split
 from electra_plugin.data.tokenizer import load_tokenizer
 from electra_plugin.errors import ElectraUsageError, command_line
@@ -69,10 +70,8 @@ def _preprocess(args):
     if not 4 <= args.max_seq_len <= MAX_POSITIONS:
         raise ElectraUsageError(f"--max-seq-len {args.max_seq_len} must be between 4 and "
                                 f"{MAX_POSITIONS}, the model's positions")
+    load_dictionary(args.pretrain_data)  # its one error for a missing or malformed dict.txt
     srcdict = os.path.join(args.pretrain_data, "dict.txt")
-    if not os.path.isfile(srcdict):
-        raise ElectraUsageError(f"{srcdict} is missing; --pretrain-data must be the directory "
-                                f"the checkpoint was pre-trained on")
     tokenizer = load_tokenizer(args.pretrain_data)
     refuse_existing(args.destdir, args.force)
 

@@ -26,6 +26,7 @@ import shutil
 import sys
 
 from electra_plugin.data import squad as sq
+from electra_plugin.data.dictionary import load_dictionary
 from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.output_dir import refuse_existing
 from electra_plugin.partial_output import removed_on_failure
@@ -80,9 +81,7 @@ def _preprocess(args):
         raise ElectraUsageError("give at least one of --train, --valid, --test")
     sq.check_window_sizes(args.max_seq_len, args.doc_stride, args.max_query_len)
     pretrain = args.pretrain_data
-    if not os.path.isfile(os.path.join(pretrain, "dict.txt")):
-        raise ElectraUsageError(f"{pretrain}/dict.txt is missing; --pretrain-data is the data "
-                                f"directory the model was pre-trained on (electra-prepare)")
+    dictionary = load_dictionary(pretrain)
     # Read and check every file before the slow part.
     data = {name: sq.read_squad(path, args.squad_version, args.realign_answers)
             for name, path in inputs.items()}
@@ -95,11 +94,9 @@ def _preprocess(args):
                     f"{len(d.contexts)} paragraphs"
                     + (f", {d.realigned} answers realigned" if d.realigned else ""))
 
-    from electra_plugin.data.dictionary import load_dictionary
     from electra_plugin.data.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(pretrain)
-    dictionary = load_dictionary(pretrain)
     dest = args.destdir
     os.makedirs(dest, exist_ok=True)
     if refuse_existing(dest, args.force, lambda name: name.endswith(".squad.json")):
