@@ -73,7 +73,7 @@ def written_whole(path):
     the same directory) only once the body finished: a full disk or a kill leaves the old
     file or none, never a half-written one under its name. A full destination is given as
     :func:`write_error`."""
-    partial = path + ".tmp"
+    partial = os.fspath(path) + ".tmp"
     try:
         yield partial
         os.replace(partial, path)
