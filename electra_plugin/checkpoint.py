@@ -38,7 +38,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from .errors import ElectraUsageError, first_line
 from .models.config import complete_config
-from .partial_output import full_destination, write_error
+from .partial_output import written_whole
 
 logger = logging.getLogger(__name__)
 
@@ -164,18 +164,8 @@ def write_checkpoint(path, model_cfg, task_cfg, state_dict: Mapping[str, torch.T
         },
     }
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    partial = path + ".tmp"  # renamed when whole: no half-written file under its name
-    try:
-        with open(partial, "wb") as f:  # Python's writes: a full disk keeps its errno
-            torch.save(state, f)
-        os.replace(partial, path)
-    except BaseException as e:
-        if os.path.exists(partial):
-            os.remove(partial)
-        reason = full_destination(e)
-        if reason:
-            raise write_error(os.path.dirname(os.path.abspath(path)), reason) from None
-        raise
+    with written_whole(path) as partial, open(partial, "wb") as f:
+        torch.save(state, f)  # into Python's file: a full disk keeps its errno
     logger.info(f"wrote {path} ({cfg.model._name}, task {cfg.task._name})")
     return path
 

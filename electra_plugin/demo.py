@@ -10,6 +10,8 @@ import os
 import re
 import sys
 
+from .partial_output import written_whole
+
 PLUGIN = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -140,7 +142,9 @@ def plot_curves(log_path, png):
     for ax in axes:
         ax.legend()
     fig.tight_layout()
-    fig.savefig(png, dpi=100)
+    with written_whole(png) as partial:
+        fig.savefig(partial, dpi=100, format="png")
+    plt.close(fig)
     return train, valid
 
 
@@ -163,11 +167,12 @@ def discriminator_at_work(checkpoint, data, sentence):
 
 def first_valid_sentence(data, min_pieces=12):
     """A sentence of the held-out split (the pre-training never saw it), as text."""
-    from fairseq.data import Dictionary, data_utils
+    from fairseq.data import data_utils
 
+    from electra_plugin.data.dictionary import load_dictionary
     from electra_plugin.data.tokenizer import load_tokenizer
 
-    dictionary = Dictionary.load(os.path.join(data, "dict.txt"))
+    dictionary = load_dictionary(data)
     dataset = data_utils.load_indexed_dataset(os.path.join(data, "valid"), dictionary)
     tokenizer = load_tokenizer(data)
     for i in range(len(dataset)):

@@ -57,7 +57,10 @@ def _in_fairseq_command_line() -> bool:
 
 def command_line(main):
     """Run a script's ``main()``; an :class:`ElectraUsageError` ends it with its one line and
-    exit status 1 instead of a traceback."""
+    exit status 1 instead of a traceback. Logging is set up here, once per command."""
+    from .logs import configure_logging
+
+    configure_logging()
     try:
         return main()
     except ElectraUsageError as error:

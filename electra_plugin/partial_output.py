@@ -65,3 +65,22 @@ def removed_on_failure(directory):
         if reason:
             raise write_error(directory, reason) from None
         raise
+
+
+@contextmanager
+def written_whole(path):
+    """A name next to ``path`` for the body to write to, renamed to ``path`` (os.replace, in
+    the same directory) only once the body finished: a full disk or a kill leaves the old
+    file or none, never a half-written one under its name. A full destination is given as
+    :func:`write_error`."""
+    partial = os.fspath(path) + ".tmp"
+    try:
+        yield partial
+        os.replace(partial, path)
+    except BaseException as error:
+        if os.path.exists(partial):
+            os.remove(partial)
+        reason = full_destination(error)
+        if reason:
+            raise write_error(os.path.dirname(os.path.abspath(path)), reason) from None
+        raise

@@ -25,6 +25,8 @@ from electra_plugin.demo import (dev_accuracy_cmd, discriminator_at_work, finetu
                                  first_valid_sentence, plot_curves, preset_cmd,
                                  log_stats, pretraining_progress)
 from electra_plugin.errors import PREFIX
+from electra_plugin.logs import configure_logging
+from electra_plugin.partial_output import written_whole
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(REPO, "scripts")
@@ -143,6 +145,7 @@ def main():
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3],
                    help="fine-tuning seeds (pre-training uses the first)")
     args = p.parse_args()
+    configure_logging("demo")
     os.makedirs(args.workdir, exist_ok=True)
     w = lambda *parts: os.path.join(args.workdir, *parts)  # noqa: E731
     started = time.time()
@@ -204,7 +207,7 @@ def main():
     print(f"\nsentiment dev accuracy over seeds {args.seeds}: pre-trained {pre:.2f} +- "
           f"{pre_std:.2f}%  vs  random init {rnd:.2f} +- {rnd_std:.2f}%  "
           f"({pre - rnd:+.2f} points from pre-training)")
-    with open(w("summary.json"), "w") as f:
+    with written_whole(w("summary.json")) as partial, open(partial, "w") as f:
         json.dump(dict(preset=args.preset, updates=args.updates, finetune=summary,
                        finetune_dev_along=along,
                        final_validation=valid_curve[-1] if valid_curve else None), f, indent=1)

@@ -11,6 +11,7 @@ import pytest
 from fairseq.data import Dictionary, data_utils
 
 from electra_plugin.cli import prepare
+from electra_plugin.data import documents
 from electra_plugin.data import tokenizer as tokmod
 from electra_plugin.data.wordpiece import load_vocab, vocab_to_fairseq_indices, write_fairseq_dict
 from electra_plugin.errors import ElectraUsageError
@@ -199,25 +200,25 @@ def test_prepare_data_sentencepiece_held_out_split(tmp_path):
 
 def test_valid_split_choice():
     counts = [3, 1, 7, 2, 5] * 40  # 200 documents
-    a = prepare.choose_valid_units(counts, 0.01, 10, seed=1)
-    assert a == prepare.choose_valid_units(counts, 0.01, 10, seed=1)  # deterministic
-    assert a != prepare.choose_valid_units(counts, 0.01, 10, seed=2)
+    a = documents.choose_valid_units(counts, 0.01, 10, seed=1)
+    assert a == documents.choose_valid_units(counts, 0.01, 10, seed=1)  # deterministic
+    assert a != documents.choose_valid_units(counts, 0.01, 10, seed=2)
     assert len(a) >= 2 and sum(counts[i] for i in a) >= 10  # 1% = 2 docs, then >= 10 lines
-    big = prepare.choose_valid_units(counts, 0.25, 1, seed=1)
+    big = documents.choose_valid_units(counts, 0.25, 1, seed=1)
     assert len(big) == 50
-    assert len(prepare.choose_valid_units([4, 4], 0.5, 100, seed=0)) == 1  # never all documents
+    assert len(documents.choose_valid_units([4, 4], 0.5, 100, seed=0)) == 1  # never all documents
 
 
 def test_write_splits_keeps_documents(tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("a1\n  a2 \n\n\n b1\tx\nb2\nb3\n\nc1\nc2", encoding="utf-8")
     train, valid = tmp_path / "train.txt", tmp_path / "valid.txt"
-    assert prepare.document_line_counts([src]) == [2, 3, 2]
-    stats = prepare.write_splits([src], {1}, False, train, valid)  # hold out document 1
+    assert documents.document_line_counts([src]) == [2, 3, 2]
+    stats = documents.write_splits([src], {1}, False, train, valid)  # hold out document 1
     assert train.read_text() == "a1\na2\n\nc1\nc2\n"
     assert valid.read_text() == "b1 x\nb2\nb3\n"
     assert stats == {"train": [2, 4], "valid": [1, 3]}
-    prepare.write_splits([src], {0, 3, 4}, True, train, valid)  # hold out lines 0, 3 and 4
+    documents.write_splits([src], {0, 3, 4}, True, train, valid)  # hold out lines 0, 3 and 4
     assert train.read_text() == "a2\n\nb1 x\n\nc1\nc2\n"
     assert valid.read_text() == "a1\n\nb2\nb3\n"
 

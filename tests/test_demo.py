@@ -1,6 +1,9 @@
 """The main job's own pieces on a real short run: the small_compute preset through
 fairseq-hydra-train, its progress lines, the curves and the discriminator at work."""
 
+import resource
+import sys
+
 import pytest
 
 from electra_plugin import demo
@@ -34,3 +37,50 @@ def test_preset_run_progress_curves_and_held_out_sentence(spm_data, tmp_path):
                                        sentence)
     assert len(lines) > 5 and all(0 < float(line.split()[0]) < 1 for line in lines)
     assert all(("->" in line) == line.endswith("(replaced)") for line in lines)
+
+
+def write_log(path, updates=(10, 20, 30)):
+    """A pre-training log in fairseq's simple format, as the demo's curves read it."""
+    path.write_text("".join(
+        f"2026-01-01 00:00:{u:02d} | INFO | train_inner | epoch 001:     {u} / 40 loss={9 - u / 10}, "
+        f"gen_loss={7 - u / 10}, disc_loss=0.{u}, gen_acc={u}.5, disc_auc=0.{50 + u}, "
+        f"num_updates={u}, train_flops={u}e9\n" for u in updates))
+    return path
+
+
+def curves_in_a_process(tmp_path, configure: bool, **kwargs):
+    """Draw the demo's curves in a fresh process, its logging set up as scripts/demo.py's
+    main() sets it up (or left as importing fairseq leaves it)."""
+    code = ("import sys\n"
+            "from electra_plugin.demo import plot_curves\n"
+            "from electra_plugin.logs import configure_logging\n"
+            + ("configure_logging('demo')\n" if configure else "")
+            + "plot_curves(sys.argv[1], sys.argv[2])\n")
+    return run([sys.executable, "-c", code, write_log(tmp_path / "pretrain.log"),
+                tmp_path / "curves.png"], cwd=REPO, **kwargs)
+
+
+def test_curves_print_no_debug_lines(tmp_path):
+    bare = curves_in_a_process(tmp_path, configure=False)
+    # importing fairseq leaves the root logger at DEBUG: matplotlib's font manager talks
+    assert bare.returncode == 0 and "DEBUG" in bare.stdout + bare.stderr, bare.stderr[-2000:]
+    proc = curves_in_a_process(tmp_path, configure=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "DEBUG" not in proc.stdout + proc.stderr, proc.stderr[-2000:]
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+
+
+def test_curves_written_whole(tmp_path):
+    """A file-size limit (ulimit -f: a full disk without privileges) stops the PNG half-way:
+    the previous curves stay as they were, and no partial file is left."""
+    old = b"the previous run's curves"
+    (tmp_path / "curves.png").write_bytes(old)
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4_000, 4_000))
+
+    proc = curves_in_a_process(tmp_path, configure=True, preexec_fn=limit)
+    assert proc.returncode != 0
+    assert "(File too large)" in proc.stderr.strip().splitlines()[-1], proc.stderr[-2000:]
+    assert (tmp_path / "curves.png").read_bytes() == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["curves.png", "pretrain.log"]

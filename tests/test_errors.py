@@ -215,3 +215,33 @@ def test_restoring_onto_data_of_another_dictionary_names_the_dictionary(tmp_path
     line = assert_one_line_error(proc, f"vocabulary has {entries + 5} entries but this data's "
                                        f"dictionary gives {entries + 6}", "another dict.txt")
     assert "does not fit" not in line
+
+
+@pytest.mark.slow
+def test_one_refusal_for_an_output_directory_that_holds_files(tmp_path, spm_data):
+    """electra-prepare, electra-glue and electra-squad refuse the same way, name the same
+    flag, and leave the user's file as it was."""
+    from test_glue import preprocess, write_rte
+    from test_squad import squad_json, write_json
+
+    write_corpus(tmp_path / "corpus.txt", 200, seed=1)
+    squad = write_json(tmp_path / "squad.json", squad_json())
+    outs = {name: tmp_path / name for name in ("prepare", "glue", "squad")}
+    mine = {"prepare": "dict.txt", "glue": "notes.txt", "squad": "train.squad.json"}
+    for name, out in outs.items():
+        out.mkdir()
+        (out / mine[name]).write_text("mine\n")
+    procs = {
+        "prepare": run([sys.executable, "-m", "electra_plugin.cli.prepare", "--train",
+                        tmp_path / "corpus.txt", "--destdir", outs["prepare"],
+                        "--sentencepiece-vocab-size", "80"]),
+        "glue": preprocess("RTE", write_rte(tmp_path / "RTE", 4, 4), spm_data, outs["glue"]),
+        "squad": run([sys.executable, "-m", "electra_plugin.cli.squad", "preprocess",
+                      "--pretrain-data", spm_data, "--train", squad, "--destdir", outs["squad"],
+                      "--max-seq-len", "64", "--doc-stride", "16", "--max-query-len", "16"])}
+    for name, proc in procs.items():
+        line = assert_one_line_error(proc)
+        assert line == (f"electra_plugin: error: {outs[name]} already holds files "
+                        f"({mine[name]}); choose an empty directory or pass --force to write "
+                        f"over them"), line
+        assert (outs[name] / mine[name]).read_text() == "mine\n"

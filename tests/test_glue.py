@@ -130,7 +130,7 @@ def test_rte_preprocess_finetune_evaluate(tmp_path, spm_data, pretrained):
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["n"] == 40 and 0 <= result["accuracy"] <= 100
-    from electra_plugin.cli.glue import predict_split
+    from electra_plugin.data.evaluation import predict_split
     from electra_plugin.models.hub_interface import from_pretrained
 
     hub = from_pretrained(str(save), "checkpoint_best.pt", str(dest))

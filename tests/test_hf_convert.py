@@ -686,7 +686,7 @@ def test_bad_paths_and_targets(tiny, tmp_path):
     assert (target / "notes.txt").exists() and (target / "generator" / "config.json").exists()
     with pytest.raises(ElectraUsageError) as e:
         to_hf(imported.checkpoint, tmp_path / "hf2", data=tmp_path)
-    one_line_error(e, "dict.txt does not exist")
+    one_line_error(e, "dict.txt is missing")
     other_vocab = tmp_path / "other_vocab.txt"
     other_vocab.write_text("\n".join(VOCAB[:-2] + VOCAB[-1:] + VOCAB[-2:-1]) + "\n")
     with pytest.raises(ElectraUsageError) as e:  # same size, two rows swapped

@@ -13,6 +13,7 @@ from fairseq.data import Dictionary, data_utils
 from tokenizers import Tokenizer
 
 from electra_plugin.cli import prepare
+from electra_plugin.data import documents
 from electra_plugin.data import fast_tokenizer
 from electra_plugin.data import tokenizer as tokmod
 from electra_plugin.data.binarize import fairseq_preprocess
@@ -215,7 +216,7 @@ def test_binarizing_is_byte_identical_to_fairseq_preprocess(kind, corpus, spm_di
     (tmp_path / "dict.txt").write_text((data_dir / "dict.txt").read_text(encoding="utf-8"),
                                        encoding="utf-8")
     raw = tmp_path / "raw.txt"
-    prepare.copy_docs([str(corpus / "train.txt")], str(raw))  # what electra-prepare encodes
+    documents.copy_docs([str(corpus / "train.txt")], str(raw))  # what electra-prepare encodes
     ref = old_binarize(raw.read_text(encoding="utf-8").split("\n")[:-1], plugin, tmp_path,
                        "train")
     for suffix in (".bin", ".idx"):

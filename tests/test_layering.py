@@ -34,8 +34,9 @@ LAYERS = [
      "electra_plugin.divergence", "electra_plugin.save_dir_lock",
      "electra_plugin.run_config"),
     # the base everything may use
-    ("electra_plugin.errors", "electra_plugin.partial_output", "electra_plugin.splitmix",
-     "electra_plugin.fixed_dtype", "electra_plugin.auc"),
+    ("electra_plugin.errors", "electra_plugin.logs", "electra_plugin.output_dir",
+     "electra_plugin.partial_output", "electra_plugin.splitmix", "electra_plugin.fixed_dtype",
+     "electra_plugin.auc"),
 ]
 
 def module_name(path: Path) -> str:

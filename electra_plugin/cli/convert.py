@@ -15,7 +15,7 @@ export: a checkpoint -> OUT (discriminator: ElectraForPreTraining, ElectraModel 
         config.json, model.safetensors and the transformers tokenizer files (vocab.txt for
         WordPiece; tokenizer.json in the model's own ids for sentencepiece)
   electra-convert export checkpoints/checkpoint_best.pt --out hf/ \\
-      [--data data-bin/news] [--vocab vocab.txt] [--head NAME] [--overwrite]
+      [--data data-bin/news] [--vocab vocab.txt] [--head NAME] [--force]
 
 Both directions need transformers (pip install -e '.[hf]'). Errors (bad directories,
 configs that do not fit, mismatched weights, a non-empty target) are reported in one line
@@ -23,7 +23,6 @@ and exit with status 1.
 """
 
 import argparse
-import logging
 import sys
 
 from electra_plugin.errors import command_line
@@ -44,7 +43,7 @@ def parse_args(argv=None):
     imp.add_argument("--out", required=True, help="empty output directory")
     imp.add_argument("--head-name", default="sentence_classification_head",
                      help="fairseq name for an imported classification head")
-    imp.add_argument("--overwrite", action="store_true",
+    imp.add_argument("--force", "--overwrite", dest="overwrite", action="store_true",
                      help="replace the files of a previous import in --out")
 
     exp = sub.add_parser("export", help="fairseq checkpoint -> Hugging Face directories")
@@ -57,15 +56,13 @@ def parse_args(argv=None):
                      help="WordPiece vocab.txt dict.txt was made from, if not next to dict.txt")
     exp.add_argument("--head", default=None,
                      help="classification head to export when the checkpoint has several")
-    exp.add_argument("--overwrite", action="store_true",
+    exp.add_argument("--force", "--overwrite", dest="overwrite", action="store_true",
                      help="replace the exported files already in --out")
     return parser.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
     from electra_plugin.convert.hf import from_hf, to_hf
 
     if args.command == "import":

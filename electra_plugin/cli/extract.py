@@ -39,7 +39,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="electra-extract", description=__doc__.split("\n")[0])
     p.add_argument("checkpoint", help="a pre-training checkpoint of the electra task")
     p.add_argument("--out", required=True, help="where to write the discriminator checkpoint")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    p.add_argument("--force", "--overwrite", dest="overwrite", action="store_true",
+                   help="replace an existing --out file")
     args = p.parse_args(argv)
     extract(args.checkpoint, args.out, args.overwrite)
 

@@ -21,16 +21,18 @@ Examples:
 
 import argparse
 import json
+import logging
+import math
 import os
 import sys
 import tempfile
 
-import torch
-
-from electra_plugin.cli.device import inference_device, net_input_on
-from electra_plugin.data.binarize import check_destdir, fairseq_preprocess
+from electra_plugin.data.binarize import fairseq_preprocess
+from electra_plugin.data.dictionary import load_dictionary
+from electra_plugin.data.evaluation import inference_device, predict_split
 from electra_plugin.data.tokenizer import load_tokenizer
 from electra_plugin.errors import ElectraUsageError, command_line
+from electra_plugin.output_dir import refuse_existing
 from electra_plugin.partial_output import removed_on_failure
 from electra_plugin.glue import get_task, read_split, score
 from electra_plugin.models.hub_interface import from_pretrained
@@ -39,8 +41,7 @@ MAX_POSITIONS = 512
 
 
 # ------------------------------------------------------------------------------ preprocess
-def log(message):
-    print(f"[electra-glue] {message}", file=sys.stderr, flush=True)
+logger = logging.getLogger(__name__)
 
 
 def fit_pair(pieces, max_tokens):
@@ -64,12 +65,10 @@ def _preprocess(args):
     if not 4 <= args.max_seq_len <= MAX_POSITIONS:
         raise ElectraUsageError(f"--max-seq-len {args.max_seq_len} must be between 4 and "
                                 f"{MAX_POSITIONS}, the model's positions")
+    load_dictionary(args.pretrain_data)  # its one error for a missing or malformed dict.txt
     srcdict = os.path.join(args.pretrain_data, "dict.txt")
-    if not os.path.isfile(srcdict):
-        raise ElectraUsageError(f"{srcdict} is missing; --pretrain-data must be the directory "
-                                f"the checkpoint was pre-trained on")
     tokenizer = load_tokenizer(args.pretrain_data)
-    check_destdir(args.destdir, args.force)
+    refuse_existing(args.destdir, args.force)
 
     # fairseq names: train, valid (valid1 ... for MNLI's second dev set), test
     splits = [("train", "train", True)]
@@ -99,8 +98,8 @@ def _preprocess(args):
                 with open(os.path.join(work, f"{fairseq_name}.label"), "w") as f:
                     f.write("\n".join(labels) + "\n")
             prefixes[fairseq_name] = labelled
-            log(f"{glue_name}: {len(sentences)} examples, {truncated} cut to "
-                f"{args.max_seq_len} tokens")
+            logger.info(f"{glue_name}: {len(sentences)} examples, {truncated} cut to "
+                        f"{args.max_seq_len} tokens")
 
         def option_prefixes(suffix, labelled_only=False):
             opts = {}
@@ -115,7 +114,7 @@ def _preprocess(args):
 
         for i in range(len(task.text_columns)):
             fairseq_preprocess(os.path.join(args.destdir, f"input{i}"), srcdict,
-                               option_prefixes(f"input{i}"), args.workers, log)
+                               option_prefixes(f"input{i}"), args.workers, logger.info)
         label_dir = os.path.join(args.destdir, "label")
         if task.labels is None:  # regression: sentence_prediction reads raw label files
             os.makedirs(label_dir, exist_ok=True)
@@ -128,44 +127,20 @@ def _preprocess(args):
             with open(label_dict, "w") as f:
                 f.writelines(f"{label} 1\n" for label in task.labels)
             fairseq_preprocess(label_dir, label_dict, option_prefixes("label", True),
-                               args.workers, log)
+                               args.workers, logger.info)
     tokenizer.save_to(args.destdir)  # the hub interface encodes text with it
-    log(f"wrote {args.destdir} ({task.name}, {task.num_classes} "
-        f"{'output' if task.labels is None else 'classes'})")
+    logger.info(f"wrote {args.destdir} ({task.name}, {task.num_classes} "
+                f"{'output' if task.labels is None else 'classes'})")
 
 
 # -------------------------------------------------------------------------------- evaluate
-def predict_split(model, task, split, batch_size=64):
-    """-> (predictions, gold labels): class indices, or floats for regression. Runs in eval
-    mode on the device the model is on; the predictions come to the host once, at the end."""
-    device = next(model.parameters()).device
-    model.eval()
-    task.load_dataset(split)
-    itr = task.get_batch_iterator(task.dataset(split), max_sentences=batch_size,
-                                  max_positions=model.max_positions(),
-                                  ignore_invalid_inputs=False).next_epoch_itr(shuffle=False)
-    head = task.cfg.classification_head_name
-    ids, preds, gold = [], [], []
-    with torch.inference_mode():
-        for sample in itr:
-            logits, _ = model(**net_input_on(sample, device), features_only=True,
-                              classification_head_name=head)
-            # targets come as B x 1 (labels) or B x 1 (one regression value)
-            gold.append(sample["target"].view(-1))
-            preds.append(logits.view(-1) if task.cfg.regression_target else logits.argmax(-1))
-            ids.append(sample["id"])
-    ids, preds, gold = (torch.cat(t).tolist() if t else [] for t in (ids, preds, gold))
-    order = sorted(range(len(ids)), key=ids.__getitem__)  # back to file order
-    return [preds[i] for i in order], [gold[i] for i in order]
-
-
 def evaluate(args):
     """Prints the metrics and returns them."""
     glue_task = get_task(args.task)
     hub = from_pretrained(os.path.dirname(os.path.abspath(args.checkpoint)),
                           os.path.basename(args.checkpoint), os.path.abspath(args.data))
     device = inference_device(args.cpu)
-    log(f"predicting {args.split} on {device.type}")
+    logger.info(f"predicting {args.split} on {device.type}")
     preds, gold = predict_split(hub.model.to(device), hub.task, args.split)
     results = score(glue_task, preds, gold)
     if args.predictions:

@@ -28,18 +28,21 @@ import argparse
 import glob
 import importlib.util
 import json
-import math
+import logging
 import os
-import random
-import re
 import shutil
 import sys
 import tempfile
-import time
 
 from electra_plugin.data import tokenizer as tokmod
 from electra_plugin.data.binarize import STAGING_PREFIX, binarize_text
+from electra_plugin.data.documents import (MIN_DOCUMENTS_TO_SPLIT, check_input,
+                                           choose_valid_units, copy_docs,
+                                           document_line_counts, write_splits)
+from electra_plugin.data.sentencepiece_training import train_sentencepiece
+from electra_plugin.data.staging import install_file, publish
 from electra_plugin.errors import ElectraUsageError, command_line
+from electra_plugin.output_dir import refuse_existing
 from electra_plugin.partial_output import removed_on_failure
 
 SPM_MODEL_FILE = "spm.model"
@@ -49,14 +52,7 @@ TOKENIZER_JSON = "tokenizer.json"
 OUTPUT_FILES = ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx", SPM_MODEL_FILE,
                 WORDPIECE_VOCAB_FILE, tokmod.METADATA_FILE, TOKENIZER_JSON, "preprocess.log")
 
-# With fewer documents than this, the validation split is made of single lines.
-MIN_DOCUMENTS_TO_SPLIT = 10
-
-_T0 = time.time()
-
-
-def log(msg):
-    print(f"electra-prepare: [{time.time() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+logger = logging.getLogger(__name__)
 
 
 def default_workers():
@@ -64,176 +60,6 @@ def default_workers():
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:
         return max(1, os.cpu_count() or 1)
-
-
-# --------------------------------------------------------------------------- reading text
-def open_text(path):
-    try:
-        return open(path, "r", encoding="utf-8", errors="replace")
-    except OSError as e:
-        raise ElectraUsageError(f"cannot read input file {path!r}: {e.strerror or e}")
-
-
-def iter_lines(path):
-    """Lines of a text file, whitespace-normalised ('' for blank lines)."""
-    with open_text(path) as f:
-        try:
-            for line in f:
-                yield " ".join(line.split())
-        except OSError as e:
-            raise ElectraUsageError(f"cannot read input file {path!r}: {e.strerror or e}")
-
-
-def check_input(path, option):
-    if not os.path.exists(path):
-        raise ElectraUsageError(f"{option} file {path!r} does not exist")
-    if os.path.isdir(path):
-        raise ElectraUsageError(f"{option} {path!r} is a directory, not a text file")
-    if not os.access(path, os.R_OK):
-        raise ElectraUsageError(f"cannot read {option} file {path!r}: permission denied")
-    for line in iter_lines(path):
-        if line:
-            return
-    raise ElectraUsageError(f"{option} file {path!r} is empty (no non-blank lines)")
-
-
-def document_line_counts(paths):
-    """Number of non-blank lines of each document; documents end at blank lines and files."""
-    counts = []
-    for path in paths:
-        n = 0
-        for line in iter_lines(path):
-            if line:
-                n += 1
-            elif n:
-                counts.append(n)
-                n = 0
-        if n:
-            counts.append(n)
-    return counts
-
-
-def choose_valid_units(counts, fraction, min_lines, seed):
-    """Indices of the units (documents) to hold out: about ``fraction`` of them, at least
-    ``min_lines`` lines, never all of them."""
-    n = len(counts)
-    order = list(range(n))
-    random.Random(seed).shuffle(order)
-    target = max(1, math.ceil(fraction * n))
-    chosen, lines = [], 0
-    for i in order:
-        if len(chosen) >= n - 1:
-            break
-        if len(chosen) >= target and lines >= min_lines:
-            break
-        chosen.append(i)
-        lines += counts[i]
-    return set(chosen)
-
-
-def write_splits(paths, valid_units, by_line, train_out, valid_out):
-    """Copy the documents (or, with by_line, the lines) to the train/valid raw files,
-    whitespace-normalised; in each output an empty line separates lines that came from
-    different input documents."""
-    outs = {"train": open(train_out, "w", encoding="utf-8", newline="\n"),
-            "valid": open(valid_out, "w", encoding="utf-8", newline="\n") if valid_out else None}
-    last_doc = {"train": None, "valid": None}
-    stats = {"train": [0, 0], "valid": [0, 0]}  # documents, lines
-    unit = doc = -1
-    try:
-        for path in paths:
-            in_doc = False
-            for line in iter_lines(path):
-                if not line:
-                    in_doc = False
-                    continue
-                if not in_doc:
-                    doc += 1
-                    in_doc = True
-                    if not by_line:
-                        unit += 1
-                if by_line:
-                    unit += 1
-                split = "valid" if unit in valid_units else "train"
-                if last_doc[split] != doc:
-                    if last_doc[split] is not None:
-                        outs[split].write("\n")
-                    last_doc[split] = doc
-                    stats[split][0] += 1
-                outs[split].write(line + "\n")
-                stats[split][1] += 1
-    finally:
-        for f in outs.values():
-            if f:
-                f.close()
-    return stats
-
-
-def copy_docs(paths, out):
-    return write_splits(paths, set(), False, out, None)["train"]
-
-
-# --------------------------------------------------------------------------- tokenizers
-def train_sentencepiece(train_txt, prefix, args, lowercase):
-    import sentencepiece as spm
-
-    source = train_txt
-    if lowercase:
-        source = prefix + ".lower.txt"
-        with open(source, "w", encoding="utf-8", newline="\n") as out:
-            for line in iter_lines(train_txt):
-                if line:
-                    out.write(line.lower() + "\n")
-    if hasattr(spm, "set_random_generator_seed"):
-        spm.set_random_generator_seed(args.seed)
-    options = dict(
-        input=source,
-        model_prefix=prefix,
-        model_type="unigram",
-        vocab_size=args.sentencepiece_vocab_size,
-        character_coverage=args.character_coverage,
-        input_sentence_size=args.input_sentence_size,
-        shuffle_input_sentence=True,
-        max_sentence_length=16384,
-        num_threads=args.workers,
-        # Same ids as fairseq's Dictionary, so spm ids and dict.txt indices agree.
-        bos_id=0, pad_id=1, eos_id=2, unk_id=3,
-        bos_piece="<s>", pad_piece="<pad>", eos_piece="</s>", unk_piece="<unk>",
-        minloglevel=1,
-    )
-    try:
-        spm.SentencePieceTrainer.train(**options)
-    except (RuntimeError, OSError) as e:
-        msg = str(e).strip().splitlines()[-1] if str(e).strip() else repr(e)
-        m = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", msg)
-        if m:
-            raise ElectraUsageError(
-                f"--sentencepiece-vocab-size {m.group(1)} is too large for this training text: "
-                f"sentencepiece can only make {m.group(2)} pieces from it; use "
-                f"--sentencepiece-vocab-size {m.group(2)} or less, or give more text")
-        m = re.search(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)", msg)
-        if m:
-            raise ElectraUsageError(
-                f"--sentencepiece-vocab-size {m.group(1)} is too small: the text has {m.group(2)} "
-                f"characters to cover; use a larger size or a lower --character-coverage")
-        msg = re.sub(r"^.*?\)\s*", "", msg) if msg.startswith("INTERNAL") else msg
-        raise ElectraUsageError(f"sentencepiece training failed: {msg}")
-    finally:
-        if source != train_txt and os.path.exists(source):
-            os.unlink(source)
-    return prefix + ".model"
-
-
-def same_file(a, b):
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
-def install_file(src, dst):
-    if not same_file(src, dst):
-        shutil.copyfile(src, dst)
 
 
 # --------------------------------------------------------------------------- main
@@ -290,38 +116,16 @@ def parse_args(argv):
 
 
 def check_destdir(destdir, force):
-    if os.path.exists(destdir) and not os.path.isdir(destdir):
-        raise ElectraUsageError(f"--destdir {destdir!r} exists and is not a directory")
-    if not os.path.isdir(destdir):
-        return
+    """An interrupted run of this command is redone only when forced; then the one
+    output-directory rule, for this command's own files."""
     interrupted = glob.glob(os.path.join(destdir, STAGING_PREFIX + "*"))
     if interrupted and not force:
         raise ElectraUsageError(
             f"--destdir {destdir!r} holds an interrupted run of this script "
             f"({os.path.basename(interrupted[0])}); run again with --force to redo it")
-    existing = [f for f in OUTPUT_FILES if os.path.exists(os.path.join(destdir, f))]
-    existing += sorted(os.path.basename(f) for f in glob.glob(os.path.join(destdir, "*.bin"))
-                       if os.path.basename(f) not in existing)
-    if existing and not force:
-        raise ElectraUsageError(
-            f"--destdir {destdir!r} already holds {', '.join(existing[:4])}"
-            f"{' ...' if len(existing) > 4 else ''}; choose another directory or pass --force "
-            f"to overwrite this script's output files")
+    refuse_existing(destdir, force, lambda name: name in OUTPUT_FILES or name.endswith(".bin"))
     for leftover in interrupted:
         shutil.rmtree(leftover, ignore_errors=True)
-
-
-def publish(staged, destdir):
-    """Move the finished files into ``destdir``, dict.txt last (renames in one file system).
-
-    A run killed on the way leaves a directory without dict.txt, which no task loads, never
-    a mix of an earlier run's files and this one's that trains on part of the corpus.
-    """
-    old_dict = os.path.join(destdir, "dict.txt")
-    if os.path.exists(old_dict):
-        os.remove(old_dict)
-    for name in sorted(os.listdir(staged), key=lambda name: name == "dict.txt"):
-        os.replace(os.path.join(staged, name), os.path.join(destdir, name))
 
 
 def resolve_lowercase(args):
@@ -344,9 +148,11 @@ def resolve_lowercase(args):
 
 def write_pieces_text(destdir):
     """The pieces of the binarized splits as text (train.pieces.txt, valid.pieces.txt)."""
-    from fairseq.data import Dictionary, data_utils
+    from fairseq.data import data_utils
 
-    d = Dictionary.load(os.path.join(destdir, "dict.txt"))
+    from electra_plugin.data.dictionary import load_dictionary
+
+    d = load_dictionary(destdir)
     for split in ("train", "valid"):
         items = data_utils.load_indexed_dataset(os.path.join(destdir, split), d)
         with open(os.path.join(destdir, f"{split}.pieces.txt"), "w", encoding="utf-8") as out:
@@ -356,14 +162,16 @@ def write_pieces_text(destdir):
 
 def verify_output(destdir, dict_lines, stats):
     """Read the result back with fairseq, as the electra task will."""
-    import logging
+    from fairseq.data import data_utils
 
-    from fairseq.data import Dictionary, data_utils
+    from electra_plugin.data.dictionary import MASK_SYMBOL, load_dictionary
 
     logging.getLogger("fairseq.data.data_utils").setLevel(logging.WARNING)
-    d = Dictionary.load(os.path.join(destdir, "dict.txt"))
-    if len(d) != d.nspecial + len(dict_lines):
-        raise ElectraUsageError(f"dict.txt has {len(d)} symbols, expected {d.nspecial + len(dict_lines)}")
+    d = load_dictionary(destdir)
+    rows = len(dict_lines) + all(line.split()[0] != MASK_SYMBOL for line in dict_lines)
+    if len(d) != d.nspecial + rows:
+        raise ElectraUsageError(f"dict.txt gives {len(d)} symbols with <mask>, expected "
+                                f"{d.nspecial + rows}")
     for split in ("train", "valid"):
         ds = data_utils.load_indexed_dataset(os.path.join(destdir, split), d)
         want = stats[split]["lines"] + stats[split]["breaks"]
@@ -430,29 +238,34 @@ def _prepare(args, destdir, work, lowercase):
     if args.valid:
         t = copy_docs(args.train, raw["train"])
         v = copy_docs(args.valid, raw["valid"])
-        log(f"train: {t[0]} documents, {t[1]} lines; valid (given): {v[0]} documents, {v[1]} lines")
+        logger.info(f"train: {t[0]} documents, {t[1]} lines; valid (given): {v[0]} documents, "
+                    f"{v[1]} lines")
     else:
         counts = document_line_counts(args.train)
         by_line = len(counts) < MIN_DOCUMENTS_TO_SPLIT
         if by_line:
-            log(f"the training text has {len(counts)} document(s) (empty lines separate them): "
-                f"holding out single lines instead of documents")
+            logger.info(f"the training text has {len(counts)} document(s) (empty lines separate them): "
+                        f"holding out single lines instead of documents")
             counts = [1] * sum(counts)
             if len(counts) < 2:
                 raise ElectraUsageError("the training text has a single line; give more text or pass --valid")
         held = choose_valid_units(counts, args.valid_fraction, args.min_valid_lines, args.seed)
         st = write_splits(args.train, held, by_line, raw["train"], raw["valid"])
         if by_line:
-            log(f"train {st['train'][1]} lines; valid (held out, seed {args.seed}) {st['valid'][1]} lines")
+            logger.info(f"train {st['train'][1]} lines; valid (held out, seed {args.seed}) "
+                        f"{st['valid'][1]} lines")
         else:
-            log(f"train {st['train'][0]} documents, {st['train'][1]} lines; valid (held out, seed "
-                f"{args.seed}) {st['valid'][0]} documents, {st['valid'][1]} lines")
+            logger.info(f"train {st['train'][0]} documents, {st['train'][1]} lines; valid (held out, seed "
+                        f"{args.seed}) {st['valid'][0]} documents, {st['valid'][1]} lines")
 
     # 2. the tokenizer, in --destdir
     if args.sentencepiece_vocab_size is not None:
-        log(f"training a sentencepiece unigram model, {args.sentencepiece_vocab_size} pieces"
-            f"{', lower-cased' if lowercase else ''}")
-        source = train_sentencepiece(raw["train"], os.path.join(work, "spm"), args, lowercase)
+        logger.info(f"training a sentencepiece unigram model, {args.sentencepiece_vocab_size} pieces"
+                    f"{', lower-cased' if lowercase else ''}")
+        source = train_sentencepiece(
+            raw["train"], os.path.join(work, "spm"), args.sentencepiece_vocab_size, lowercase,
+            seed=args.seed, workers=args.workers, character_coverage=args.character_coverage,
+            input_sentence_size=args.input_sentence_size)
     elif not args.tokenizer_from:
         source = os.path.abspath(args.spm_model or args.wordpiece_vocab)
     if args.tokenizer_from:  # its files and description, as they are
@@ -469,17 +282,18 @@ def _prepare(args, destdir, work, lowercase):
     dict_lines = tokenizer.dict_lines()
     with open(os.path.join(staged, "dict.txt"), "w", encoding="utf-8", newline="\n") as f:
         f.writelines(line + "\n" for line in dict_lines)
-    log(f"{tokenizer.kind} tokenizer: {len(dict_lines)} dict.txt entries "
-        f"({len(dict_lines) + 5} symbols with fairseq's 4 specials and <mask>)")
+    logger.info(f"{tokenizer.kind} tokenizer: {len(dict_lines)} dict.txt entries "
+                f"({len(dict_lines) + 5} symbols with fairseq's 4 specials and <mask>)")
 
     # 3. encode and binarize
     stats = {}
     for split in ("train", "valid"):
         s = binarize_text(raw[split], os.path.join(staged, split), tokenizer,
-                          len(dict_lines) + 4, args.workers, log=log)
+                          len(dict_lines) + 4, args.workers, log=logger.info)
         stats[split] = s
         rate = 100.0 * s["unk"] / max(1, s["pieces"])
-        log(f"encoded {split}: {s['lines']} lines, {s['pieces']} pieces, {s['unk']} <unk> ({rate:.3f}%)")
+        logger.info(f"encoded {split}: {s['lines']} lines, {s['pieces']} pieces, {s['unk']} <unk> "
+                    f"({rate:.3f}%)")
         if s["lines"] == 0:
             raise ElectraUsageError(f"the {split} text gives no tokens at all after tokenization")
 
@@ -488,17 +302,18 @@ def _prepare(args, destdir, work, lowercase):
     if tokenizer.kind != "sentencepiece" or importlib.util.find_spec("transformers"):
         tokenizer.fast().save(os.path.join(staged, TOKENIZER_JSON))
     else:  # training needs none of it; the export (which needs transformers) builds it
-        log(f"{TOKENIZER_JSON} not written: it is built from the sentencepiece model by "
-            f"transformers' converter (pip install -e '.[hf]'); electra-convert export builds "
-            f"it then")
+        logger.info(f"{TOKENIZER_JSON} not written: it is built from the sentencepiece model by "
+                    f"transformers' converter (pip install -e '.[hf]'); electra-convert export builds "
+                    f"it then")
     if args.keep_text:
         write_pieces_text(staged)
 
     n_symbols = verify_output(staged, dict_lines, stats)
     sizes = {f: os.path.getsize(os.path.join(staged, f)) for f in ("train.bin", "valid.bin")}
     publish(staged, destdir)
-    log(f"done: {destdir} ({n_symbols} symbols + <mask>; train.bin {sizes['train.bin'] / 1e6:.1f} MB, "
-        f"valid.bin {sizes['valid.bin'] / 1e6:.2f} MB)")
+    logger.info(f"done: {destdir} ({n_symbols} symbols with <mask>; "
+                f"train.bin {sizes['train.bin'] / 1e6:.1f} MB, "
+                f"valid.bin {sizes['valid.bin'] / 1e6:.2f} MB)")
     return 0
 
 

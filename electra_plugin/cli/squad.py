@@ -19,21 +19,19 @@ Example (see examples/squad/README.md for the whole recipe):
 
 import argparse
 import json
+import logging
 import os
 import random
 import shutil
 import sys
-import time
 
 from electra_plugin.data import squad as sq
+from electra_plugin.data.dictionary import load_dictionary
 from electra_plugin.errors import ElectraUsageError, command_line
+from electra_plugin.output_dir import refuse_existing
 from electra_plugin.partial_output import removed_on_failure
 
-_T0 = time.time()
-
-
-def log(msg):
-    print(f"electra-squad: [{time.time() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+logger = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------ split
@@ -66,7 +64,7 @@ def split(args):
         with open(path, "w", encoding="utf-8") as f:
             json.dump({"version": raw.get("version", ""), "data": articles}, f,
                       ensure_ascii=False)
-        log(f"{path}: {counts[part]} questions, {len(articles)} paragraphs")
+        logger.info(f"{path}: {counts[part]} questions, {len(articles)} paragraphs")
     return 0
 
 
@@ -83,9 +81,7 @@ def _preprocess(args):
         raise ElectraUsageError("give at least one of --train, --valid, --test")
     sq.check_window_sizes(args.max_seq_len, args.doc_stride, args.max_query_len)
     pretrain = args.pretrain_data
-    if not os.path.isfile(os.path.join(pretrain, "dict.txt")):
-        raise ElectraUsageError(f"{pretrain}/dict.txt is missing; --pretrain-data is the data "
-                                f"directory the model was pre-trained on (electra-prepare)")
+    dictionary = load_dictionary(pretrain)
     # Read and check every file before the slow part.
     data = {name: sq.read_squad(path, args.squad_version, args.realign_answers)
             for name, path in inputs.items()}
@@ -94,26 +90,20 @@ def _preprocess(args):
         raise ElectraUsageError(f"the files are of different SQuAD versions ({sorted(versions)}"
                                 f"); pass --squad-version")
     for name, d in data.items():
-        log(f"{name}: {inputs[name]}: SQuAD {d.version}, {len(d.examples)} questions, "
-            f"{len(d.contexts)} paragraphs"
-            + (f", {d.realigned} answers realigned" if d.realigned else ""))
-
-    from fairseq.data import Dictionary
+        logger.info(f"{name}: {inputs[name]}: SQuAD {d.version}, {len(d.examples)} questions, "
+                    f"{len(d.contexts)} paragraphs"
+                    + (f", {d.realigned} answers realigned" if d.realigned else ""))
 
     from electra_plugin.data.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(pretrain)
-    dictionary = Dictionary.load(os.path.join(pretrain, "dict.txt"))
     dest = args.destdir
     os.makedirs(dest, exist_ok=True)
-    existing = [f for f in os.listdir(dest) if f.endswith(".squad.json")]
-    if existing and not args.force:
-        raise ElectraUsageError(f"{dest} already holds SQuAD data ({existing[0]}); pass --force "
-                                f"to overwrite it")
-    for name in os.listdir(dest) if args.force else ():
-        if name.endswith((".squad.json", ".input.bin", ".input.idx", ".target.bin",
-                          ".target.idx")):
-            os.remove(os.path.join(dest, name))
+    if refuse_existing(dest, args.force, lambda name: name.endswith(".squad.json")):
+        for name in os.listdir(dest):  # --force: this command's files of the earlier run
+            if name.endswith((".squad.json", ".input.bin", ".input.idx", ".target.bin",
+                              ".target.idx")):
+                os.remove(os.path.join(dest, name))
     # The data directory carries its dictionary and tokenizer, so it stands on its own.
     if not os.path.samefile(pretrain, dest):
         shutil.copyfile(os.path.join(pretrain, "dict.txt"), os.path.join(dest, "dict.txt"))
@@ -122,25 +112,24 @@ def _preprocess(args):
     for name, d in data.items():
         windows, offsets, stats = sq.make_windows(
             d, tokenizer, dictionary, args.max_seq_len, args.doc_stride, args.max_query_len)
-        sq.write_split(dest, name, d, windows, offsets, len(dictionary) + 1,  # + <mask>
+        sq.write_split(dest, name, d, windows, offsets, len(dictionary),
                        args.max_seq_len, args.doc_stride, args.max_query_len,
                        source=os.path.abspath(inputs[name]))
         unk = sum(t == dictionary.unk() for w in windows for t in w.tokens)
-        log(f"{name}: {stats['windows']} windows ({stats['windows without the answer']} without "
-            f"an answer), {stats['questions truncated']} questions cut to --max-query-len, "
-            f"{stats['answers covering no piece']} answers that cover no piece, "
-            f"{unk} <unk> tokens")
-    log(f"done: {os.path.abspath(dest)}")
+        logger.info(f"{name}: {stats['windows']} windows ({stats['windows without the answer']} without "
+                    f"an answer), {stats['questions truncated']} questions cut to --max-query-len, "
+                    f"{stats['answers covering no piece']} answers that cover no piece, "
+                    f"{unk} <unk> tokens")
+    logger.info(f"done: {os.path.abspath(dest)}")
     return 0
 
 
 # ---------------------------------------------------------------------------------- predict
 def predict(args):
-    import torch
     from fairseq import checkpoint_utils, utils
 
     import electra_plugin
-    from electra_plugin.cli.device import inference_device, net_input_on
+    from electra_plugin.data.evaluation import inference_device, squad_window_logits
     from electra_plugin.tasks.squad import SquadTask
 
     utils.import_user_module(argparse.Namespace(user_dir=os.path.dirname(electra_plugin.__file__)))
@@ -153,26 +142,11 @@ def predict(args):
         raise ElectraUsageError(f"{args.checkpoint} was not fine-tuned with --task squad")
     device = inference_device(args.cpu)
     model = models[0].eval().to(device)
-    head = task.cfg.classification_head_name
     dataset = task.load_dataset(args.split)
     meta = task.load_metadata(args.split)
-    batches = task.get_batch_iterator(
-        dataset=dataset, max_sentences=args.batch_size, max_positions=task.max_positions(),
-        ignore_invalid_inputs=False, num_workers=0).next_epoch_itr(shuffle=False)
-    logits = {}
-    log(f"predicting {len(dataset)} windows of {len(meta.examples)} questions "
-        f"({device.type})")
-    with torch.inference_mode():
-        for sample in batches:
-            out, _ = model(**net_input_on(sample, device), classification_head_name=head)
-            # one copy to the host per batch, not one per window
-            start, end = (x.float().cpu().numpy() for x in (out.start, out.end))
-            no_answer = None if out.no_answer is None else out.no_answer.float().tolist()
-            lengths = sample["net_input"]["src_lengths"].tolist()
-            for b, window in enumerate(sample["id"].tolist()):
-                n = lengths[b]
-                logits[window] = sq.WindowLogits(
-                    start[b, :n], end[b, :n], None if no_answer is None else no_answer[b])
+    logger.info(f"predicting {len(dataset)} windows of {len(meta.examples)} questions "
+                f"({device.type})")
+    logits = squad_window_logits(model, task, dataset, args.batch_size, device)
     preds = sq.predict_answers(meta, logits, args.n_best_size, args.max_answer_len,
                                args.no_answer_threshold)
     answers = {qid: p.answer for qid, p in preds.items()}
@@ -189,7 +163,7 @@ def predict(args):
     for name, value in outputs.items():
         with open(os.path.join(args.out_dir, name), "w", encoding="utf-8") as f:
             json.dump(value, f, indent=1 if name == "eval.json" else None, ensure_ascii=False)
-    log(f"wrote {', '.join(outputs)} to {args.out_dir}")
+    logger.info(f"wrote {', '.join(outputs)} to {args.out_dir}")
     print(json.dumps(scores))
     return 0
 
@@ -208,7 +182,7 @@ def evaluate(args):
                                 f"answer text)")
     missing = sum(ex.qid not in predictions for ex in data.examples)
     if missing:
-        log(f"{missing} questions have no prediction and score 0")
+        logger.info(f"{missing} questions have no prediction and score 0")
     print(json.dumps(sq.squad_scores(data.examples, predictions)))
     return 0
 

@@ -52,6 +52,7 @@ from ..data.tokenizer import (METADATA_FILE, TokenizersTextTokenizer, WordPieceT
 from ..data.wordpiece import BERT_SPECIAL_TOKENS, load_vocab, vocab_to_fairseq_indices
 from ..data.wordpiece import write_fairseq_dict
 from ..errors import ElectraUsageError, first_line
+from ..output_dir import refuse_existing
 from ..partial_output import removed_on_failure
 from ..generators import GENERATORS
 from ..models.config import SIZE_FIELDS, EncoderSize, complete_config, scaled_size
@@ -365,13 +366,7 @@ def _check_dictionary(dictionary, tokens: Sequence[str], index: torch.Tensor, wh
 
 def _prepare_out_dir(out_dir: str, overwrite: bool, managed: Sequence[str]) -> None:
     """Refuse a directory that holds files; with overwrite, remove the files we write."""
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise ElectraUsageError(f"{out_dir} exists and is not a directory")
-    present = sorted(os.listdir(out_dir)) if os.path.isdir(out_dir) else []
-    if present and not overwrite:
-        shown = ", ".join(present[:3]) + (" ..." if len(present) > 3 else "")
-        raise ElectraUsageError(f"{out_dir} already holds files ({shown}); choose an empty "
-                                f"directory or overwrite them (--overwrite)")
+    refuse_existing(out_dir, overwrite)
     for name in managed:
         path = os.path.join(out_dir, name)
         if os.path.isfile(path):
@@ -493,10 +488,9 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
             f.write("".join(token + "\n" for token in tokens))
     if other is None:
         write_fairseq_dict(vocab_path, dict_path)
-        from fairseq.data import Dictionary
+        from ..data.dictionary import load_dictionary
 
-        dictionary = Dictionary.load(dict_path)
-        dictionary.add_symbol("<mask>")
+        dictionary = load_dictionary(out_dir)
         _check_dictionary(dictionary, tokens, index, dict_path)
         tok_cfg = _tokenizer_settings(discriminator_dir)
         WordPieceTextTokenizer(vocab_path, lowercase=tok_cfg["do_lower_case"],
@@ -597,7 +591,7 @@ class ExportResult:
 
 def _find_dictionary(cfg, data: Optional[str]):
     """(dictionary with <mask>, the directory of its dict.txt)."""
-    from fairseq.data import Dictionary
+    from ..data.dictionary import load_dictionary
 
     if data is None:
         data = cfg.task.get("data", None)
@@ -605,18 +599,11 @@ def _find_dictionary(cfg, data: Optional[str]):
     if not data:
         raise ElectraUsageError("the checkpoint names no data directory; pass the directory "
                                 "with the dict.txt it was trained with (--data)")
-    for candidate in (data, os.path.join(data, "input0")):  # sentence_prediction layout
-        path = os.path.join(candidate, "dict.txt")
-        if os.path.isfile(path):
-            try:
-                dictionary = Dictionary.load(path)
-            except (ValueError, RuntimeError) as e:
-                raise ElectraUsageError(f"{path} is not a fairseq dictionary "
-                                        f"({first_line(e)})")
-            dictionary.add_symbol("<mask>")
-            return dictionary, candidate
-    raise ElectraUsageError(f"{data}/dict.txt does not exist; pass the directory with the "
-                            f"dict.txt the checkpoint was trained with (--data)")
+    input0 = os.path.join(data, "input0")  # sentence_prediction's layout
+    if not os.path.isfile(os.path.join(data, "dict.txt")) and \
+            os.path.isfile(os.path.join(input0, "dict.txt")):
+        data = input0
+    return load_dictionary(data), data
 
 
 def _tokenizer_dir(dict_dir: str) -> str:

@@ -152,9 +152,3 @@ def fairseq_preprocess(destdir: str, srcdict: Optional[str], splits: Dict[str, s
                                 f"{lines[-1].strip() if lines else ''}")
 
 
-def check_destdir(destdir: str, force: bool) -> None:
-    """Refuse to write into a directory that already holds files, unless forced."""
-    if os.path.isdir(destdir) and os.listdir(destdir) and not force:
-        raise ElectraUsageError(
-            f"{destdir} already holds files; choose an empty --destdir or pass --force to "
-            f"write over them")

@@ -1,6 +1,5 @@
 """The ``electra`` task: fairseq-binarized text -> masked blocks for replaced token detection."""
 
-import glob
 import logging
 import os
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from fairseq.tasks.language_modeling import SAMPLE_BREAK_MODE_CHOICES, SHORTEN_M
 from omegaconf import II, MISSING
 from torch.profiler import record_function
 
-from ..data.binarize import STAGING_PREFIX
+from ..data.dictionary import MASK_SYMBOL, load_dictionary
 from ..data.masking import ElectraMaskingDataset, word_starts
 from ..errors import ElectraUsageError
 from ..optim.amp import optimizer_step
@@ -32,8 +31,6 @@ from ..run_config import complete_global_batch
 from ..speed import COMPILE_BACKENDS, compile_encoders, retain_freed_memory
 
 logger = logging.getLogger(__name__)
-
-MASK_SYMBOL = "<mask>"
 
 
 @dataclass
@@ -252,29 +249,6 @@ class ElectraPretrainingTask(FairseqTask):
         """bf16 autocast on the model's device type with --autocast-bf16, else nothing."""
         return torch.autocast(next(model.parameters()).device.type, dtype=torch.bfloat16,
                               enabled=self.cfg.autocast_bf16)
-
-
-def load_dictionary(data_path: str) -> Dictionary:
-    """dict.txt of a binarized data directory, with errors that say what to run."""
-    if not os.path.isdir(data_path):
-        raise ElectraUsageError(
-            f"data directory {data_path} does not exist; binarize text first with "
-            f"electra-prepare (or fairseq-preprocess --only-source)")
-    dict_path = os.path.join(data_path, "dict.txt")
-    if not os.path.isfile(dict_path) and glob.glob(os.path.join(data_path, STAGING_PREFIX + "*")):
-        raise ElectraUsageError(
-            f"{data_path} is incomplete: an electra-prepare run into it was interrupted; "
-            f"run it again with --force")
-    if not os.path.isfile(dict_path):
-        raise ElectraUsageError(
-            f"{dict_path} is missing; a data directory needs the dict.txt that "
-            f"fairseq-preprocess wrote next to the .bin/.idx files")
-    try:
-        dictionary = Dictionary.load(dict_path)
-    except (ValueError, RuntimeError) as e:
-        raise ElectraUsageError(f"{dict_path} is not a fairseq dictionary ({e})") from None
-    logger.info(f"dictionary: {len(dictionary)} types")
-    return dictionary
 
 
 def load_split(data_path: str, split: str, dictionary: Dictionary, combine: bool):

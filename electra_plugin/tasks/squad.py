@@ -31,7 +31,8 @@ from omegaconf import II, MISSING
 from ..data.squad import SquadMetadata, split_paths
 from ..errors import ElectraUsageError
 from ..optim.amp import optimizer_step
-from .electra_pretraining import MASK_SYMBOL, load_dictionary, load_split
+from ..data.dictionary import MASK_SYMBOL, load_dictionary
+from .electra_pretraining import load_split
 
 logger = logging.getLogger(__name__)
 

@@ -8,8 +8,9 @@ real sentiment set with several seeds. Results: a table (mean +- std dev accurac
 plots, accuracy against training FLOPs per objective, and accuracy against generator size
 (the paper's Figure 3, left), written to ``--results``.
 
-    python examples/objectives/equal_compute.py                  # CPU, tiny scale (~1-2 h)
-    python examples/objectives/equal_compute.py --objectives electra mlm replace_mlm \\
+    # from the repository root (it imports the demo's data steps from scripts/demo.py)
+    python -m examples.objectives.equal_compute                  # CPU, tiny scale (~1-2 h)
+    python -m examples.objectives.equal_compute --objectives electra mlm replace_mlm \\
         --budget-updates 4000 --jobs 1                           # more compute
 
 The data are the demo's (``scripts/demo.py`` steps 1, 2 and 4: news articles with an
@@ -31,13 +32,12 @@ from pathlib import Path
 from fairseq.data import Dictionary
 from omegaconf import OmegaConf
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))  # the demo's data steps, with the data fetchers
-from demo import prepare_corpus, prepare_sentiment  # noqa: E402
+from electra_plugin.demo import dev_accuracy_cmd, finetune_cmd
+from electra_plugin.models.config import complete_config
+from electra_plugin.models.electra import ElectraModel
+from scripts.demo import prepare_corpus, prepare_sentiment  # the demo's data steps
 
-from electra_plugin.demo import dev_accuracy_cmd, finetune_cmd  # noqa: E402
-from electra_plugin.models.config import complete_config  # noqa: E402
-from electra_plugin.models.electra import ElectraModel  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 PLUGIN = str(REPO / "electra_plugin")
 LENGTH, BATCH = 128, 32

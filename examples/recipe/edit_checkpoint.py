@@ -5,7 +5,7 @@ goes into a new probe directory (with the source's pre-training log), the source
 
     python examples/recipe/edit_checkpoint.py official official-reinit2 --reinit-top 2
     python examples/recipe/edit_checkpoint.py official official-center --center-embeddings
-    python examples/recipe/probe.py official-reinit2 --seeds 1     # fine-tunes the copy
+    python -m examples.recipe.probe official-reinit2 --seeds 1     # fine-tunes the copy
 """
 
 import argparse

@@ -8,8 +8,9 @@ sentiment training set (1,000 of its sentences held out as search-dev), so that 
 sentiment dev set that the demo reports is never used to choose a recipe. One JSON line per
 probe is appended to ``--results``.
 
-    python examples/recipe/probe.py NAME [--updates 1200] [--seeds 1] -- --temperature 0.5
-    python examples/recipe/probe.py random --random-init --seeds 1 2 3
+    # from the repository root (it imports the demo's data steps from scripts/demo.py)
+    python -m examples.recipe.probe NAME [--updates 1200] [--seeds 1] -- --temperature 0.5
+    python -m examples.recipe.probe random --random-init --seeds 1 2 3
 """
 
 import argparse
@@ -23,10 +24,9 @@ from pathlib import Path
 import torch
 
 from electra_plugin.demo import dev_accuracy_cmd, finetune_cmd, log_stats, pretrain_cmd
+from scripts.demo import prepare_corpus, prepare_sentiment, run  # the demo's data steps
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))  # the demo's data steps, with the data fetchers
-from demo import prepare_corpus, prepare_sentiment, run  # noqa: E402
 
 SEARCH_DEV = 1000  # sentences of the sentiment training set held out for the search
 
