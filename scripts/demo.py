@@ -143,7 +143,10 @@ def main():
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3],
                    help="fine-tuning seeds (pre-training uses the first)")
     args = p.parse_args()
-    os.makedirs(args.workdir, exist_ok=True)
+    try:
+        os.makedirs(args.workdir, exist_ok=True)
+    except OSError as e:
+        sys.exit(f"{PREFIX}cannot create --workdir {args.workdir!r}: {e.strerror or e}")
     w = lambda *parts: os.path.join(args.workdir, *parts)  # noqa: E731
     started = time.time()
 

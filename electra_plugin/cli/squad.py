@@ -26,6 +26,7 @@ import sys
 import time
 
 from electra_plugin.data import squad as sq
+from electra_plugin.data.binarize import writable_destdir
 from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.partial_output import removed_on_failure
 
@@ -105,7 +106,7 @@ def _preprocess(args):
     tokenizer = load_tokenizer(pretrain)
     dictionary = Dictionary.load(os.path.join(pretrain, "dict.txt"))
     dest = args.destdir
-    os.makedirs(dest, exist_ok=True)
+    writable_destdir(dest)
     existing = [f for f in os.listdir(dest) if f.endswith(".squad.json")]
     if existing and not args.force:
         raise ElectraUsageError(f"{dest} already holds SQuAD data ({existing[0]}); pass --force "

@@ -381,7 +381,10 @@ def _prepare_out_dir(out_dir: str, overwrite: bool, managed: Sequence[str]) -> N
         path = os.path.join(out_dir, name)
         if os.path.isfile(path):
             os.remove(path)
-    os.makedirs(out_dir, exist_ok=True)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise ElectraUsageError(f"cannot create {out_dir}: {e.strerror or e}") from None
 
 
 # -------------------------------------------------------------------------------- import

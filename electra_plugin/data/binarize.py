@@ -13,6 +13,7 @@ import os
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Callable, Dict, Iterator, List, Optional
 
@@ -158,3 +159,14 @@ def check_destdir(destdir: str, force: bool) -> None:
         raise ElectraUsageError(
             f"{destdir} already holds files; choose an empty --destdir or pass --force to "
             f"write over them")
+    writable_destdir(destdir)
+
+
+def writable_destdir(destdir: str) -> None:
+    """Make ``destdir`` and try a file in it now: a read-only one is one line before any work,
+    not a traceback from fairseq-preprocess after it."""
+    try:
+        os.makedirs(destdir, exist_ok=True)
+        tempfile.TemporaryFile(dir=destdir).close()
+    except OSError as e:
+        raise ElectraUsageError(f"cannot write into --destdir {destdir}: {e.strerror or e}")
