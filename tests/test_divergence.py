@@ -107,3 +107,19 @@ def test_amp_loss_scale_at_its_minimum_on_cpu(tmp_path, data_bin):
         assert phrase in line, line
     assert "\n" not in line
     assert_finite_checkpoints(tmp_path / "ck", some=False)  # crash.pt, if any, is finite
+
+
+@pytest.mark.slow
+def test_a_bounded_number_of_nonfinite_updates_is_skipped(tmp_path, data_bin):
+    """--skip-nonfinite-updates 2 at lr 1e30: updates 3 and 3 again (the next batches) are
+    skipped and logged, the third non-finite one stops the run with the divergence line."""
+    save = tmp_path / "ck"
+    proc = run(diverging_run(data_bin, save, "--skip-nonfinite-updates", "2"))
+    finished = records(proc.stdout)
+    skipped = [line for line in (proc.stdout + proc.stderr).splitlines()
+               if "skipped update" in line]
+    assert len(skipped) == 2, proc.stdout[-3000:]
+    assert f"skipped update {len(finished) + 1}: its gradients are NaN/Inf" in skipped[0]
+    assert "skip 2 of --skip-nonfinite-updates 2" in skipped[1]
+    assert_one_line_error(proc, f"training diverged at update {len(finished) + 1}")
+    assert_finite_checkpoints(save)
