@@ -11,12 +11,15 @@ rate large enough to overflow them with finite gradients), so every checkpoint i
 ``--save-dir`` was saved before the divergence.
 """
 
+import logging
 import math
 import os
 
 import torch
 
 from .errors import ElectraUsageError
+
+logger = logging.getLogger(__name__)
 
 # the messages of fairseq's FloatingPointErrors that mean "this run diverged" (others, such
 # as gradients that differ between workers, are not divergence and keep fairseq's message)
@@ -35,11 +38,27 @@ def step_or_stop(original, trainer, samples, *args, **kwargs):
         cause = next((c for key, c in CAUSES.items() if key in str(error)), None)
         if cause is None:
             raise
+        if _skipped(trainer, cause):
+            return None  # as fairseq-train takes an fp16 overflow: no update, the next batch
         raise divergence_error(trainer, trainer.get_num_updates() + 1, cause) from None
     loss = (output or {}).get("loss")
     if loss is not None and math.isfinite(loss):
         trainer.electra_last_finite_loss = (trainer.get_num_updates(), loss)
     return output
+
+
+def _skipped(trainer, cause: str) -> bool:
+    """Whether ``--skip-nonfinite-updates`` leaves room to skip this update (then logged):
+    large runs step over a rare bad batch rather than stop."""
+    allowed = getattr(trainer.cfg.task, "skip_nonfinite_updates", 0) or 0
+    skipped = getattr(trainer, "electra_skipped_updates", 0)
+    if skipped >= allowed:
+        return False
+    trainer.electra_skipped_updates = skipped + 1
+    trainer.zero_grad()
+    logger.warning(f"skipped update {trainer.get_num_updates() + 1}: {cause} (skip "
+                   f"{skipped + 1} of --skip-nonfinite-updates {allowed})")
+    return True
 
 
 def save_finite_only(original, trainer, filename, extra_state):

@@ -15,7 +15,9 @@ from contextlib import contextmanager
 from .errors import ElectraUsageError
 
 # what a destination answers when it cannot take more (the rest are the caller's bugs)
-WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM}
+# of those, the ones that more room would not cure
+NOT_WRITABLE = {os.strerror(n) for n in (errno.EROFS, errno.EACCES, errno.EPERM)}
 # the errno as Python ("[Errno 28]") and Rust libraries (safetensors: "(os error 28)") quote it
 QUOTED_ERRNO = re.compile(r"\[Errno (\d+)\]|\(os error (\d+)\)")
 
@@ -37,10 +39,11 @@ def full_destination(error) -> str:
 
 
 def write_error(destination, reason: str) -> ElectraUsageError:
+    fix = ("choose a destination you can write to" if reason in NOT_WRITABLE else
+           "free space (or choose a destination on another disk)")
     return ElectraUsageError(
         f"cannot write into {destination} ({reason}); nothing of this run's output was left "
-        f"there: free space (or choose a destination on another disk) and run the same "
-        f"command again")
+        f"there: {fix} and run the same command again")
 
 
 @contextmanager

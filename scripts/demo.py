@@ -146,7 +146,10 @@ def main():
                    help="fine-tuning seeds (pre-training uses the first)")
     args = p.parse_args()
     configure_logging("demo")
-    os.makedirs(args.workdir, exist_ok=True)
+    try:
+        os.makedirs(args.workdir, exist_ok=True)
+    except OSError as e:
+        sys.exit(f"{PREFIX}cannot create --workdir {args.workdir!r}: {e.strerror or e}")
     w = lambda *parts: os.path.join(args.workdir, *parts)  # noqa: E731
     started = time.time()
 

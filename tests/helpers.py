@@ -110,6 +110,21 @@ def composed(config_dir: Path, name: str, *overrides: str):
     return OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
 
 
+class CreatesAFile:
+    """Unpickled, this creates ``marker``: what a tampered checkpoint could do instead."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return Path.touch, (Path(self.marker),)
+
+
+def command(module, *args):
+    """The command line of one of the plugin's commands (electra_plugin.cli.MODULE)."""
+    return [sys.executable, "-m", f"electra_plugin.cli.{module}", *args]
+
+
 def assert_one_line_error(proc, *phrases) -> str:
     """A failed command whose stderr ends in one plugin error line holding ``phrases``."""
     assert proc.returncode != 0

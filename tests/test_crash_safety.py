@@ -1,7 +1,6 @@
 """Damaged data and checkpoints get one line; a run killed at any moment resumes exactly."""
 
 import os
-import pathlib
 import random
 import shutil
 import signal
@@ -15,7 +14,8 @@ import torch
 from electra_plugin.checkpoint import checkpoint_damage
 from electra_plugin.errors import ElectraUsageError
 from helpers import (
-    PLUGIN, assert_one_line_error, assert_same_params, checkpoint, digest, failure, preprocess,
+    PLUGIN, CreatesAFile, assert_one_line_error, assert_same_params, checkpoint, digest,
+    failure, preprocess,
     records, run, train_cmd, write_corpus, write_rte,
 )
 
@@ -146,16 +146,6 @@ def test_checkpoint_damage_reads_checksums(tmp_path, pretrained):
     path.write_bytes(bytes(data))
     assert checkpoint_damage(path) is None
     assert "checksum" in checkpoint_damage(path, thorough=True)
-
-
-class CreatesAFile:
-    """Unpickled, this creates ``marker``: what a tampered checkpoint could do instead."""
-
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        return pathlib.Path.touch, (pathlib.Path(self.marker),)
 
 
 @pytest.mark.slow

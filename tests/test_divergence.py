@@ -79,3 +79,45 @@ def test_fp16_loss_scale_at_its_minimum(tmp_path, data_bin):
     cmd = [c for c in diverging_run(data_bin, tmp_path / "ck", "--fp16") if c != "--cpu"]
     assert_one_line_error(run(cmd), "training diverged at update", "--bf16 or fp32")
     assert_finite_checkpoints(tmp_path / "ck", some=False)  # fp16 may skip every update
+
+
+def test_amp_loss_scale_at_its_minimum_on_cpu(tmp_path, data_bin):
+    """fairseq's own Trainer and AMPOptimizer in process, a CPU GradScaler standing in for the
+    CUDA one: a scale of 1e38 overflows every fp32 gradient, and the next scale (5e37) is at
+    --min-loss-scale, so fairseq raises 'Minimum loss scale reached' at the first update."""
+    from fairseq.trainer import Trainer
+
+    from helpers import built_from_command_line
+    from electra_plugin.errors import ElectraUsageError
+
+    cfg, task, model = built_from_command_line(
+        data_bin, "--amp", "--min-loss-scale", "1e38", "--save-dir", str(tmp_path / "ck"))
+    (tmp_path / "ck").mkdir()  # as fairseq-train makes it
+    trainer = Trainer(cfg, task, model, task.build_criterion(cfg.criterion))
+    trainer.optimizer._grad_scaler = torch.amp.GradScaler("cpu", init_scale=1e38)
+    task.load_dataset("train")
+    batches = trainer.get_train_iterator(epoch=1).next_epoch_itr(shuffle=False)
+    with pytest.raises(ElectraUsageError) as stopped:
+        trainer.train_step([next(batches)])
+    line = str(stopped.value)
+    for phrase in ("training diverged at update 1: the fp16 loss scale fell to --min-loss-scale",
+                   "no update had finished", "--bf16 or fp32 instead of --fp16/--amp"):
+        assert phrase in line, line
+    assert "\n" not in line
+    assert_finite_checkpoints(tmp_path / "ck", some=False)  # crash.pt, if any, is finite
+
+
+@pytest.mark.slow
+def test_a_bounded_number_of_nonfinite_updates_is_skipped(tmp_path, data_bin):
+    """--skip-nonfinite-updates 2 at lr 1e30: updates 3 and 3 again (the next batches) are
+    skipped and logged, the third non-finite one stops the run with the divergence line."""
+    save = tmp_path / "ck"
+    proc = run(diverging_run(data_bin, save, "--skip-nonfinite-updates", "2"))
+    finished = records(proc.stdout)
+    skipped = [line for line in (proc.stdout + proc.stderr).splitlines()
+               if "skipped update" in line]
+    assert len(skipped) == 2, proc.stdout[-3000:]
+    assert f"skipped update {len(finished) + 1}: its gradients are NaN/Inf" in skipped[0]
+    assert "skip 2 of --skip-nonfinite-updates 2" in skipped[1]
+    assert_one_line_error(proc, f"training diverged at update {len(finished) + 1}")
+    assert_finite_checkpoints(save)

@@ -221,8 +221,7 @@ def test_restoring_onto_data_of_another_dictionary_names_the_dictionary(tmp_path
 def test_one_refusal_for_an_output_directory_that_holds_files(tmp_path, spm_data):
     """electra-prepare, electra-glue and electra-squad refuse the same way, name the same
     flag, and leave the user's file as it was."""
-    from test_glue import preprocess, write_rte
-    from test_squad import squad_json, write_json
+    from helpers import preprocess, squad_json, write_json, write_rte
 
     write_corpus(tmp_path / "corpus.txt", 200, seed=1)
     squad = write_json(tmp_path / "squad.json", squad_json())

@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from helpers import (
-    GLUE, REPO, assert_one_line_error, run, squad_json, train_cmd, write_corpus, write_json,
-    write_rte,
+    GLUE, REPO, assert_one_line_error, command, run, squad_json, train_cmd, write_corpus,
+    write_json, write_rte,
 )
 
 
@@ -21,10 +21,6 @@ def limited(cmd, limit_bytes):
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
 
     return run(cmd, preexec_fn=limit)
-
-
-def command(module, *args):
-    return [sys.executable, "-m", f"electra_plugin.cli.{module}", *args]
 
 
 @pytest.mark.slow

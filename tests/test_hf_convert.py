@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import PLUGIN, assert_one_update_from, run, train_from_model_cfg
+from helpers import (
+    PLUGIN, assert_one_line_error, assert_one_update_from, run, train_from_model_cfg,
+)
 
 transformers = pytest.importorskip(
     "transformers", reason="HF conversion tests need transformers (pip install -e '.[hf]')")
@@ -195,6 +197,26 @@ def tiny(root):
     gen_sizes = dict(TINY, hidden_size=32, num_attention_heads=1, intermediate_size=64)
     gen = randomize(ElectraForMaskedLM(hf_config(**gen_sizes)), seed=6)
     return save_hf(disc, root / "tiny" / "d"), save_hf(gen, root / "tiny" / "g")
+
+
+@pytest.mark.slow
+def test_import_refuses_pickled_objects_and_runs_none(tiny, tmp_path):
+    """A pytorch_model.bin that would create a file if unpickled: one line naming it."""
+    from helpers import CreatesAFile
+
+    marker, disc = tmp_path / "was_run", tmp_path / "d"
+    shutil.copytree(tiny[0], disc)
+    weights = load_file(disc / "model.safetensors")
+    (disc / "model.safetensors").unlink()
+    weights["payload"] = CreatesAFile(marker)
+    torch.save(weights, disc / "pytorch_model.bin")
+    proc = run([sys.executable, "-m", "electra_plugin.cli.convert", "import",
+                "--discriminator", disc, "--out", tmp_path / "imported"])
+    assert_one_line_error(proc, f"checkpoint {disc / 'pytorch_model.bin'} is refused",
+                          "nothing in it was run")
+    assert not marker.exists() and not (tmp_path / "imported").exists()
+    torch.load(disc / "pytorch_model.bin", weights_only=False)  # what the refusal prevented
+    assert marker.exists(), "the test's payload does not run: the test proves nothing"
 
 
 # ------------------------------------------------------------------ numerics vs transformers

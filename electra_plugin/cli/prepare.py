@@ -211,7 +211,11 @@ def main(argv=None):
         os.makedirs(destdir, exist_ok=True)
     except OSError as e:
         raise ElectraUsageError(f"cannot create --destdir {args.destdir!r}: {e.strerror or e}")
-    work = tempfile.mkdtemp(dir=destdir, prefix=STAGING_PREFIX)
+    try:  # an existing --destdir may still be read-only
+        work = tempfile.mkdtemp(dir=destdir, prefix=STAGING_PREFIX)
+    except OSError as e:
+        raise ElectraUsageError(f"cannot write into --destdir {args.destdir!r}: "
+                                f"{e.strerror or e}")
     ok = False
     try:
         with removed_on_failure(destdir):

@@ -27,6 +27,7 @@ import sys
 
 from electra_plugin.data import squad as sq
 from electra_plugin.data.dictionary import load_dictionary
+from electra_plugin.data.binarize import writable_destdir
 from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.output_dir import refuse_existing
 from electra_plugin.partial_output import removed_on_failure
@@ -98,7 +99,7 @@ def _preprocess(args):
 
     tokenizer = load_tokenizer(pretrain)
     dest = args.destdir
-    os.makedirs(dest, exist_ok=True)
+    writable_destdir(dest)  # a read-only destination: one line before any work
     if refuse_existing(dest, args.force, lambda name: name.endswith(".squad.json")):
         for name in os.listdir(dest):  # --force: this command's files of the earlier run
             if name.endswith((".squad.json", ".input.bin", ".input.idx", ".target.bin",

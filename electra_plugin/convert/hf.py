@@ -25,7 +25,10 @@ Decisions:
   ``BertTokenizerFast``. A sentencepiece dictionary keeps fairseq's row order and gets a
   ``tokenizer.json`` in those ids (:mod:`electra_plugin.data.fast_tokenizer`) with
   ``<s> </s> <pad> <unk> <mask>`` as transformers' special tokens, next to ``dict.txt``
-  and ``spm.model``. Only a dictionary with no tokenizer description exports without
+  and ``spm.model``. A dictionary imported from a non-WordPiece HF checkpoint exports in
+  HF's ids with its original tokenizer files (kept by the import as ``hf_order.json`` and
+  ``hf_tokenizer*.json``), so import then export gives the checkpoint back bit for bit.
+  Only a dictionary with no tokenizer description exports without
   tokenizer files (a note, VOCABULARY.md, says how ids are numbered).
 * A model without token types (``type_vocab_size=0``) is exported with one all-zero token
   type row, which HF adds to every token: the same numbers.
@@ -66,6 +69,11 @@ __all__ = ["from_hf", "to_hf", "model_cli_args"]
 
 DEFAULT_HEAD = "sentence_classification_head"
 # transformers' names of the roles of ids 0-3 and of <mask> (the last id)
+# An imported non-WordPiece checkpoint keeps HF's id order for its export (the dictionary
+# is in fairseq's): HF id -> fairseq row, and the HF tokenizer files, stored with this prefix.
+_HF_ORDER = "hf_order.json"
+_HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+_HF_COPY = "hf_"
 _SPECIAL_ROLES = ("bos_token", "pad_token", "eos_token", "unk_token", "mask_token")  # fairseq's --classification-head-name default
 # Non-persistent buffers that transformers 4.x wrote into some checkpoints: not parameters.
 _HF_BUFFERS = ("electra.embeddings.position_ids", "electra.embeddings.token_type_ids")
@@ -371,7 +379,10 @@ def _prepare_out_dir(out_dir: str, overwrite: bool, managed: Sequence[str]) -> N
         path = os.path.join(out_dir, name)
         if os.path.isfile(path):
             os.remove(path)
-    os.makedirs(out_dir, exist_ok=True)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise ElectraUsageError(f"cannot create {out_dir}: {e.strerror or e}") from None
 
 
 # -------------------------------------------------------------------------------- import
@@ -471,7 +482,8 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
                               for k in gen_state if k.startswith("generator.embeddings.")})
         state.update(gen_state)
 
-    managed = ("checkpoint.pt", "dict.txt", "vocab.txt", "tokenizer.json", METADATA_FILE)
+    managed = ("checkpoint.pt", "dict.txt", "vocab.txt", "tokenizer.json", METADATA_FILE,
+               _HF_ORDER) + tuple(_HF_COPY + name for name in _HF_TOKENIZER_FILES)
     _prepare_out_dir(out_dir, overwrite, managed)
     dict_path = os.path.join(out_dir, "dict.txt")
     vocab_path = os.path.join(out_dir, "vocab.txt")
@@ -481,6 +493,7 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
         with open(dict_path, "w", encoding="utf-8", newline="\n") as f:
             f.writelines(line + "\n" for line in described.dict_lines())
         described.save_metadata(out_dir)
+        _keep_hf_order(discriminator_dir, out_dir, index)
     elif os.path.isfile(os.path.join(discriminator_dir, "vocab.txt")):
         shutil.copyfile(os.path.join(discriminator_dir, "vocab.txt"), vocab_path)
     else:
@@ -508,6 +521,27 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
     logger.info(f"imported {discriminator_dir}"
                 f"{' + ' + generator_dir if generator_dir else ''} -> {checkpoint}")
     return ImportResult(checkpoint, dict_path, model_cfg, task_cfg["_name"])
+
+
+def _keep_hf_order(model_dir: str, out_dir: str, index: torch.Tensor) -> None:
+    """Store what an export needs to give back HF's ids: the rows' HF order, its tokenizer."""
+    with open(os.path.join(out_dir, _HF_ORDER), "w", encoding="utf-8") as f:
+        json.dump({"fairseq_row_of_hf_id": index.tolist()}, f)
+    for name in _HF_TOKENIZER_FILES:
+        if os.path.isfile(os.path.join(model_dir, name)):
+            shutil.copyfile(os.path.join(model_dir, name), os.path.join(out_dir, _HF_COPY + name))
+
+
+def _hf_order(tok_dir: str, dictionary) -> Optional[torch.Tensor]:
+    """HF id -> fairseq row of a dictionary imported from a non-WordPiece checkpoint, or None."""
+    path = os.path.join(tok_dir, _HF_ORDER)
+    if not os.path.isfile(path):
+        return None
+    rows = _read_json(path).get("fairseq_row_of_hf_id")
+    if not isinstance(rows, list) or sorted(rows) != list(range(len(dictionary))):
+        raise ElectraUsageError(f"{path} does not order the {len(dictionary)} rows of "
+                                f"{tok_dir}/dict.txt; remove it to export in fairseq's order")
+    return torch.tensor(rows)
 
 
 def _import_generator(generator_dir, disc: _HFModel, fields: dict, tokens, index):
@@ -645,7 +679,7 @@ def _find_vocab(dict_dir: str, vocab: Optional[str]):
 
 
 def _write_model_dir(model_dir, hf_state, config, vocab_path, tokenizer_settings,
-                     dict_dir, spm_path=None, fast=None):
+                     dict_dir, spm_path=None, fast=None, hf_tok_dir=None):
     from safetensors.torch import save_file
 
     os.makedirs(model_dir, exist_ok=True)
@@ -660,6 +694,12 @@ def _write_model_dir(model_dir, hf_state, config, vocab_path, tokenizer_settings
         ).save_pretrained(model_dir)
         # vocab.txt as well: every row, repeated entries included (tokenizer.json holds a map)
         shutil.copyfile(vocab_path, os.path.join(model_dir, "vocab.txt"))
+        return
+    if hf_tok_dir is not None:  # the imported checkpoint's own tokenizer files, as they were
+        for name in _HF_TOKENIZER_FILES:
+            if os.path.isfile(os.path.join(hf_tok_dir, _HF_COPY + name)):
+                shutil.copyfile(os.path.join(hf_tok_dir, _HF_COPY + name),
+                                os.path.join(model_dir, name))
         return
     shutil.copyfile(os.path.join(dict_dir, "dict.txt"), os.path.join(model_dir, "dict.txt"))
     if spm_path is not None and os.path.isfile(spm_path):
@@ -756,8 +796,12 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
         pad_token_id = tokens.index("[PAD]")
     else:  # rows stay in fairseq order; a sentencepiece tokenizer.json uses the same ids
         pad_token_id = dictionary.pad()
-    fast = spm_path = None
-    if vocab_path is None and meta.get("type") in ("sentencepiece", "tokenizers"):
+    fast = spm_path = hf_tok_dir = None
+    hf_order = _hf_order(tok_dir, dictionary) if vocab_path is None else None
+    if hf_order is not None:  # imported from HF: its ids and its tokenizer back
+        index, hf_tok_dir = hf_order, tok_dir
+        pad_token_id = index.tolist().index(dictionary.pad())
+    elif vocab_path is None and meta.get("type") in ("sentencepiece", "tokenizers"):
         # pairs as the model reads them: type 1 after the first </s> with segment types
         pair_type = int(bool(cfg.get("segment_token_types")) and cfg.type_vocab_size > 1)
         fast = tokenizer_from_metadata(tok_dir, meta).fast(pair_type)
@@ -821,7 +865,7 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
         _write_model_dir(out_dir, hf_state,
                          _hf_config(fields, architecture, len(dictionary), pad_token_id, dtype,
                                     labels),
-                         vocab_path, tokenizer_settings, dict_dir, spm_path, fast)
+                         vocab_path, tokenizer_settings, dict_dir, spm_path, fast, hf_tok_dir)
         if gen_dir is not None:
             gen_fields = _encoder_fields(fields, GENERATORS[cfg.generator](cfg).size())
             components = HF_ARCHITECTURES["ElectraForMaskedLM"]
@@ -833,11 +877,12 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
             _write_model_dir(gen_dir, gen_hf,
                              _hf_config(gen_fields, "ElectraForMaskedLM", len(dictionary),
                                         pad_token_id, dtype),
-                             vocab_path, tokenizer_settings, dict_dir, spm_path, fast)
+                             vocab_path, tokenizer_settings, dict_dir, spm_path, fast,
+                             hf_tok_dir)
     logger.info(f"exported {checkpoint} -> {out_dir} ({architecture})"
                 f"{' + generator/ (ElectraForMaskedLM)' if gen_dir else ''}")
     return ExportResult(out_dir, architecture, gen_dir, vocab_path is not None,
-                        vocab_path is not None or fast is not None)
+                        vocab_path is not None or fast is not None or hf_tok_dir is not None)
 
 
 def _label_names(dict_dir: str, num_classes: int) -> List[str]:

@@ -13,6 +13,7 @@ import os
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Callable, Dict, Iterator, List, Optional
 
@@ -152,3 +153,11 @@ def fairseq_preprocess(destdir: str, srcdict: Optional[str], splits: Dict[str, s
                                 f"{lines[-1].strip() if lines else ''}")
 
 
+def writable_destdir(destdir: str) -> None:
+    """Make ``destdir`` and try a file in it now: a read-only one is one line before any work,
+    not a traceback from fairseq-preprocess after it."""
+    try:
+        os.makedirs(destdir, exist_ok=True)
+        tempfile.TemporaryFile(dir=destdir).close()
+    except OSError as e:
+        raise ElectraUsageError(f"cannot write into --destdir {destdir}: {e.strerror or e}")

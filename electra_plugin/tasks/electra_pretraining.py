@@ -69,6 +69,10 @@ class ElectraPretrainingConfig(FairseqDataclass):
                                           "tokens_per_sample ('truncate' or 'random_crop')"})
     shorten_data_split_list: str = field(
         default="", metadata={"help": "comma-separated splits to shorten (default: all)"})
+    skip_nonfinite_updates: int = field(
+        default=0, metadata={"help": "skip up to this many updates whose gradients are "
+                                     "NaN/Inf (each logged) before stopping as diverged; "
+                                     "0: stop at the first"})
     release_cpu_memory: bool = field(
         default=False, metadata={"help": "on CPU, let glibc return freed memory to the OS "
                                          "after each update as it does by default; without "
