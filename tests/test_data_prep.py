@@ -55,6 +55,39 @@ def test_wordpiece_matches_transformers_bert_tokenizer(tmp_path):
     assert n_tokens > 20000 and n_unk > 10 and n_cont > 1000
 
 
+@pytest.mark.parametrize("lowercase, strip_accents", [(True, None), (False, None), (True, False)])
+def test_word_cache_gives_the_ids_of_whole_lines(tmp_path, lowercase, strip_accents):
+    """electra-prepare's WordPiece ids come word by word from a cache; they must equal
+    tokenizers' encoding of each whole line (literal specials as <unk>), whatever the text:
+    specials glued to words, controls, odd spaces, tabs, runs of spaces, over-long words,
+    and a cache that fills and starts again."""
+    import numpy as np
+
+    from electra_plugin.data.fast_tokenizer import special_ids, unk_specials
+    from electra_plugin.data.word_cache import WordCache
+
+    rng = random.Random(1)
+    texts = VARIED + python_docs_paragraphs(200)
+    lines = texts + [rng.choice(["  ", " ", "\t "]).join(rng.sample(VARIED, 4)) for _ in range(60)]
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join(vocab_for(texts, lowercase, rng)) + "\n", encoding="utf-8")
+    encoder = tokmod.WordPieceTextTokenizer(str(path), lowercase, strip_accents).fast()
+    specials = special_ids(encoder)
+    cache = WordCache(encoder, specials, max_words=500)
+    rng.shuffle(lines)
+    n_ids = 0
+    for first in range(0, len(lines), 40):
+        batch = lines[first:first + 40]
+        ids, sizes = cache.encode(batch)
+        expected = [unk_specials(np.array(e.ids, dtype=np.int64), specials) for e in
+                    encoder.encode_batch(batch, add_special_tokens=False)]
+        assert sizes.tolist() == [len(e) for e in expected]
+        assert ids.tolist() == np.concatenate(expected).tolist()
+        n_ids += len(ids)
+    distinct = {word for line in lines for word in line.split(" ")}
+    assert n_ids > 10000 and len(cache.row) < len(distinct)  # it filled and started again
+
+
 def test_wordpiece_rules(tmp_path):
     vocab = SPECIALS + ["hello", "world", ",", "!", "un", "##aff", "##able", "cafe", "北", "京",
                         "x", "##x", "Hello"]

@@ -36,6 +36,7 @@ import numpy as np
 from tokenizers.decoders import WordPiece as WordPieceDecoder
 
 from electra_plugin.data import fast_tokenizer
+from electra_plugin.data.word_cache import WordCache
 from electra_plugin.data.wordpiece import (BERT_TO_FAIRSEQ_SPECIAL, bert_wordpiece,
                                            dict_tokens, fairseq_dict_lines, load_vocab)
 from electra_plugin.errors import ElectraUsageError, first_line
@@ -267,7 +268,7 @@ class WordPieceTextTokenizer(TextTokenizer):
         self.vocab_tokens = load_vocab(vocab_path)
         self.wp = bert_wordpiece(self.vocab_tokens, lowercase, strip_accents,
                                  self.tokenize_chinese_chars)
-        self._encoder = None  # fast(), made on first use of encode_ids
+        self._words = None  # the cache of encode_ids, made on first use
 
     def pieces(self, text: str) -> List[str]:
         return [p for p, _, _ in self.pieces_with_offsets(text)]
@@ -289,12 +290,10 @@ class WordPieceTextTokenizer(TextTokenizer):
 
     def encode_ids(self, lines: Sequence[str], threads: int = 1) -> Tuple[np.ndarray, np.ndarray]:
         # threads: tokenizers sizes its pool once per process, from RAYON_NUM_THREADS
-        if self._encoder is None:
-            self._encoder = self.fast()
-            self._specials = fast_tokenizer.special_ids(self._encoder)
-        encodings = self._encoder.encode_batch_fast(list(lines), add_special_tokens=False)
-        ids, sizes = _flatten(e.ids for e in encodings)
-        return fast_tokenizer.unk_specials(ids, self._specials), sizes
+        if self._words is None:
+            encoder = self.fast()
+            self._words = WordCache(encoder, fast_tokenizer.special_ids(encoder))
+        return self._words.encode(lines)
 
     def fast(self, pair_type: int = 0):
         return fast_tokenizer.wordpiece_tokenizer(
