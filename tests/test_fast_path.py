@@ -38,7 +38,7 @@ DISC_WEIGHT = 50.0
 
 
 def plain_encoder(encoder, tokens, padding_mask):
-    """ElectraEncoder.forward without dropout, one op per line of the BERT recipe."""
+    """ElectraTransformer.forward without dropout, one op per line of the BERT recipe."""
     emb = encoder.embeddings
     positions = torch.arange(tokens.size(1))
     x = emb.word_embeddings(tokens) + emb.position_embeddings(positions)

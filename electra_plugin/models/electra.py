@@ -26,7 +26,7 @@ from ..run_config import complete_for_model, run_config
 from .checkpoint_settings import check_model_settings, vocabulary_error
 from .config import (ARCH_SIZES, CHECKPOINT_VERSION, SIZE_FIELDS, ElectraConfig, EncoderSize,
                      complete_config, discriminator_size)
-from .encoder import DisentangledEmbedding, ElectraEmbeddings, ElectraEncoder, attention_mask
+from .encoder import DisentangledEmbedding, ElectraEmbeddings, ElectraTransformer, attention_mask
 from .heads import ElectraClassificationHead
 
 logger = logging.getLogger(__name__)
@@ -88,8 +88,8 @@ class ElectraModel(BaseFairseqModel):
                                  cfg.type_vocab_size, self.padding_idx, cfg.dropout,
                                  word_embeddings)
 
-    def make_encoder(self, embeddings, size: EncoderSize) -> ElectraEncoder:
-        return ElectraEncoder(embeddings, size, self.cfg.dropout, self.cfg.attention_dropout,
+    def make_encoder(self, embeddings, size: EncoderSize) -> ElectraTransformer:
+        return ElectraTransformer(embeddings, size, self.cfg.dropout, self.cfg.attention_dropout,
                               self.padding_idx)
 
     def tag_parameters(self):

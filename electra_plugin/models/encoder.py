@@ -136,14 +136,20 @@ class ElectraLayer(nn.Module):
         return self.output(self.intermediate(x), x)
 
 
-class ElectraLayerStack(nn.Module):
+class ElectraEncoder(nn.Module):
+    """transformers' ``ElectraEncoder``: the layers."""
+
     def __init__(self, num_layers, **layer_kwargs):
         super().__init__()
         self.layer = nn.ModuleList(ElectraLayer(**layer_kwargs) for _ in range(num_layers))
 
 
-class ElectraEncoder(nn.Module):
-    """Embeddings (possibly shared) -> optional projection -> post-LN Transformer layers."""
+class ElectraTransformer(nn.Module):
+    """Embeddings (possibly shared) -> optional projection -> post-LN Transformer layers.
+
+    transformers' ``ElectraModel``, with its parts' names (``embeddings``,
+    ``embeddings_project``, ``encoder.layer``); that class name is the fairseq model's here,
+    as fairseq names its registered models."""
 
     def __init__(self, embeddings: ElectraEmbeddings, size: EncoderSize, dropout,
                  attention_dropout, padding_idx):
@@ -152,7 +158,7 @@ class ElectraEncoder(nn.Module):
         self.embeddings_project = (
             nn.Linear(size.embedding, size.hidden) if size.embedding != size.hidden else None
         )
-        self.encoder = ElectraLayerStack(
+        self.encoder = ElectraEncoder(
             size.layers, hidden_size=size.hidden, num_heads=size.heads, ffn_size=size.ffn,
             dropout=dropout, attention_dropout=attention_dropout,
         )
