@@ -179,6 +179,7 @@ def without_sizes(cmd):
     return cmd
 
 
+@pytest.mark.slow  # a 1-update run of electra_tiny's own size first: 1.2-1.8 s here
 def test_resuming_with_another_arch_names_the_arch_not_the_dictionary(tmp_path, data_bin):
     save = tmp_path / "ck"
     train_in_process(without_sizes(train_cmd(data_bin, save, "--max-update", "1")))
