@@ -152,10 +152,42 @@ def train_in_process(cmd) -> None:
     distributed_utils.call_main(convert_namespace_to_omegaconf(args), train.main)
 
 
+def usage_error_in(error: BaseException) -> ElectraUsageError:
+    """The ElectraUsageError that ``error`` is or was raised from: fairseq's trainer wraps
+    one raised while it loads a checkpoint (``raise Exception("Cannot load model parameters
+    ...")`` in an ``except``), so there it is the wrapper's ``__context__``."""
+    seen, chain = set(), error
+    while chain is not None and id(chain) not in seen:
+        if isinstance(chain, ElectraUsageError):
+            return chain
+        seen.add(id(chain))
+        chain = chain.__cause__ or chain.__context__
+    pytest.fail(f"no ElectraUsageError in the chain of {type(error).__name__}: {error}")
+
+
+def assert_usage_line(error: BaseException, *phrases) -> str:
+    """``error`` is (or wraps) an ElectraUsageError of one line holding ``phrases``."""
+    line = str(usage_error_in(error))
+    assert line.startswith("electra_plugin: error: ") and "\n" not in line, line
+    for phrase in phrases:
+        assert phrase in line, line
+    return line
+
+
 def assert_usage_error(cmd, *phrases) -> str:
-    """``train_in_process(cmd)`` stops with one ElectraUsageError line holding ``phrases``."""
-    with pytest.raises(ElectraUsageError) as caught:
+    """``train_in_process(cmd)`` stops with one ElectraUsageError line holding ``phrases``
+    (itself, or the error fairseq's trainer wrapped it in)."""
+    with pytest.raises(Exception) as caught:
         train_in_process(cmd)
+    return assert_usage_line(caught.value, *phrases)
+
+
+def assert_main_error(main, argv, *phrases) -> str:
+    """One of our commands' ``main(argv)``, in process, stops with one ElectraUsageError line
+    holding ``phrases`` (the console script's edge, errors.command_line, turns it into the
+    line on stderr and exit status 1: test_errors runs that once as a real command)."""
+    with pytest.raises(ElectraUsageError) as caught:
+        main([str(a) for a in argv])
     line = str(caught.value)
     assert line.startswith("electra_plugin: error: ") and "\n" not in line, line
     for phrase in phrases:
@@ -163,8 +195,9 @@ def assert_usage_error(cmd, *phrases) -> str:
     return line
 
 
-def run(cmd, **kwargs) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+def run(cmd, env=None, **kwargs) -> subprocess.CompletedProcess:
+    """``cmd`` to its end, output captured; ``env``: variables added to this environment."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **(env or {}))
     return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env,
                           timeout=600, **kwargs)
 

@@ -12,13 +12,15 @@ import pytest
 import torch
 
 from electra_plugin.checkpoint import checkpoint_damage
+from electra_plugin.cli import convert, extract, glue, prepare
 from electra_plugin.errors import ElectraUsageError
 from helpers import (
-    PLUGIN, CreatesAFile, assert_one_line_error, assert_same_params, checkpoint, digest,
-    failure, preprocess,
-    records, run, train_cmd, write_corpus, write_rte,
+    PLUGIN, CreatesAFile, assert_main_error, assert_same_params, assert_usage_error, checkpoint,
+    digest, failure, records, run, train_cmd, train_in_process, write_corpus, write_rte,
 )
 
+# The errors are checked where they are raised, in process (fairseq-train's main, our commands'
+# mains); test_errors.py runs the command-line edge that turns them into one line once.
 
 
 def truncate(path, keep=0.5):
@@ -78,28 +80,28 @@ def test_damaged_split_is_named_when_it_loads(tmp_path, data_bin, damage):
     assert phrase in str(error.value) and str(data) in str(error.value)
 
 
-@pytest.mark.slow
 def test_damaged_pretraining_data_through_fairseq_train(tmp_path, data_bin):
     data = tmp_path / "data"
     shutil.copytree(data_bin, data)
     phrase = damage_truncated_bin(data)
-    proc = run(train_cmd(data, tmp_path / "ck", "--max-update", "1"))
-    line = assert_one_line_error(proc, phrase, "binarize the text again")
+    line = assert_usage_error(train_cmd(data, tmp_path / "ck", "--max-update", "1"),
+                              phrase, "binarize the text again")
     assert str(data) in line
 
 
 @pytest.mark.slow
 def test_damaged_finetuning_data(tmp_path, spm_data):
     data = tmp_path / "bin"
-    assert preprocess("RTE", write_rte(tmp_path / "RTE", 16, 8), spm_data, data).returncode == 0
+    glue.main(["preprocess", "--task", "RTE", "--glue-dir", str(write_rte(tmp_path / "RTE", 16, 8)),
+               "--pretrain-data", str(spm_data), "--destdir", str(data)])
     truncate(data / "input0" / "train.bin", keep=0.9)
-    proc = run([sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
-                "--task", "sentence_prediction", "--arch", "electra_tiny", "--cpu",
-                "--criterion", "sentence_prediction", "--num-classes", "2", "--init-token", "0",
-                "--optimizer", "electra_adam", "--lr", "1e-5", "--batch-size", "8",
-                "--max-update", "1",
-                "--save-dir", tmp_path / "ft", "--num-workers", "0", "--data-buffer-size", "0"])
-    assert_one_line_error(proc, f"{data / 'input0' / 'train.bin'} is truncated")
+    assert_usage_error([sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
+                        "--task", "sentence_prediction", "--arch", "electra_tiny", "--cpu",
+                        "--criterion", "sentence_prediction", "--num-classes", "2",
+                        "--init-token", "0", "--optimizer", "electra_adam", "--lr", "1e-5",
+                        "--batch-size", "8", "--max-update", "1", "--save-dir", tmp_path / "ft",
+                        "--num-workers", "0", "--data-buffer-size", "0"],
+                       f"{data / 'input0' / 'train.bin'} is truncated")
 
 
 # ---------------------------------------------------------------------- 2. checkpoints
@@ -116,12 +118,12 @@ def damaged_checkpoint(tmp_path, pretrained):
 @pytest.mark.slow
 def test_damaged_checkpoint_given_to_fairseq_train(tmp_path, data_bin, damaged_checkpoint):
     before = digest(damaged_checkpoint)
-    proc = run(train_cmd(data_bin, tmp_path / "a", "--max-update", "1",
-                         "--restore-file", damaged_checkpoint))
-    assert_one_line_error(proc, f"checkpoint {damaged_checkpoint} is damaged")
-    proc = run(train_cmd(data_bin, tmp_path / "b", "--max-update", "1",
-                         "--finetune-from-model", damaged_checkpoint))
-    assert_one_line_error(proc, f"checkpoint {damaged_checkpoint} is damaged")
+    for save, entry in ((tmp_path / "a", "--restore-file"),
+                        (tmp_path / "b", "--finetune-from-model")):
+        assert_usage_error(train_cmd(data_bin, save, "--max-update", "1",
+                                     entry, damaged_checkpoint),
+                           f"checkpoint {damaged_checkpoint} is damaged")
+        assert not list(save.glob("*.pt"))
     assert digest(damaged_checkpoint) == before
 
 
@@ -132,9 +134,9 @@ def test_damaged_checkpoint_given_to_the_hub_and_the_converter(tmp_path, spm_dat
 
     with pytest.raises(ElectraUsageError, match="is damaged"):
         from_pretrained(str(damaged_checkpoint.parent), damaged_checkpoint.name, str(spm_data))
-    proc = run([sys.executable, "-m", "electra_plugin.cli.convert", "export",
-                damaged_checkpoint, "--out", tmp_path / "hf"])
-    assert_one_line_error(proc, f"checkpoint {damaged_checkpoint} is damaged")
+    assert_main_error(convert.main, ["export", damaged_checkpoint, "--out", tmp_path / "hf"],
+                      f"checkpoint {damaged_checkpoint} is damaged")
+    assert not (tmp_path / "hf").exists()
 
 
 @pytest.mark.slow
@@ -160,13 +162,13 @@ def test_checkpoint_with_objects_is_refused_everywhere_and_never_run(tmp_path, s
     torch.save(state, foreign)
     refused = f"checkpoint {foreign} is refused: it holds objects that are not plain weights"
     for entry in ("--restore-file", "--finetune-from-model"):
-        proc = run(train_cmd(spm_data, tmp_path / entry, "--max-update", "1", entry, foreign))
-        assert_one_line_error(proc, refused, "nothing in it was run")
+        assert_usage_error(train_cmd(spm_data, tmp_path / entry, "--max-update", "1", entry,
+                                     foreign), refused, "nothing in it was run")
     with pytest.raises(ElectraUsageError, match=refused):
         from_pretrained(str(tmp_path), foreign.name, str(spm_data))
-    for command in (["electra_plugin.cli.convert", "export", foreign, "--out", tmp_path / "hf"],
-                    ["electra_plugin.cli.extract", foreign, "--out", tmp_path / "disc.pt"]):
-        assert_one_line_error(run([sys.executable, "-m", *command]), refused)
+    for main, argv in ((convert.main, ["export", foreign, "--out", tmp_path / "hf"]),
+                       (extract.main, [foreign, "--out", tmp_path / "disc.pt"])):
+        assert_main_error(main, argv, refused)
     assert not marker.exists()
     assert not (tmp_path / "hf").exists() and not (tmp_path / "disc.pt").exists()
     torch.load(foreign, weights_only=False)  # what the refusal prevented
@@ -209,12 +211,13 @@ def test_damaged_last_checkpoint_resumes_from_the_newest_intact_one(tmp_path, da
 @pytest.mark.slow
 def test_no_intact_checkpoint_left_is_one_line(tmp_path, data_bin):
     save = tmp_path / "ck"
-    assert run(resume_cmd(data_bin, save, 2)).returncode == 0
+    train_in_process(resume_cmd(data_bin, save, 2))
     for path in save.glob("*.pt"):
         truncate(path)
     before = {p.name: digest(p) for p in save.glob("*.pt")}
-    proc = run(resume_cmd(data_bin, save, 4))
-    assert_one_line_error(proc, "checkpoint_last.pt is damaged", "no intact checkpoint")
+    assert before
+    assert_usage_error(resume_cmd(data_bin, save, 4), "checkpoint_last.pt is damaged",
+                       "no intact checkpoint")
     assert {p.name: digest(p) for p in save.glob("*.pt")} == before
 
 
@@ -240,7 +243,8 @@ def killed_at(cmd, trigger, delay, log):
 
 @pytest.mark.slow
 def test_killed_at_random_moments_ends_like_an_uninterrupted_run(tmp_path, data_bin):
-    """SIGKILL during updates, validation and saves (several times), then the same command."""
+    """SIGKILL during updates, validation and saves (several times), then the same command.
+    Real processes: the subject is a process killed at any moment, which needs one."""
     once, killed = tmp_path / "once", tmp_path / "killed"
     updates = 16
     assert run(resume_cmd(data_bin, once, updates)).returncode == 0
@@ -266,10 +270,13 @@ def test_killed_at_random_moments_ends_like_an_uninterrupted_run(tmp_path, data_
 
 @pytest.mark.slow
 def test_interrupted_prepare_data_is_refused_then_redone(tmp_path, data_bin):
+    """electra-prepare SIGKILLed (a real process: the subject is the kill), then the refusals
+    and the redo in process."""
     write_corpus(tmp_path / "corpus.txt", 1500, seed=2)
     dest = tmp_path / "bin"
-    cmd = [sys.executable, "-m", "electra_plugin.cli.prepare", "--train", tmp_path / "corpus.txt", "--destdir", dest,
-           "--sentencepiece-vocab-size", "80", "--workers", "1"]
+    argv = ["--train", tmp_path / "corpus.txt", "--destdir", dest,
+            "--sentencepiece-vocab-size", "80", "--workers", "1"]
+    cmd = [sys.executable, "-m", "electra_plugin.cli.prepare", *argv]
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     proc = subprocess.Popen([str(c) for c in cmd], stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
@@ -280,13 +287,13 @@ def test_interrupted_prepare_data_is_refused_then_redone(tmp_path, data_bin):
     proc.wait()
     proc.stderr.close()
     assert not (dest / "dict.txt").exists()
-    proc = run(train_cmd(dest, tmp_path / "ck", "--max-update", "1"))
-    assert_one_line_error(proc, "interrupted", "--force")
-    proc = run(cmd)
-    assert_one_line_error(proc, "interrupted run", "--force")
-    proc = run(cmd + ["--force"])
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_usage_error(train_cmd(dest, tmp_path / "ck", "--max-update", "1"),
+                       "interrupted", "--force")
+    assert_main_error(prepare.main, argv, "interrupted run", "--force")
+    assert prepare.main([str(a) for a in argv + ["--force"]]) == 0
     assert not [p for p in dest.iterdir() if p.name.startswith(".prepare_data-")]
-    proc = run(train_cmd(dest, tmp_path / "ck", "--max-update", "1", "--disable-validation"))
-    assert proc.returncode == 0, failure("fairseq-train", proc)
+    train_in_process(train_cmd(dest, tmp_path / "ck", "--max-update", "1",
+                               "--disable-validation"))
+    assert checkpoint(tmp_path / "ck" / "checkpoint_last.pt")["optimizer_history"][-1][
+        "num_updates"] == 1
 

@@ -1,10 +1,17 @@
-"""A run that diverges stops with one line naming the update; its checkpoints stay finite."""
+"""A run that diverges stops with one line naming the update; its checkpoints stay finite.
+
+The runs are fairseq-train's main in process: the divergence is raised from the plugin's
+wrapper of fairseq's ``Trainer.train_step`` / ``save_checkpoint``, outside any ``except`` of
+fairseq's, so the ElectraUsageError reaches the caller as it is (the command line's one-line
+edge is tested once, in test_errors.py). fairseq's log lines are read from ``caplog``."""
+
+import logging
 
 import pytest
 import torch
 
 from electra_plugin.checkpoint import checkpoint_damage
-from helpers import assert_one_line_error, checkpoint, digest, records, run, train_cmd
+from helpers import assert_usage_line, checkpoint, digest, records, train_cmd, train_in_process
 
 
 def with_options(cmd, **options):
@@ -24,6 +31,16 @@ def assert_finite_checkpoints(save, some=True):
             assert torch.isfinite(tensor.float()).all(), f"{path.name}: {name} is not finite"
 
 
+def stopped(cmd, caplog):
+    """``train_in_process(cmd)``, which must raise -> (the exception, its log as
+    fairseq-train's stdout has it: ``... | train_inner | {...}`` lines)."""
+    caplog.set_level(logging.INFO)
+    caplog.clear()
+    with pytest.raises(Exception) as caught:
+        train_in_process(cmd)
+    return caught.value, "\n".join(f"| {r.name} | {r.getMessage()}" for r in caplog.records)
+
+
 def diverging_run(data, save, *extra):
     """Adam at lr 1e30: two finite updates, then NaN gradients at update 3."""
     return with_options(train_cmd(data, save, "--max-update", "20",
@@ -31,14 +48,14 @@ def diverging_run(data, save, *extra):
                                   "--disable-validation", *extra), lr="1e30")
 
 
-@pytest.mark.slow
-def test_nan_gradients_stop_with_the_update_and_the_last_finite_loss(tmp_path, data_bin):
+def test_nan_gradients_stop_with_the_update_and_the_last_finite_loss(tmp_path, data_bin,
+                                                                      caplog):
     save = tmp_path / "ck"
-    proc = run(diverging_run(data_bin, save))
-    finished = records(proc.stdout)
-    assert finished, proc.stdout[-3000:]
-    line = assert_one_line_error(
-        proc, f"training diverged at update {len(finished) + 1}: its gradients are NaN/Inf",
+    error, log = stopped(diverging_run(data_bin, save), caplog)
+    finished = records(log)
+    assert finished, log[-3000:]
+    line = assert_usage_line(
+        error, f"training diverged at update {len(finished) + 1}: its gradients are NaN/Inf",
         f"the last finite loss was {finished[-1]['loss']:.4g}, at update {len(finished)}",
         f"the checkpoints in {save} were saved before it and are intact",
         "a lower --lr", "--warmup-updates", "--clip-norm 1.0", "resume from checkpoint_last.pt")
@@ -46,38 +63,39 @@ def test_nan_gradients_stop_with_the_update_and_the_last_finite_loss(tmp_path, d
     assert_finite_checkpoints(save)
 
 
-@pytest.mark.slow
-def test_bf16_divergence(tmp_path, data_bin):
+def test_bf16_divergence(tmp_path, data_bin, caplog):
     cmd = diverging_run(data_bin, tmp_path / "ck", "--bf16")
     cmd[1:3] = ["-m", "electra_plugin.train_cli"]  # electra-train: --bf16 off the TPU
-    assert_one_line_error(run(cmd), "training diverged at update", "NaN/Inf",
-                          "fp32 instead of --bf16")
+    error, _ = stopped(cmd, caplog)
+    assert_usage_line(error, "training diverged at update", "NaN/Inf", "fp32 instead of --bf16")
     assert_finite_checkpoints(tmp_path / "ck")
 
 
-@pytest.mark.slow
-def test_weights_made_infinite_are_never_saved(tmp_path, data_bin):
+def test_weights_made_infinite_are_never_saved(tmp_path, data_bin, caplog):
     """SGD at lr 1e38 overflows the weights in one update whose gradients are finite."""
     save = tmp_path / "ck"
     cmd = train_cmd(data_bin, save, "--max-update", "2", "--save-interval-updates", "1",
                     "--no-epoch-checkpoints", "--disable-validation")
-    assert run(cmd).returncode == 0
+    train_in_process(cmd)
     before = {p.name: digest(p) for p in save.glob("*.pt")}
+    assert before
     resumed = with_options(cmd, optimizer="sgd", lr="1e38", warmup_updates="0",
                            max_update="4")
-    proc = run(resumed + ["--reset-optimizer"])  # which counts updates from 0 again
-    update = int(records(proc.stdout)[-1]["num_updates"])  # logged, then refused at its save
-    assert_one_line_error(proc, f"training diverged at update {update}: its weights are NaN/Inf",
-                          "that state was not saved", "resume from checkpoint_last.pt")
+    # --reset-optimizer counts updates from 0 again
+    error, log = stopped(resumed + ["--reset-optimizer"], caplog)
+    update = int(records(log)[-1]["num_updates"])  # logged, then refused at its save
+    assert_usage_line(error, f"training diverged at update {update}: its weights are NaN/Inf",
+                      "that state was not saved", "resume from checkpoint_last.pt")
     assert {p.name: digest(p) for p in save.glob("*.pt")} == before
     assert_finite_checkpoints(save)
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 needs CUDA")
-def test_fp16_loss_scale_at_its_minimum(tmp_path, data_bin):
+def test_fp16_loss_scale_at_its_minimum(tmp_path, data_bin, caplog):
     cmd = [c for c in diverging_run(data_bin, tmp_path / "ck", "--fp16") if c != "--cpu"]
-    assert_one_line_error(run(cmd), "training diverged at update", "--bf16 or fp32")
+    error, _ = stopped(cmd, caplog)
+    assert_usage_line(error, "training diverged at update", "--bf16 or fp32")
     assert_finite_checkpoints(tmp_path / "ck", some=False)  # fp16 may skip every update
 
 
@@ -107,17 +125,15 @@ def test_amp_loss_scale_at_its_minimum_on_cpu(tmp_path, data_bin):
     assert_finite_checkpoints(tmp_path / "ck", some=False)  # crash.pt, if any, is finite
 
 
-@pytest.mark.slow
-def test_a_bounded_number_of_nonfinite_updates_is_skipped(tmp_path, data_bin):
+def test_a_bounded_number_of_nonfinite_updates_is_skipped(tmp_path, data_bin, caplog):
     """--skip-nonfinite-updates 2 at lr 1e30: updates 3 and 3 again (the next batches) are
     skipped and logged, the third non-finite one stops the run with the divergence line."""
     save = tmp_path / "ck"
-    proc = run(diverging_run(data_bin, save, "--skip-nonfinite-updates", "2"))
-    finished = records(proc.stdout)
-    skipped = [line for line in (proc.stdout + proc.stderr).splitlines()
-               if "skipped update" in line]
-    assert len(skipped) == 2, proc.stdout[-3000:]
+    error, log = stopped(diverging_run(data_bin, save, "--skip-nonfinite-updates", "2"), caplog)
+    finished = records(log)
+    skipped = [line for line in log.splitlines() if "skipped update" in line]
+    assert len(skipped) == 2, log[-3000:]
     assert f"skipped update {len(finished) + 1}: its gradients are NaN/Inf" in skipped[0]
     assert "skip 2 of --skip-nonfinite-updates 2" in skipped[1]
-    assert_one_line_error(proc, f"training diverged at update {len(finished) + 1}")
+    assert_usage_line(error, f"training diverged at update {len(finished) + 1}")
     assert_finite_checkpoints(save)

@@ -5,16 +5,15 @@ import sys
 import pytest
 import torch
 
+from electra_plugin.cli import extract
 from electra_plugin.models.electra import ElectraModel
-from helpers import PLUGIN, preprocess, run, write_rte
+from helpers import PLUGIN, assert_main_error, preprocess, run, write_rte
 
 
 @pytest.fixture(scope="module")
 def discriminator(tmp_path_factory, pretrained):
     out = tmp_path_factory.mktemp("disc") / "discriminator.pt"
-    proc = run([sys.executable, "-m", "electra_plugin.cli.extract", pretrained,
-                "--out", out])
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    extract.main([str(pretrained), "--out", str(out)])  # electra-extract's main, in process
     return out
 
 
@@ -25,12 +24,12 @@ def test_discriminator_checkpoint_holds_exactly_the_discriminator(discriminator,
     assert set(disc) == {k for k in full if k.startswith("discriminator.")}
     assert all(torch.equal(disc[k], full[k]) for k in disc)
     # refuses to overwrite, and refuses a checkpoint that has no generator
-    proc = run([sys.executable, "-m", "electra_plugin.cli.extract", pretrained,
-                "--out", discriminator])
-    assert proc.returncode != 0 and "already exists" in proc.stderr
-    proc = run([sys.executable, "-m", "electra_plugin.cli.extract", discriminator,
-                "--out", discriminator.parent / "again.pt"])
-    assert proc.returncode != 0 and "already a discriminator-only" in proc.stderr
+    before = discriminator.read_bytes()
+    assert_main_error(extract.main, [pretrained, "--out", discriminator], "already exists")
+    assert discriminator.read_bytes() == before
+    assert_main_error(extract.main, [discriminator, "--out", discriminator.parent / "again.pt"],
+                      "already a discriminator-only")
+    assert not (discriminator.parent / "again.pt").exists()
 
 
 @pytest.mark.slow

@@ -16,7 +16,10 @@ FULL = "(File too large); nothing of this run's output was left there"
 
 
 def limited(cmd, limit_bytes):
-    """Run ``cmd`` with no file of its (or its children's) larger than ``limit_bytes``."""
+    """Run ``cmd`` with no file of its (or its children's) larger than ``limit_bytes``.
+
+    Real processes, not in process: the limit (RLIMIT_FSIZE, then SIGXFSZ) is set in the child
+    before it starts; set here it would stop pytest's own writes."""
     def limit():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
 

@@ -13,7 +13,8 @@ from electra_plugin import glue
 from electra_plugin.cli import glue as glue_cli
 from electra_plugin.errors import ElectraUsageError
 from helpers import (
-    GLUE, PLUGIN, REPO, assert_one_line_error, composed, preprocess, run, sentence, write_rte,
+    GLUE, PLUGIN, REPO, assert_usage_error, composed, digest, preprocess, run, sentence,
+    train_in_process, write_rte,
 )
 
 
@@ -184,8 +185,8 @@ def finetune_cmd(data, pretrained, save, *extra):
 @pytest.fixture(scope="module")
 def rte_bin(tmp_path_factory, spm_data):
     root = tmp_path_factory.mktemp("rte")
-    proc = preprocess("RTE", write_rte(root / "RTE", 24, 8), spm_data, root / "bin")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    glue_cli.main(["preprocess", "--task", "RTE", "--glue-dir", str(write_rte(root / "RTE", 24, 8)),
+                   "--pretrain-data", str(spm_data), "--destdir", str(root / "bin")])  # in process
     return root / "bin"
 
 
@@ -197,8 +198,8 @@ def test_data_binarized_with_another_dictionary(tmp_path, rte_bin, pretrained):
     shutil.copytree(rte_bin, data)
     d = data / "input0" / "dict.txt"
     d.write_text(d.read_text() + "extra_word 1\n")
-    proc = run(finetune_cmd(data, pretrained, tmp_path / "ck"))
-    assert_one_line_error(proc, "binarized with another dict.txt")
+    assert_usage_error(finetune_cmd(data, pretrained, tmp_path / "ck"),
+                       "binarized with another dict.txt")
 
 
 @pytest.mark.slow
@@ -225,11 +226,13 @@ def test_evaluate_on_the_gpu_matches_the_cpu(tmp_path, rte_bin, pretrained):
 @pytest.mark.slow
 def test_head_with_another_class_count(tmp_path, rte_bin, pretrained):
     first = tmp_path / "first"
-    assert run(finetune_cmd(rte_bin, pretrained, first)).returncode == 0
-    proc = run(finetune_cmd(rte_bin, first / "checkpoint_last.pt", tmp_path / "second",
-                            "--num-classes", "3"))
-    assert_one_line_error(proc, "has 2 classes but this run asks for 3",
-                          "--classification-head-name")
+    train_in_process(finetune_cmd(rte_bin, pretrained, first))
+    before = digest(first / "checkpoint_last.pt")
+    assert_usage_error(finetune_cmd(rte_bin, first / "checkpoint_last.pt", tmp_path / "second",
+                                    "--num-classes", "3"),
+                       "has 2 classes but this run asks for 3", "--classification-head-name")
+    assert digest(first / "checkpoint_last.pt") == before
+    assert not list((tmp_path / "second").glob("*.pt"))
 
 
 @pytest.mark.slow

@@ -27,7 +27,9 @@ def read_only_dir(path):
 
 
 def as_user(cmd):
-    """``cmd`` without root's power to write where file modes say no."""
+    """``cmd`` without root's power to write where file modes say no (a real process: setpriv
+    takes the capability from that process only, which pytest's own cannot give up and get
+    back)."""
     return run((["setpriv", "--bounding-set=-dac_override"] if os.geteuid() == 0 else [])
                + [str(c) for c in cmd])
 

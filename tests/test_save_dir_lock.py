@@ -9,6 +9,8 @@ from helpers import assert_one_line_error, checkpoint, digest, failure, records,
 
 
 SAVES = ("--save-interval-updates", "2", "--no-epoch-checkpoints", "--disable-validation")
+# Real processes, not in process: the subject is a second run beside a live one, and the lock a
+# SIGKILLed process leaves behind.
 
 
 def start(cmd):

@@ -4,7 +4,6 @@ fairseq-train run of --task squad from a pre-training checkpoint, and one-line e
 import json
 import math
 import re
-import subprocess
 import sys
 from argparse import Namespace
 
@@ -19,7 +18,8 @@ from electra_plugin.data import squad as sq
 from electra_plugin.data.tokenizer import WordPieceTextTokenizer, load_tokenizer
 from electra_plugin.errors import ElectraUsageError
 from helpers import (
-    LONG, PLUGIN, REPO, SHORT, answer, assert_one_line_error, run, squad_json, write_json,
+    LONG, PLUGIN, REPO, SHORT, answer, assert_main_error, assert_usage_error, run, squad_json,
+    write_json,
 )
 
 SQUAD = [sys.executable, "-m", "electra_plugin.cli.squad"]  # electra-squad, installed or not
@@ -381,35 +381,30 @@ def finetune_cmd(data, save_dir, pretrained, *extra):
             "--no-progress-bar", "--seed", "1", *extra]
 
 
-@pytest.mark.slow
-def test_finetune_then_predict(tmp_path, squad_bin, pretrained, capsys):
-    # the bad-input runs go first, in parallel: they only need a few seconds each
+def test_bad_input_to_preprocess_and_finetune(tmp_path, squad_bin):
+    """electra-squad preprocess's main and fairseq-train's, in process: one line each."""
     bad = tmp_path / "bad"
     bad.mkdir()
     missing = squad_json()
     del missing["data"][0]["paragraphs"][1]["qas"][0]["question"]
     shifted = squad_json()
     shifted["data"][0]["paragraphs"][1]["qas"][1]["answers"][0]["answer_start"] += 1
-    procs = {}
-    for name, obj in (("missing", missing), ("shifted", shifted)):
+    for name, obj, phrases in (
+            ("missing", missing, ["paragraphs[1].qas[0] has no 'question' field"]),
+            ("shifted", shifted, ["do not match the context at answer_start", "'q3'",
+                                  "--realign-answers"])):
         path = write_json(bad / f"{name}.json", obj)
-        procs[name] = subprocess.Popen(
-            [*SQUAD, "preprocess", "--pretrain-data", squad_bin["2.0"],
-             "--train", path, "--destdir", bad / name], stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True)
-    procs["positions"] = subprocess.Popen(
-        [str(c) for c in finetune_cmd(squad_bin["2.0"], tmp_path / "ck0", pretrained,
-                                      "--max-positions", "32")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    results = {}
-    for name, proc in procs.items():
-        out, err = proc.communicate(timeout=300)
-        results[name] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-    assert_one_line_error(results["missing"], "paragraphs[1].qas[0] has no 'question' field")
-    assert_one_line_error(results["shifted"], "do not match the context at answer_start",
-                          "'q3'", "--realign-answers")
-    assert_one_line_error(results["positions"], "up to 64 tokens", "32 positions")
+        assert_main_error(squad_cli.main, ["preprocess", "--pretrain-data", squad_bin["2.0"],
+                                           "--train", path, "--destdir", bad / name], *phrases)
+        assert not (bad / name).exists()
+    # the model is refused when the task builds it, before the --restore-file is read
+    assert_usage_error(finetune_cmd(squad_bin["2.0"], tmp_path / "ck0", tmp_path / "unread.pt",
+                                    "--max-positions", "32"), "up to 64 tokens", "32 positions")
+    assert not list((tmp_path / "ck0").glob("*.pt"))
 
+
+@pytest.mark.slow
+def test_finetune_then_predict(tmp_path, squad_bin, pretrained, capsys):
     save = tmp_path / "ck"
     proc = run(finetune_cmd(squad_bin["2.0"], save, pretrained))
     assert proc.returncode == 0, proc.stderr[-3000:]
