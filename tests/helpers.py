@@ -188,11 +188,7 @@ def assert_main_error(main, argv, *phrases) -> str:
     line on stderr and exit status 1: test_errors runs that once as a real command)."""
     with pytest.raises(ElectraUsageError) as caught:
         main([str(a) for a in argv])
-    line = str(caught.value)
-    assert line.startswith("electra_plugin: error: ") and "\n" not in line, line
-    for phrase in phrases:
-        assert phrase in line, line
-    return line
+    return assert_usage_line(caught.value, *phrases)
 
 
 def run(cmd, env=None, **kwargs) -> subprocess.CompletedProcess:
