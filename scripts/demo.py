@@ -149,7 +149,8 @@ def main():
     try:
         os.makedirs(args.workdir, exist_ok=True)
     except OSError as e:
-        sys.exit(f"{PREFIX}cannot create --workdir {args.workdir!r}: {e.strerror or e}")
+        sys.exit(f"{PREFIX}cannot create --workdir {args.workdir!r}: {e.strerror or e}; "
+                 f"choose a directory you can write to")
     w = lambda *parts: os.path.join(args.workdir, *parts)  # noqa: E731
     started = time.time()
 

@@ -42,11 +42,11 @@ def test_prepare_and_the_demo(tmp_path, where):
     dest = locked if where == "existing" else locked / "bin"
     proc = as_user(command("prepare", "--train", tmp_path / "corpus.txt", "--destdir", dest,
                            "--sentencepiece-vocab-size", "80", "--workers", "1"))
-    assert_one_line_error(proc, f"--destdir '{dest}'", "Permission denied")
+    assert_one_line_error(proc, f"--destdir '{dest}'", "Permission denied", "you can write to")
     work = locked if where == "existing" else locked / "work"
     proc = as_user([sys.executable, REPO / "scripts" / "demo.py", "--corpus",
                     tmp_path / "corpus.txt", "--workdir", work, "--vocab-size", "80"])
-    assert_one_line_error(proc, "Permission denied")
+    assert_one_line_error(proc, "Permission denied", "you can write to")
     assert not list(locked.iterdir())
 
 
@@ -58,11 +58,11 @@ def test_glue_and_squad_preprocess(tmp_path, spm_data):
     for dest in (locked, locked / "new"):
         proc = as_user([*GLUE, "preprocess", "--task", "RTE", "--glue-dir", rte,
                         "--pretrain-data", spm_data, "--destdir", dest])
-        assert_one_line_error(proc, str(dest), "Permission denied")
+        assert_one_line_error(proc, str(dest), "Permission denied", "you can write to")
         proc = as_user(command("squad", "preprocess", "--pretrain-data", spm_data, "--train",
                                squad, "--destdir", dest, "--max-seq-len", "64",
                                "--doc-stride", "16", "--max-query-len", "16"))
-        assert_one_line_error(proc, str(dest), "Permission denied")
+        assert_one_line_error(proc, str(dest), "Permission denied", "you can write to")
     assert not list(locked.iterdir())
 
 
@@ -70,8 +70,8 @@ def test_glue_and_squad_preprocess(tmp_path, spm_data):
 def test_extract_and_export(tmp_path, pretrained):
     locked = read_only_dir(tmp_path / "locked")
     proc = as_user(command("extract", pretrained, "--out", locked / "disc.pt"))
-    assert_one_line_error(proc, str(locked), "Permission denied")
+    assert_one_line_error(proc, str(locked), "Permission denied", "you can write to")
     for out in (locked, locked / "hf"):
         proc = as_user(command("convert", "export", pretrained, "--out", out))
-        assert_one_line_error(proc, str(out), "Permission denied")
+        assert_one_line_error(proc, str(out), "Permission denied", "you can write to")
     assert not list(locked.iterdir())

@@ -210,12 +210,13 @@ def main(argv=None):
     try:
         os.makedirs(destdir, exist_ok=True)
     except OSError as e:
-        raise ElectraUsageError(f"cannot create --destdir {args.destdir!r}: {e.strerror or e}")
+        raise ElectraUsageError(f"cannot create --destdir {args.destdir!r}: {e.strerror or e}; "
+                                f"choose a directory you can write to")
     try:  # an existing --destdir may still be read-only
         work = tempfile.mkdtemp(dir=destdir, prefix=STAGING_PREFIX)
     except OSError as e:
         raise ElectraUsageError(f"cannot write into --destdir {args.destdir!r}: "
-                                f"{e.strerror or e}")
+                                f"{e.strerror or e}; choose a directory you can write to")
     ok = False
     try:
         with removed_on_failure(destdir):

@@ -382,7 +382,8 @@ def _prepare_out_dir(out_dir: str, overwrite: bool, managed: Sequence[str]) -> N
     try:
         os.makedirs(out_dir, exist_ok=True)
     except OSError as e:
-        raise ElectraUsageError(f"cannot create {out_dir}: {e.strerror or e}") from None
+        raise ElectraUsageError(f"cannot create {out_dir}: {e.strerror or e}; choose an --out "
+                                f"you can write to") from None
 
 
 # -------------------------------------------------------------------------------- import

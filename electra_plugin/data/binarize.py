@@ -160,4 +160,5 @@ def writable_destdir(destdir: str) -> None:
         os.makedirs(destdir, exist_ok=True)
         tempfile.TemporaryFile(dir=destdir).close()
     except OSError as e:
-        raise ElectraUsageError(f"cannot write into --destdir {destdir}: {e.strerror or e}")
+        raise ElectraUsageError(f"cannot write into --destdir {destdir}: {e.strerror or e}; "
+                                f"choose a directory you can write to")
