@@ -16,8 +16,8 @@ from .errors import ElectraUsageError
 
 # what a destination answers when it cannot take more (the rest are the caller's bugs)
 WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM}
-# of those, the ones that more room would not cure
-NOT_WRITABLE = {os.strerror(n) for n in (errno.EROFS, errno.EACCES, errno.EPERM)}
+# of those, the ones that more room would cure
+FULL = {os.strerror(n) for n in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)}
 # the errno as Python ("[Errno 28]") and Rust libraries (safetensors: "(os error 28)") quote it
 QUOTED_ERRNO = re.compile(r"\[Errno (\d+)\]|\(os error (\d+)\)")
 
@@ -38,12 +38,22 @@ def full_destination(error) -> str:
     return ""
 
 
+def _fix(reason: str) -> str:
+    return ("free space (or choose a destination on another disk)" if reason in FULL else
+            "choose a destination you can write to")
+
+
 def write_error(destination, reason: str) -> ElectraUsageError:
-    fix = ("choose a destination you can write to" if reason in NOT_WRITABLE else
-           "free space (or choose a destination on another disk)")
     return ElectraUsageError(
         f"cannot write into {destination} ({reason}); nothing of this run's output was left "
-        f"there: {fix} and run the same command again")
+        f"there: {_fix(reason)} and run the same command again")
+
+
+def unusable_destination(what: str, error: OSError) -> ElectraUsageError:
+    """A destination refused before anything was written (it cannot be created, or a probe
+    file cannot be written): ``what`` (``cannot create --destdir 'x'``), why, and the fix."""
+    reason = error.strerror or str(error)
+    return ElectraUsageError(f"{what}: {reason}; {_fix(reason)}")
 
 
 @contextmanager

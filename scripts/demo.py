@@ -26,7 +26,7 @@ from electra_plugin.demo import (dev_accuracy_cmd, discriminator_at_work, finetu
                                  log_stats, pretraining_progress)
 from electra_plugin.errors import PREFIX
 from electra_plugin.logs import configure_logging
-from electra_plugin.partial_output import written_whole
+from electra_plugin.partial_output import unusable_destination, written_whole
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(REPO, "scripts")
@@ -149,8 +149,7 @@ def main():
     try:
         os.makedirs(args.workdir, exist_ok=True)
     except OSError as e:
-        sys.exit(f"{PREFIX}cannot create --workdir {args.workdir!r}: {e.strerror or e}; "
-                 f"choose a directory you can write to")
+        sys.exit(str(unusable_destination(f"cannot create --workdir {args.workdir!r}", e)))
     w = lambda *parts: os.path.join(args.workdir, *parts)  # noqa: E731
     started = time.time()
 

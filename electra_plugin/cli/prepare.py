@@ -43,7 +43,7 @@ from electra_plugin.data.sentencepiece_training import train_sentencepiece
 from electra_plugin.data.staging import install_file, publish
 from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.output_dir import refuse_existing
-from electra_plugin.partial_output import removed_on_failure
+from electra_plugin.partial_output import removed_on_failure, unusable_destination
 
 SPM_MODEL_FILE = "spm.model"
 WORDPIECE_VOCAB_FILE = "vocab.txt"
@@ -210,13 +210,11 @@ def main(argv=None):
     try:
         os.makedirs(destdir, exist_ok=True)
     except OSError as e:
-        raise ElectraUsageError(f"cannot create --destdir {args.destdir!r}: {e.strerror or e}; "
-                                f"choose a directory you can write to")
+        raise unusable_destination(f"cannot create --destdir {args.destdir!r}", e)
     try:  # an existing --destdir may still be read-only
         work = tempfile.mkdtemp(dir=destdir, prefix=STAGING_PREFIX)
     except OSError as e:
-        raise ElectraUsageError(f"cannot write into --destdir {args.destdir!r}: "
-                                f"{e.strerror or e}; choose a directory you can write to")
+        raise unusable_destination(f"cannot write into --destdir {args.destdir!r}", e)
     ok = False
     try:
         with removed_on_failure(destdir):

@@ -56,7 +56,7 @@ from ..data.wordpiece import BERT_SPECIAL_TOKENS, load_vocab, vocab_to_fairseq_i
 from ..data.wordpiece import write_fairseq_dict
 from ..errors import ElectraUsageError, first_line
 from ..output_dir import refuse_existing
-from ..partial_output import removed_on_failure
+from ..partial_output import removed_on_failure, unusable_destination
 from ..generators import GENERATORS
 from ..models.config import SIZE_FIELDS, EncoderSize, complete_config, scaled_size
 from ..models.electra import BOOKKEEPING_KEYS, fold_embedding_delta
@@ -382,8 +382,7 @@ def _prepare_out_dir(out_dir: str, overwrite: bool, managed: Sequence[str]) -> N
     try:
         os.makedirs(out_dir, exist_ok=True)
     except OSError as e:
-        raise ElectraUsageError(f"cannot create {out_dir}: {e.strerror or e}; choose an --out "
-                                f"you can write to") from None
+        raise unusable_destination(f"cannot create {out_dir}", e) from None
 
 
 # -------------------------------------------------------------------------------- import

@@ -20,7 +20,7 @@ from typing import Callable, Dict, Iterator, List, Optional
 import numpy as np
 
 from ..errors import ElectraUsageError
-from ..partial_output import full_destination, write_error
+from ..partial_output import full_destination, unusable_destination, write_error
 
 # electra-prepare builds its output in a hidden directory of --destdir with this
 # prefix and moves it in when done: one left behind marks an interrupted run.
@@ -160,5 +160,4 @@ def writable_destdir(destdir: str) -> None:
         os.makedirs(destdir, exist_ok=True)
         tempfile.TemporaryFile(dir=destdir).close()
     except OSError as e:
-        raise ElectraUsageError(f"cannot write into --destdir {destdir}: {e.strerror or e}; "
-                                f"choose a directory you can write to")
+        raise unusable_destination(f"cannot write into --destdir {destdir}", e)

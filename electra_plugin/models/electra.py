@@ -89,8 +89,8 @@ class ElectraModel(BaseFairseqModel):
                                  word_embeddings)
 
     def make_encoder(self, embeddings, size: EncoderSize) -> ElectraTransformer:
-        return ElectraTransformer(embeddings, size, self.cfg.dropout, self.cfg.attention_dropout,
-                              self.padding_idx)
+        return ElectraTransformer(embeddings, size, self.cfg.dropout,
+                                  self.cfg.attention_dropout, self.padding_idx)
 
     def tag_parameters(self):
         """Depth tags for ``--optimizer electra_adam`` (layer-wise lr decay)."""
