@@ -29,6 +29,7 @@ setup(
         "electra-prepare = electra_plugin.cli.prepare:cli",
         "electra-glue = electra_plugin.cli.glue:cli",
         "electra-squad = electra_plugin.cli.squad:cli",
+        "electra-finetune = electra_plugin.cli.finetune:cli",
         "electra-extract = electra_plugin.cli.extract:cli",
         "electra-convert = electra_plugin.cli.convert:cli",
     ]},

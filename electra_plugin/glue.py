@@ -18,6 +18,22 @@ from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 from .errors import ElectraUsageError
 
 
+# written by electra-glue preprocess beside the test splits: the task, each split's server
+# file and example ids
+TEST_OUTPUTS = "test_outputs.json"
+
+
+@dataclass(frozen=True)
+class TestSplit:
+    """An unlabelled split: its TSV's name, the file the GLUE server reads its predictions
+    from, and where its sentences are (test files lay out their columns their own way)."""
+
+    tsv: str
+    server_file: str
+    text_columns: Tuple[int, ...]
+    header: bool = True
+
+
 @dataclass(frozen=True)
 class GlueTask:
     name: str  # directory name in the official layout
@@ -28,6 +44,10 @@ class GlueTask:
     train_size: int  # official train set size: the configs' updates are epochs x batches of it
     header: bool = True
     dev_splits: Tuple[str, ...] = ("dev",)
+    test_splits: Tuple[TestSplit, ...] = ()
+    # train also on each pair in the other order (the official double_unordered: on for
+    # MRPC and STS-B, whose labels do not depend on the order)
+    double_unordered: bool = False
 
     @property
     def num_classes(self):
@@ -35,16 +55,28 @@ class GlueTask:
 
 
 GLUE_TASKS: Dict[str, GlueTask] = {t.name: t for t in [
-    GlueTask("CoLA", (3,), 1, ("0", "1"), ("mcc",), 8551, header=False),
-    GlueTask("SST-2", (0,), 1, ("0", "1"), ("accuracy",), 67349),
-    GlueTask("MRPC", (3, 4), 0, ("0", "1"), ("f1", "accuracy"), 3668),
-    GlueTask("QQP", (3, 4), 5, ("0", "1"), ("f1", "accuracy"), 363846),
-    GlueTask("STS-B", (7, 8), -1, None, ("pearson", "spearman"), 5749),
+    GlueTask("CoLA", (3,), 1, ("0", "1"), ("mcc",), 8551, header=False,
+             test_splits=(TestSplit("test", "CoLA.tsv", (1,)),)),
+    GlueTask("SST-2", (0,), 1, ("0", "1"), ("accuracy",), 67349,
+             test_splits=(TestSplit("test", "SST-2.tsv", (1,)),)),
+    GlueTask("MRPC", (3, 4), 0, ("0", "1"), ("f1", "accuracy"), 3668,
+             test_splits=(TestSplit("test", "MRPC.tsv", (3, 4)),), double_unordered=True),
+    GlueTask("QQP", (3, 4), 5, ("0", "1"), ("f1", "accuracy"), 363846,
+             test_splits=(TestSplit("test", "QQP.tsv", (1, 2)),)),
+    GlueTask("STS-B", (7, 8), -1, None, ("pearson", "spearman"), 5749,
+             test_splits=(TestSplit("test", "STS-B.tsv", (7, 8)),), double_unordered=True),
     GlueTask("MNLI", (8, 9), -1, ("contradiction", "entailment", "neutral"), ("accuracy",),
-             392702, dev_splits=("dev_matched", "dev_mismatched")),
-    GlueTask("QNLI", (1, 2), -1, ("entailment", "not_entailment"), ("accuracy",), 104743),
-    GlueTask("RTE", (1, 2), -1, ("entailment", "not_entailment"), ("accuracy",), 2490),
-    GlueTask("WNLI", (1, 2), -1, ("0", "1"), ("accuracy",), 635),
+             392702, dev_splits=("dev_matched", "dev_mismatched"),
+             test_splits=(TestSplit("test_matched", "MNLI-m.tsv", (8, 9)),
+                          TestSplit("test_mismatched", "MNLI-mm.tsv", (8, 9)),
+                          # the diagnostic set, predicted by the MNLI model
+                          TestSplit("diagnostic", "AX.tsv", (1, 2)))),
+    GlueTask("QNLI", (1, 2), -1, ("entailment", "not_entailment"), ("accuracy",), 104743,
+             test_splits=(TestSplit("test", "QNLI.tsv", (1, 2)),)),
+    GlueTask("RTE", (1, 2), -1, ("entailment", "not_entailment"), ("accuracy",), 2490,
+             test_splits=(TestSplit("test", "RTE.tsv", (1, 2)),)),
+    GlueTask("WNLI", (1, 2), -1, ("0", "1"), ("accuracy",), 635,
+             test_splits=(TestSplit("test", "WNLI.tsv", (1, 2)),)),
 ]}
 
 
@@ -55,24 +87,29 @@ def get_task(name: str) -> GlueTask:
     raise ElectraUsageError(f"unknown GLUE task '{name}'; choose one of {', '.join(GLUE_TASKS)}")
 
 
-def read_split(task: GlueTask, path: str, labelled: bool = True):
-    """-> (list of sentence tuples, list of label strings or None) from an official TSV."""
+def read_split(task: GlueTask, path: str, labelled: bool = True,
+               test: Optional[TestSplit] = None):
+    """-> (list of sentence tuples, list of label strings or None) from an official TSV;
+    ``test``: an unlabelled split laid out as it says."""
+    columns = task.text_columns if test is None else test.text_columns
+    header = task.header if test is None else test.header
     csv.field_size_limit(sys.maxsize)
     try:
         with open(path, encoding="utf-8", newline="") as f:
             rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
     except OSError as e:
         raise ElectraUsageError(f"cannot read {path}: {e.strerror}") from None
-    if task.header and rows:
+    if header and rows:
         rows = rows[1:]
     sentences, labels = [], []
-    need = max(task.text_columns + (task.label_column if task.label_column >= 0 else 0,)) + 1
-    for number, row in enumerate(rows, start=2 if task.header else 1):
+    label_column = task.label_column if labelled and task.label_column >= 0 else 0
+    need = max(max(c if c >= 0 else -c - 1 for c in columns), label_column) + 1
+    for number, row in enumerate(rows, start=2 if header else 1):
         if len(row) < need:
             raise ElectraUsageError(
                 f"{path}:{number} has {len(row)} tab-separated columns, {task.name} needs at "
                 f"least {need}; is this the official GLUE file for {task.name}?")
-        sentences.append(tuple(row[c] for c in task.text_columns))
+        sentences.append(tuple(row[c] for c in columns))
         if labelled:
             label = row[task.label_column].strip()
             if task.labels is None:
@@ -90,6 +127,13 @@ def read_split(task: GlueTask, path: str, labelled: bool = True):
     if not sentences:
         raise ElectraUsageError(f"{path} holds no examples")
     return sentences, (labels if labelled else None)
+
+
+def read_ids(test: TestSplit, path: str) -> List[str]:
+    """The example ids (first column) of an unlabelled split, as its server file names them."""
+    with open(path, encoding="utf-8", newline="") as f:
+        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    return [row[0] for row in rows[1 if test.header else 0:]]
 
 
 # --- the official metrics: scikit-learn and scipy, as GLUE's own evaluation uses --------
@@ -130,3 +174,13 @@ METRICS = {"accuracy": accuracy, "f1": f1, "mcc": mcc, "pearson": pearson, "spea
 def score(task: GlueTask, pred: List, gold: List) -> Dict[str, float]:
     """The task's official metrics, in percent."""
     return {name: 100.0 * METRICS[name](pred, gold) for name in task.metrics}
+
+
+def constant_baseline(task: GlueTask, gold: List) -> Dict[str, float]:
+    """Each metric's best score over the predictions that give every example one class (the
+    majority class, for accuracy): what a model that learned nothing of its inputs reaches.
+    0 for a regression task (a constant has no correlation)."""
+    if task.labels is None:
+        return {name: 0.0 for name in task.metrics}
+    constant = [score(task, [c] * len(gold), gold) for c in range(task.num_classes)]
+    return {name: max(s[name] for s in constant) for name in task.metrics}

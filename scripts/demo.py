@@ -1,14 +1,17 @@
 #!/usr/bin/env python
 """The whole job on a CPU: corpus -> vocabulary -> binarized data -> ELECTRA pre-training with
 the small-compute preset -> fine-tuning on real movie-review sentiment, next to the same model
-from random initialisation, over several seeds.
+from random initialisation, with five seeds each; the comparison is the median of each arm
+first (the paper's statistic), then mean +- std, the runs that never left chance, and a paired
+bootstrap interval of the difference.
 
 Every step is one of the plugin's ordinary commands, printed before it runs; re-running reuses
 what an earlier run finished (the work directory is the demo's own, nothing else is touched).
 Besides the terminal output it writes, into the work directory, ``curves.png`` (losses,
-generator accuracy and discriminator AUC against training FLOPs) and ``summary.json``.
+generator accuracy and discriminator AUC against training FLOPs), ``summary.json``, and the
+fine-tuning runs with ``finetune/trials.md`` (the trials table).
 
-    python scripts/demo.py [--corpus my_text.txt] [--updates 1200] [--seeds 1 2 3]
+    python scripts/demo.py [--corpus my_text.txt] [--updates 1200] [--seeds 1 2 3 4 5]
 """
 
 import argparse
@@ -16,20 +19,21 @@ import json
 import os
 import re
 import shlex
-import statistics
 import subprocess
 import sys
 import time
 
-from electra_plugin.demo import (dev_accuracy_cmd, discriminator_at_work, finetune_cmd,
-                                 first_valid_sentence, plot_curves, preset_cmd,
-                                 log_stats, pretraining_progress)
-from electra_plugin.errors import PREFIX
+from electra_plugin.demo import (discriminator_at_work, first_valid_sentence, plot_curves,
+                                 preset_cmd, pretraining_progress)
+from electra_plugin.errors import PREFIX, ElectraUsageError
+from electra_plugin.finetuning import trials
+from electra_plugin.finetuning.statistics import compare_paired, format_summary
 from electra_plugin.logs import configure_logging
 from electra_plugin.partial_output import unusable_destination, written_whole
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(REPO, "scripts")
+MODEL = ("--arch", "electra_tiny")
 SHOWN = re.compile(r"\| (train_inner|valid|train) \||electra_plugin: error|error:")
 
 
@@ -60,39 +64,6 @@ def run(cmd, show_all=False, show=None):
         sys.stdout.write("".join(lines[-15:]))
         sys.exit(f"demo: step failed (exit {proc.returncode}): {' '.join(cmd[:4])} ...")
     return "".join(lines)
-
-
-def finetune_pair(args, data, workdir, seed, checkpoint):
-    """Fine-tune the pre-trained model and its randomly initialised twin with one seed, at
-    once, one thread each (a model this small gains little from a second thread); returns
-    {arm: (dev accuracy of its final model, {update: dev accuracy at its validations})}."""
-    arms = {"pre-trained": (os.path.join(workdir, f"finetune-pretrained-{seed}"), checkpoint),
-            "random init": (os.path.join(workdir, f"finetune-random-{seed}"), None)}
-    procs = {}
-    for arm, (save_dir, restore) in arms.items():
-        # fairseq resumes an interrupted run from checkpoint_last.pt and ends a finished one
-        cmd = [str(c) for c in finetune_cmd(data, save_dir, args.finetune_updates, seed,
-                                            restore)]
-        print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
-        log = open(save_dir + ".log", "w")
-        procs[arm] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                       env=dict(os.environ, OMP_NUM_THREADS="1")), log)
-    for arm, (proc, log) in procs.items():
-        proc.wait()
-        log.close()
-        if proc.returncode:
-            sys.stdout.write("".join(open(log.name).readlines()[-15:]))
-            sys.exit(f"demo: fine-tuning ({arm}, seed {seed}) failed; log: {log.name}")
-    results = {}
-    for arm, (save_dir, _) in arms.items():
-        out = run(dev_accuracy_cmd(data, save_dir))
-        accuracy = json.loads(out.strip().splitlines()[-1])["accuracy"]
-        with open(save_dir + ".log") as log:
-            curve = {int(stats["num_updates"]): stats["accuracy"]
-                     for kind, stats in map(log_stats, log) if kind == "valid"}
-        results[arm] = accuracy, curve
-        print(f"  {arm}, seed {seed}: dev accuracy {accuracy:.2f}%", flush=True)
-    return results
 
 
 def prepare_corpus(workdir, corpus=None, vocab_size=8000):
@@ -126,10 +97,6 @@ def prepare_sentiment(workdir, data):
     return sentiment_bin
 
 
-def mean_std(values):
-    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--corpus", help="a text file to pre-train on (default: fetch the news "
@@ -142,8 +109,9 @@ def main():
                                                             "(about 5 minutes on 2 cores)")
     p.add_argument("--finetune-updates", type=int, default=900,
                    help="fine-tuning updates (~3 epochs of the sentiment training set)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3],
-                   help="fine-tuning seeds (pre-training uses the first)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5],
+                   help="fine-tuning seeds, each arm's runs paired by seed (pre-training "
+                        "uses the first)")
     args = p.parse_args()
     configure_logging("demo")
     try:
@@ -170,15 +138,22 @@ def main():
     at_work = discriminator_at_work(checkpoint, data, held_out)
 
     sentiment_bin = prepare_sentiment(args.workdir, data)
-    accuracies = {"pre-trained": [], "random init": []}
-    curves = {arm: [] for arm in accuracies}
-    for seed in args.seeds:
-        step(f"5. Fine-tune the pre-trained discriminator and a randomly initialised one "
-             f"(seed {seed}, {args.finetune_updates} updates each)")
-        for arm, (accuracy, curve) in finetune_pair(args, sentiment_bin, args.workdir, seed,
-                                                    checkpoint).items():
-            accuracies[arm].append(accuracy)
-            curves[arm].append(curve)
+    step(f"5. Fine-tune the pre-trained discriminator and a randomly initialised one, "
+         f"{len(args.seeds)} seeds each ({args.finetune_updates} updates; electra-finetune "
+         f"trials, two runs at a time)")
+    task = trials.TrialTask("SST-2", os.path.abspath(sentiment_bin))
+    arms = [trials.from_checkpoint(checkpoint, "pre-trained"),
+            trials.random_init(MODEL, "random init")]
+    planned = [t for arm, name in zip(arms, ("pretrained", "random"))
+               for t in trials.plan([task], arm, args.seeds, w("finetune"), name)]
+    recipe = trials.Recipe(lr=3e-4, layer_decay=1.0, max_update=args.finetune_updates,
+                           cpu=True)
+    try:
+        results = trials.run_trials(planned, recipe, jobs=2)
+    except ElectraUsageError as error:
+        sys.exit(str(error))
+    rows = trials.report_rows(results)
+    trials.write_report(rows, results, w("finetune"))
 
     step(f"Done in {(time.time() - started) / 60:.1f} minutes")
     print(f"pre-trained checkpoint: {checkpoint}; curves: {w('curves.png')}")
@@ -195,24 +170,20 @@ def main():
                                          "disc_auc") if k in last))
     print("\nthe discriminator at work on a held-out sentence (replaced-token probability):")
     print("\n".join("  " + line for line in at_work))
-    summary = {name: dict(zip(("mean", "std"), mean_std(values)), seeds=args.seeds,
-                          accuracy=values) for name, values in accuracies.items()}
-    # validation along fine-tuning (logged, never used to pick a model): how soon each arm
-    # leaves chance
-    updates = sorted(set.intersection(*(set(c) for arm in curves.values() for c in arm)))
-    along = {arm: {u: statistics.mean(c[u] for c in runs) for u in updates}
-             for arm, runs in curves.items()}
-    if updates:  # none when every fine-tuning had finished before this run
-        print("\nsentiment dev accuracy along fine-tuning (mean over seeds), pre-trained vs "
-              "random init: " + ", ".join(f"update {u}: {along['pre-trained'][u]:.1f} vs "
-                                          f"{along['random init'][u]:.1f}" for u in updates))
-    (pre, pre_std), (rnd, rnd_std) = (mean_std(v) for v in accuracies.values())
-    print(f"\nsentiment dev accuracy over seeds {args.seeds}: pre-trained {pre:.2f} +- "
-          f"{pre_std:.2f}%  vs  random init {rnd:.2f} +- {rnd_std:.2f}%  "
-          f"({pre - rnd:+.2f} points from pre-training)")
+    scores = {r.arm: r.scores for r in rows}
+    comparison = compare_paired(scores["pre-trained"], scores["random init"],
+                                ("pre-trained", "random init"))
+    print(f"\nsentiment dev accuracy, final models of seeds {args.seeds} (no model picked "
+          f"on the dev set):")
+    for row in rows:
+        print(f"  {row.arm:<12} {format_summary(row.summary)}")
+    print(f"  paired by seed: {comparison.verdict}; Wilcoxon signed-rank p "
+          f"{'n/a' if comparison.wilcoxon_p is None else f'{comparison.wilcoxon_p:.3f}'}")
     with written_whole(w("summary.json")) as partial, open(partial, "w") as f:
-        json.dump(dict(preset=args.preset, updates=args.updates, finetune=summary,
-                       finetune_dev_along=along,
+        json.dump(dict(preset=args.preset, updates=args.updates,
+                       finetune={r.arm: dict(seeds=r.seeds, accuracy=r.scores,
+                                             **r.summary.as_dict()) for r in rows},
+                       paired=comparison.as_dict(),
                        final_validation=valid_curve[-1] if valid_curve else None), f, indent=1)
 
 

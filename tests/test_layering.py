@@ -20,7 +20,7 @@ LAYERS = [
     (ROOT, "electra_plugin.cli", "electra_plugin.demo", "electra_plugin.train_cli"),
     # what fairseq loads by name, and the tools around checkpoints
     ("electra_plugin.tasks", "electra_plugin.criterions", "electra_plugin.convert",
-     "electra_plugin.crash_safety"),
+     "electra_plugin.crash_safety", "electra_plugin.finetuning"),
     # the model and what loads it
     ("electra_plugin.models.electra", "electra_plugin.models.hub_interface"),
     # what a model is built from: its variants, parts, FLOPs count, optimizer, speed work,

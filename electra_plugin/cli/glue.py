@@ -29,13 +29,12 @@ import tempfile
 
 from electra_plugin.data.binarize import fairseq_preprocess
 from electra_plugin.data.dictionary import load_dictionary
-from electra_plugin.data.evaluation import inference_device, predict_split
 from electra_plugin.data.tokenizer import load_tokenizer
 from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.output_dir import refuse_existing
 from electra_plugin.partial_output import removed_on_failure
-from electra_plugin.glue import get_task, read_split, score
-from electra_plugin.models.hub_interface import from_pretrained
+from electra_plugin.glue import TEST_OUTPUTS, get_task, read_ids, read_split, score
+from electra_plugin.finetuning.evaluate import sentence_predictions
 
 MAX_POSITIONS = 512
 
@@ -55,6 +54,19 @@ def fit_pair(pieces, max_tokens):
     return pieces, cut
 
 
+def test_file(args, test):
+    """The TSV of an unlabelled split, or None when the task's directory lacks it (the
+    diagnostic set may also sit in the official layout's diagnostic/ beside it)."""
+    if test.tsv == "diagnostic" and args.diagnostic:
+        if not os.path.isfile(args.diagnostic):
+            raise ElectraUsageError(f"--diagnostic {args.diagnostic} is not a file")
+        return args.diagnostic
+    places = [os.path.join(args.glue_dir, f"{test.tsv}.tsv")]
+    if test.tsv == "diagnostic":
+        places.append(os.path.join(args.glue_dir, os.pardir, "diagnostic", "diagnostic.tsv"))
+    return next((p for p in places if os.path.isfile(p)), None)
+
+
 def preprocess(args):
     with removed_on_failure(args.destdir):  # a failed run leaves no output that looks whole
         return _preprocess(args)
@@ -70,20 +82,30 @@ def _preprocess(args):
     tokenizer = load_tokenizer(args.pretrain_data)
     refuse_existing(args.destdir, args.force)
 
-    # fairseq names: train, valid (valid1 ... for MNLI's second dev set), test
-    splits = [("train", "train", True)]
-    splits += [(name, "valid" + (str(i) if i else ""), True)
+    # fairseq names: train, valid (valid1 ... for MNLI's second dev set), test (test1 ...)
+    splits = [("train", "train", None)]
+    splits += [(name, "valid" + (str(i) if i else ""), None)
                for i, name in enumerate(task.dev_splits)]
-    test = "test_matched" if task.name == "MNLI" else "test"
-    if os.path.isfile(os.path.join(args.glue_dir, f"{test}.tsv")):
-        splits.append((test, "test", False))
+    tests = [t for t in task.test_splits if test_file(args, t)]
+    splits += [(t.tsv, "test" + (str(i) if i else ""), t) for i, t in enumerate(tests)]
+    double = task.double_unordered if args.double_unordered is None else args.double_unordered
+    if double and len(task.text_columns) != 2:
+        raise ElectraUsageError(f"--double-unordered needs sentence pairs; {task.name} has "
+                                f"single sentences")
 
     budget = args.max_seq_len - 1 - len(task.text_columns)  # <s> and one </s> per sentence
+    test_outputs = {}
     with tempfile.TemporaryDirectory() as work:
         prefixes = {}
-        for glue_name, fairseq_name, labelled in splits:
-            sentences, labels = read_split(task, os.path.join(args.glue_dir, f"{glue_name}.tsv"),
-                                           labelled)
+        for glue_name, fairseq_name, test in splits:
+            path = test_file(args, test) if test else os.path.join(args.glue_dir,
+                                                                   f"{glue_name}.tsv")
+            sentences, labels = read_split(task, path, test is None, test)
+            if fairseq_name == "train" and double:  # each pair also in the other order
+                sentences, labels = sentences + [p[::-1] for p in sentences], labels * 2
+            if test:
+                test_outputs[fairseq_name] = {"server_file": test.server_file,
+                                              "ids": read_ids(test, path)}
             outs = [open(os.path.join(work, f"{fairseq_name}.input{i}"), "w", encoding="utf-8")
                     for i in range(len(task.text_columns))]
             truncated = 0
@@ -97,9 +119,10 @@ def _preprocess(args):
             if labels is not None:
                 with open(os.path.join(work, f"{fairseq_name}.label"), "w") as f:
                     f.write("\n".join(labels) + "\n")
-            prefixes[fairseq_name] = labelled
-            logger.info(f"{glue_name}: {len(sentences)} examples, {truncated} cut to "
-                        f"{args.max_seq_len} tokens")
+            prefixes[fairseq_name] = test is None
+            logger.info(f"{glue_name}: {len(sentences)} examples"
+                        f"{' (both orders)' if fairseq_name == 'train' and double else ''}, "
+                        f"{truncated} cut to {args.max_seq_len} tokens")
 
         def option_prefixes(suffix, labelled_only=False):
             opts = {}
@@ -108,8 +131,9 @@ def _preprocess(args):
                 opts["trainpref"] = os.path.join(work, f"train.{suffix}")
             if valid:
                 opts["validpref"] = ",".join(os.path.join(work, f"{n}.{suffix}") for n in valid)
-            if "test" in prefixes and not labelled_only:
-                opts["testpref"] = os.path.join(work, f"test.{suffix}")
+            tests = [n for n in prefixes if n.startswith("test")]
+            if tests and not labelled_only:
+                opts["testpref"] = ",".join(os.path.join(work, f"{n}.{suffix}") for n in tests)
             return opts
 
         for i in range(len(task.text_columns)):
@@ -129,6 +153,9 @@ def _preprocess(args):
             fairseq_preprocess(label_dir, label_dict, option_prefixes("label", True),
                                args.workers, logger.info)
     tokenizer.save_to(args.destdir)  # the hub interface encodes text with it
+    if test_outputs:  # what electra-finetune test-outputs names its predictions by
+        with open(os.path.join(args.destdir, TEST_OUTPUTS), "w") as f:
+            json.dump({"task": task.name, "splits": test_outputs}, f)
     logger.info(f"wrote {args.destdir} ({task.name}, {task.num_classes} "
                 f"{'output' if task.labels is None else 'classes'})")
 
@@ -137,11 +164,11 @@ def _preprocess(args):
 def evaluate(args):
     """Prints the metrics and returns them."""
     glue_task = get_task(args.task)
-    hub = from_pretrained(os.path.dirname(os.path.abspath(args.checkpoint)),
-                          os.path.basename(args.checkpoint), os.path.abspath(args.data))
-    device = inference_device(args.cpu)
-    logger.info(f"predicting {args.split} on {device.type}")
-    preds, gold = predict_split(hub.model.to(device), hub.task, args.split)
+    preds, gold = sentence_predictions(args.checkpoint, args.data, args.split, args.cpu)
+    if gold is None:
+        raise ElectraUsageError(
+            f"the {args.split} split of {args.data} has no labels to score; write its "
+            f"predictions for the benchmark's server with electra-finetune test-outputs")
     results = score(glue_task, preds, gold)
     if args.predictions:
         with open(args.predictions, "w") as f:
@@ -173,6 +200,12 @@ def parse_args(argv=None):
     pp.add_argument("--destdir", required=True)
     pp.add_argument("--max-seq-len", type=int, default=128,
                     help="tokens per example with <s> and </s> (official GLUE: 128)")
+    pp.add_argument("--double-unordered", action=argparse.BooleanOptionalAction,
+                    help="train also on each sentence pair in the other order (default: as "
+                         "the official code, on for MRPC and STS-B)")
+    pp.add_argument("--diagnostic", help="MNLI: the GLUE diagnostic (AX) TSV, predicted by "
+                                         "the MNLI model (default: GLUE_DIR/diagnostic.tsv or "
+                                         "GLUE_DIR/../diagnostic/diagnostic.tsv)")
     pp.add_argument("--workers", type=int, default=1)
     pp.add_argument("--force", action="store_true", help="write into a non-empty --destdir")
     pp.set_defaults(run=preprocess)

@@ -127,29 +127,12 @@ def _preprocess(args):
 
 # ---------------------------------------------------------------------------------- predict
 def predict(args):
-    from fairseq import checkpoint_utils, utils
+    from electra_plugin.finetuning.evaluate import squad_predictions
 
-    import electra_plugin
-    from electra_plugin.data.evaluation import inference_device, squad_window_logits
-    from electra_plugin.tasks.squad import SquadTask
-
-    utils.import_user_module(argparse.Namespace(user_dir=os.path.dirname(electra_plugin.__file__)))
-    if not os.path.isfile(args.checkpoint):
-        raise ElectraUsageError(f"checkpoint {args.checkpoint} does not exist")
-    overrides = {"data": os.path.abspath(args.data)} if args.data else {}
-    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-        [args.checkpoint], arg_overrides=overrides)
-    if not isinstance(task, SquadTask):
-        raise ElectraUsageError(f"{args.checkpoint} was not fine-tuned with --task squad")
-    device = inference_device(args.cpu)
-    model = models[0].eval().to(device)
-    dataset = task.load_dataset(args.split)
-    meta = task.load_metadata(args.split)
-    logger.info(f"predicting {len(dataset)} windows of {len(meta.examples)} questions "
-                f"({device.type})")
-    logits = squad_window_logits(model, task, dataset, args.batch_size, device)
-    preds = sq.predict_answers(meta, logits, args.n_best_size, args.max_answer_len,
-                               args.no_answer_threshold)
+    preds, meta = squad_predictions(
+        args.checkpoint, args.data, args.split, args.cpu, n_best_size=args.n_best_size,
+        max_answer_len=args.max_answer_len, no_answer_threshold=args.no_answer_threshold,
+        batch_size=args.batch_size)
     answers = {qid: p.answer for qid, p in preds.items()}
     os.makedirs(args.out_dir, exist_ok=True)
     outputs = {"predictions.json": answers,

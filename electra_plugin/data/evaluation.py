@@ -17,8 +17,9 @@ def net_input_on(sample, device):
 
 
 def predict_split(model, task, split, batch_size=64):
-    """-> (predictions, gold labels): class indices, or floats for regression. Runs in eval
-    mode on the device the model is on; the predictions come to the host once, at the end."""
+    """-> (predictions, gold labels): class indices, or floats for regression; gold is None
+    for a split without labels (a test set). Runs in eval mode on the device the model is
+    on; the predictions come to the host once, at the end."""
     device = next(model.parameters()).device
     model.eval()
     task.load_dataset(split)
@@ -32,12 +33,13 @@ def predict_split(model, task, split, batch_size=64):
             logits, _ = model(**net_input_on(sample, device), features_only=True,
                               classification_head_name=head)
             # targets come as B x 1 (labels) or B x 1 (one regression value)
-            gold.append(sample["target"].view(-1))
+            if "target" in sample:
+                gold.append(sample["target"].view(-1))
             preds.append(logits.view(-1) if task.cfg.regression_target else logits.argmax(-1))
             ids.append(sample["id"])
     ids, preds, gold = (torch.cat(t).tolist() if t else [] for t in (ids, preds, gold))
     order = sorted(range(len(ids)), key=ids.__getitem__)  # back to file order
-    return [preds[i] for i in order], [gold[i] for i in order]
+    return [preds[i] for i in order], ([gold[i] for i in order] if gold else None)
 
 
 def squad_window_logits(model, task, dataset, batch_size, device):

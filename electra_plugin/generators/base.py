@@ -79,9 +79,9 @@ class Generator:
 
     # -------------------------------------------------------------- the step
 
-    def propose(self, model, src_tokens, attn_mask, positions):
+    def propose(self, model, src_tokens, attn_mask, positions, token_types=None):
         """-> (M x V fp32 log-probabilities at the M masked positions, M baseline logits or
-        None)."""
+        None); ``token_types``: B x T segments (None: type 0)."""
         raise NotImplementedError
 
     def temperature(self) -> float:

@@ -108,9 +108,9 @@ class FastElectraGenerator(MaskedLMGenerator):
     def loaded(self, model):
         self.ready = None
 
-    def propose(self, model, src_tokens, attn_mask, positions):
+    def propose(self, model, src_tokens, attn_mask, positions, token_types=None):
         self.load_weights(model)
-        return super().propose(model, src_tokens, attn_mask, positions)
+        return super().propose(model, src_tokens, attn_mask, positions, token_types)
 
     def loss(self, model, out, per_token):
         loss, logs = super().loss(model, out, per_token)

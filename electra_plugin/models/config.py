@@ -141,18 +141,23 @@ class ElectraConfig(FairseqDataclass):
                                            "mean: the mean over the non-pad tokens (the "
                                            "small-compute fine-tuning recipe; not exportable "
                                            "to HF's classifier)"})
+    classifier_init: ChoiceEnum(["normal", "glorot"]) = field(  # type: ignore
+        default="normal", metadata={"help": "initialisation of a new classification head: "
+                                            "normal: N(0, 0.02) as HF; glorot: "
+                                            "Glorot-uniform output layer, as the official "
+                                            "fine-tuning code's tf.layers.dense"})
     load_checkpoint_heads: bool = field(
         default=False, metadata={"help": "keep the classification heads a checkpoint has "
                                          "(for evaluation and the hub interface)"})
-    segment_token_types: bool = field(
-        default=False, metadata={"help": "the encoder was pre-trained with token type 1 on "
-                                         "the second segment (HF/official checkpoints; set "
-                                         "by the HF import): inputs given without token "
-                                         "types get type 1 after the first </s>, as BERT's "
-                                         "[CLS] A [SEP] B [SEP]. Off: type 0 throughout, as "
-                                         "in the plugin's own pre-training. Fine-tuning an "
-                                         "imported checkpoint with --restore-file or "
-                                         "--finetune-from-model needs it on the command line"})
+    segment_token_types: Optional[bool] = field(
+        default=None, metadata={"help": "token type 1 on the second segment: inputs given "
+                                        "without token types get type 1 after the first "
+                                        "</s>, as BERT's [CLS] A [SEP] B [SEP] (HF/official "
+                                        "checkpoints, and pre-training with "
+                                        "--sample-break-mode segment_pairs, which needs it). "
+                                        "Off: type 0 throughout (packed pre-training). Unset: "
+                                        "as the checkpoint a fine-tuning starts from says, "
+                                        "else off"})
 
 
 # The options only some generators read, with their defaults (a generator refuses the

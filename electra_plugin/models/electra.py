@@ -15,6 +15,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 from fairseq.models import BaseFairseqModel, register_model, register_model_architecture
+from omegaconf import OmegaConf, open_dict
 from torch.profiler import record_function
 
 from ..errors import ElectraUsageError
@@ -119,6 +120,12 @@ class ElectraModel(BaseFairseqModel):
                     f"model's {cfg.max_positions} positions; lower it (sequences are cut with "
                     f"--shorten-method truncate) or use a model with more positions")
         pretraining = getattr(task, "builds_pretraining_model", False)
+        if pretraining and getattr(task.cfg, "sample_break_mode", None) == "segment_pairs" \
+                and not (cfg.segment_token_types and cfg.type_vocab_size > 1):
+            raise ElectraUsageError(
+                "--sample-break-mode segment_pairs gives the second segment token type 1: add "
+                "--segment-token-types (with --type-vocab-size 2), or use --sample-break-mode "
+                "none to pack text without segments")
         model = cls(cfg, task.source_dictionary, pretraining=pretraining)
         if run is not None and model.generator_variant is not None:
             model.generator_variant.complete_run(run)
@@ -153,9 +160,8 @@ class ElectraModel(BaseFairseqModel):
         """
         if target is not None:
             return self.electra_step(src_tokens, target, masked_positions, has_padding)
-        if token_types is None and self.cfg.get("segment_token_types", False) and \
-                self.cfg.type_vocab_size > 1:
-            token_types = segment_ids(src_tokens, self.separator_idx, self.padding_idx)
+        if token_types is None:
+            token_types = self.segments(src_tokens)
         x, states = self.discriminator(src_tokens, token_types,
                                        return_all_hiddens=return_all_hiddens)
         if classification_head_name is not None:
@@ -198,13 +204,15 @@ class ElectraModel(BaseFairseqModel):
             else masked_positions  # M flat indices (found here: a sync, M is a shape)
         masked_targets = target.flatten()[positions]
         original = torch.where(masked, target, src_tokens)
+        # segments from the masked input: a sampled </s> must not start a new one
+        token_types = self.segments(src_tokens)
         logs = {"masked": len(positions)}
         corrupted, gen_log_probs, baseline = src_tokens, None, None
         if generator is not None:
             # 2. generator: M x V log-probabilities, a small masked LM's at the masked positions
             with stage("generator"):
                 gen_log_probs, baseline = generator.propose(self, src_tokens, attn_mask,
-                                                            positions)
+                                                            positions, token_types)
             with stage("sample"):
                 # 3. sample, without gradient: the discriminator's loss never reaches the
                 #    generator
@@ -219,7 +227,7 @@ class ElectraModel(BaseFairseqModel):
         if generator is None or generator.runs_discriminator(self):
             # 5. discriminator: one replaced/original logit per token (discriminator_head)
             with stage("discriminator"):
-                hidden, _ = self.discriminator.encode(corrupted, attn_mask)
+                hidden, _ = self.discriminator.encode(corrupted, attn_mask, token_types)
                 main, copy = self.objective.predict(self, hidden, positions)
         out = PretrainingOutput(
             generator_log_probs=gen_log_probs, baseline_logits=baseline,
@@ -237,6 +245,13 @@ class ElectraModel(BaseFairseqModel):
                 gen_loss, gen_logs = generator.loss(self, out, per_token)
                 logs.update(gen_logs)
         return out._replace(main_loss=main_loss, generator_loss=gen_loss, logs=logs)
+
+    def segments(self, tokens):
+        """B x T token types of ``[CLS] A [SEP] B [SEP]`` with --segment-token-types, else
+        None (type 0 throughout, with no work)."""
+        if self.cfg.get("segment_token_types", None) and self.cfg.type_vocab_size > 1:
+            return segment_ids(tokens, self.separator_idx, self.padding_idx)
+        return None
 
     def train_flops(self, length: int, sequences: int, predicted: int) -> float:
         """Training FLOPs of one batch as the paper counts them: forward + backward (equal, as
@@ -284,6 +299,8 @@ class ElectraModel(BaseFairseqModel):
                                   num_classes, self.cfg.dropout,
                                   self.cfg.get("classifier_pooling", "first"))
         head.apply(init_bert_params)  # N(0, 0.02), zero biases: HF's and the official init
+        if self.cfg.get("classifier_init", "normal") == "glorot":
+            nn.init.xavier_uniform_(head.out_proj.weight)
         self.classification_heads[name] = head
         self.tag_parameters()
 
@@ -357,6 +374,7 @@ class ElectraModel(BaseFairseqModel):
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         """Reject a checkpoint of another model with one line instead of fairseq's wrapper."""
         check_model_settings(self, state_dict)  # names the settings that differ
+        self.adopt_segment_types(state_dict, model_cfg)
         self.upgrade_state_dict(state_dict)
         own = self.state_dict()
         for key, value in state_dict.items():
@@ -381,6 +399,24 @@ class ElectraModel(BaseFairseqModel):
         if self.generator_variant is not None:
             self.generator_variant.loaded(self)
         return result
+
+
+    def adopt_segment_types(self, state_dict, model_cfg=None):
+        """With --segment-token-types unset, read pairs as the weights' own model did: a
+        checkpoint pre-trained on segment pairs (or imported from HF) gives its fine-tuning
+        type 1 on the second segment. The choice is written into the run's model config
+        (``model_cfg``, which fairseq saves), so the fine-tuned checkpoint keeps it."""
+        _, saved = getattr(state_dict, "electra_source", (None, None))
+        if saved is None or self.cfg.get("segment_token_types", None) is not None:
+            return
+        adopted = bool(saved.get("segment_token_types", None))
+        for cfg in (self.cfg, model_cfg):
+            if cfg is not None and OmegaConf.is_config(cfg):
+                with open_dict(cfg):
+                    cfg.segment_token_types = adopted
+        if adopted:
+            logger.info("pairs read with token type 1 on the second segment, as the "
+                        "checkpoint was trained (--segment-token-types)")
 
 
 def stage(name: str):

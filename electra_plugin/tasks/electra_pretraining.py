@@ -19,18 +19,22 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.optim.amp_optimizer import AMPOptimizer
 from fairseq.optim.fp16_optimizer import FP16Optimizer, MemoryEfficientFP16Optimizer
 from fairseq.tasks import FairseqTask, register_task
-from fairseq.tasks.language_modeling import SAMPLE_BREAK_MODE_CHOICES, SHORTEN_METHOD_CHOICES
+from fairseq.tasks.language_modeling import SHORTEN_METHOD_CHOICES
 from omegaconf import II, MISSING
 from torch.profiler import record_function
 
 from ..data.dictionary import MASK_SYMBOL, load_dictionary
 from ..data.masking import ElectraMaskingDataset, word_starts
+from ..data.segment_pairs import SegmentPairDataset
 from ..errors import ElectraUsageError
 from ..optim.amp import optimizer_step
 from ..run_config import complete_global_batch
 from ..speed import COMPILE_BACKENDS, compile_encoders, retain_freed_memory
 
 logger = logging.getLogger(__name__)
+SEGMENT_PAIRS = "segment_pairs"
+SAMPLE_BREAK_MODE_CHOICES = ChoiceEnum(["none", "complete", "complete_doc", "eos",
+                                        SEGMENT_PAIRS])
 
 
 @dataclass
@@ -42,10 +46,14 @@ class ElectraPretrainingConfig(FairseqDataclass):
                           "used in turn, one per epoch"})
     sample_break_mode: SAMPLE_BREAK_MODE_CHOICES = field(
         default="none",
-        metadata={"help": "how text is cut into samples: 'none' fills every sample with "
-                          "tokens_per_sample tokens across sentence ends; 'complete' ends samples "
-                          "at sentence ends; 'complete_doc' also at document ends (empty "
-                          "lines); 'eos' one sentence per sample"})
+        metadata={"help": "how text is cut into samples: 'segment_pairs' as the official "
+                          "builder, <s> A </s> B </s> from whole lines of one document, token "
+                          "type 1 on B (needs --segment-token-types; one example in ten has "
+                          "one segment, one in twenty a shorter length; data/segment_pairs.py)"
+                          "; 'none' fills every "
+                          "sample with tokens_per_sample tokens across sentence ends; "
+                          "'complete' ends samples at sentence ends; 'complete_doc' also at "
+                          "document ends (empty lines); 'eos' one sentence per sample"})
     tokens_per_sample: int = field(
         default=512, metadata={"help": "tokens per sample, <s> included (official: 128 for "
                                        "Small, 512 for Base and Large)"})
@@ -153,17 +161,23 @@ class ElectraPretrainingTask(FairseqTask):
         dataset = maybe_shorten_dataset(
             dataset, split, self.cfg.shorten_data_split_list, self.cfg.shorten_method, room,
             self.cfg.seed)
-        if self.cfg.sample_break_mode != "eos":  # eos: every sentence is a block already
+        if self.cfg.sample_break_mode == SEGMENT_PAIRS:  # <s> A </s> B </s>, with its <s>
+            dataset = SegmentPairDataset(dataset, self.cfg.tokens_per_sample,
+                                         self.dictionary.bos(), self.dictionary.eos(),
+                                         self.cfg.seed)
+        elif self.cfg.sample_break_mode != "eos":  # eos: every sentence is a block already
             # (fairseq's eos path also calls numpy's removed np.compat)
             dataset = TokenBlockDataset(
                 dataset, dataset.sizes, room, pad=self.dictionary.pad(),
                 eos=self.dictionary.eos(), break_mode=self.cfg.sample_break_mode)
-        if len(dataset) and dataset.sizes.max() > room:
+        if self.cfg.sample_break_mode != SEGMENT_PAIRS and len(dataset) and \
+                dataset.sizes.max() > room:
             raise ElectraUsageError(
                 f"{split} has a sentence of {dataset.sizes.max()} tokens, longer than "
                 f"--tokens-per-sample {self.cfg.tokens_per_sample}; add --shorten-method "
                 f"truncate or use --sample-break-mode none")
-        dataset = PrependTokenDataset(dataset, self.dictionary.bos())
+        if self.cfg.sample_break_mode != SEGMENT_PAIRS:
+            dataset = PrependTokenDataset(dataset, self.dictionary.bos())
         logger.info(f"loaded {len(dataset)} blocks from {os.path.join(data_path, split)}")
 
         dataset = ElectraMaskingDataset(

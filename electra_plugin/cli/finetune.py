@@ -1,0 +1,129 @@
+"""Fine-tuning evaluated as the paper evaluates it.
+
+Subcommands:
+  trials        fine-tune a checkpoint (or a random initialisation of an --arch) on each
+                task with N seeds, one fairseq-train command per run (printed), evaluate
+                every final model on the dev set(s), and report per task the median (the
+                paper's statistic), mean, std, min/max and the runs that never left the
+                majority-class level, plus the GLUE score; writes trials.json and trials.md.
+                A re-run skips the trials that finished.
+  test-outputs  a fine-tuned checkpoint's predictions on an unlabelled test split as the
+                GLUE server reads them (RTE.tsv, MNLI-m.tsv, AX.tsv ...)
+
+Examples:
+  electra-finetune trials --checkpoint ck/checkpoint_last.pt --task RTE=data-bin/RTE \\
+      --task SST-2=data-bin/SST-2 --trials 10 --workdir trials/electra-small
+  electra-finetune trials --arch electra_small --task RTE=data-bin/RTE --trials 10 \\
+      --workdir trials/random-init
+  electra-finetune test-outputs --checkpoint trials/.../checkpoint_last.pt \\
+      --data data-bin/MNLI --out-dir glue-submission
+"""
+
+import argparse
+import shlex
+import sys
+
+from electra_plugin.errors import ElectraUsageError, command_line
+from electra_plugin.finetuning import trials as tr
+
+
+def run_trials(args):
+    tasks = [tr.parse_task(spec) for spec in args.task]
+    if args.checkpoint and args.arch:
+        raise ElectraUsageError("give --checkpoint (fine-tune its discriminator) or --arch (a "
+                                "random initialisation), not both")
+    if args.checkpoint:
+        start = tr.from_checkpoint(args.checkpoint, args.label or "pre-trained")
+    elif args.arch:
+        start = tr.random_init(["--arch", args.arch, *args.model_options],
+                               args.label or "random init")
+    else:
+        raise ElectraUsageError("give --checkpoint CHECKPOINT or --arch ARCH (random "
+                                "initialisation)")
+    seeds = args.seeds or list(range(1, args.trials + 1))
+    recipe = tr.Recipe(lr=args.lr, layer_decay=args.layer_decay, epochs=args.epochs,
+                       max_update=args.max_update, batch_size=args.batch_size,
+                       cpu=args.cpu, extra=tuple(args.fairseq_options))
+    trials = tr.plan(tasks, start, seeds, args.workdir)
+    results = tr.run_trials(trials, recipe, jobs=args.jobs)
+    rows = tr.report_rows(results)
+    tr.print_rows(rows)
+    json_path, md_path = tr.write_report(rows, results, args.workdir)
+    score = tr.glue_score(rows, start.label)
+    if score:
+        print(f"GLUE score (mean of the task medians, {score[1]} tasks): {score[0]:.2f}")
+    print(f"wrote {json_path} and {md_path}")
+    return rows
+
+
+def test_outputs(args):
+    from electra_plugin.finetuning.test_outputs import write_test_outputs
+
+    for path in write_test_outputs(args.checkpoint, args.data, args.out_dir, args.cpu):
+        print(f"wrote {path}")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="electra-finetune", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("trials", help="N fine-tuning runs per task, median first")
+    t.add_argument("--task", action="append", required=True, metavar="NAME=DIR",
+                   help="a GLUE task (CoLA, SST-2, MRPC, QQP, STS-B, MNLI, QNLI, RTE, WNLI; "
+                        "the sentiment set is SST-2) or SQuAD, and its preprocessed data; "
+                        "repeat for several tasks")
+    t.add_argument("--checkpoint", help="pre-training (or discriminator) checkpoint")
+    t.add_argument("--arch", help="fine-tune a random initialisation of this architecture")
+    t.add_argument("--model-options", type=shlex.split, default=[],
+                   help="with --arch: model options for fairseq-train, one quoted string "
+                        "(--model-options='--num-layers 2 --hidden-size 64')")
+    t.add_argument("--label", help="the arm's name in the tables (default: pre-trained or "
+                                   "random init)")
+    t.add_argument("--trials", type=int, default=10,
+                   help="seeds 1..N (default 10, the paper's appendix)")
+    t.add_argument("--seeds", type=int, nargs="+", help="these seeds instead of 1..--trials")
+    t.add_argument("--workdir", required=True,
+                   help="each run in WORKDIR/TASK/seed-S; trials.json and trials.md here")
+    t.add_argument("--lr", type=float, help="default: the size's official lr (Small 3e-4, "
+                                            "Base 1e-4, Large 5e-5)")
+    t.add_argument("--layer-decay", type=float,
+                   help="layer-wise lr decay (default: 0.8 Small/Base, 0.9 Large)")
+    t.add_argument("--epochs", type=float,
+                   help="default: official (3; 10 for RTE and STS-B; 2 for SQuAD)")
+    t.add_argument("--max-update", type=int, help="updates per run instead of --epochs")
+    t.add_argument("--batch-size", type=int, default=32)
+    t.add_argument("--jobs", type=int, default=1,
+                   help="runs at once, each with cores/jobs threads (default 1)")
+    t.add_argument("--cpu", action="store_true", help="train and evaluate on the CPU")
+    t.add_argument("--fairseq-options", type=shlex.split, default=[],
+                   help="more fairseq-train options for every run, one quoted string "
+                        "(--fairseq-options='--dropout 0.2'); they come last and win")
+    t.set_defaults(run=run_trials)
+
+    o = sub.add_parser("test-outputs", help="test-set predictions as the GLUE server reads "
+                                             "them")
+    o.add_argument("--checkpoint", required=True, help="a fine-tuned checkpoint of the task")
+    o.add_argument("--data", required=True,
+                   help="the task's electra-glue preprocess output, with its test split(s)")
+    o.add_argument("--out-dir", required=True, help="writes the server files here (RTE.tsv, "
+                                                    "MNLI-m.tsv, MNLI-mm.tsv, AX.tsv ...)")
+    o.add_argument("--cpu", action="store_true", help="predict on the CPU")
+    o.set_defaults(run=test_outputs)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    args.run(args)
+    return 0
+
+
+def cli():
+    """The console script: :func:`main` with its usage errors as one line."""
+    sys.exit(command_line(main))
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,53 @@
+"""A fine-tuned checkpoint's predictions on a binarized split, for the commands
+(``electra-glue evaluate``, ``electra-squad predict``) and the trials that call them in
+process: sentence-level classes or values, and SQuAD answers."""
+
+import argparse
+import logging
+import os
+
+from ..data import squad as sq
+from ..data.evaluation import inference_device, predict_split, squad_window_logits
+from ..errors import ElectraUsageError
+from ..models.hub_interface import from_pretrained
+
+logger = logging.getLogger(__name__)
+
+
+def sentence_predictions(checkpoint, data, split="valid", cpu=False):
+    """-> (predictions, gold labels or None for an unlabelled split): class indices, or
+    floats for regression, in the split's file order."""
+    hub = from_pretrained(os.path.dirname(os.path.abspath(checkpoint)),
+                          os.path.basename(checkpoint), os.path.abspath(data))
+    device = inference_device(cpu)
+    logger.info(f"predicting {split} on {device.type}")
+    return predict_split(hub.model.to(device), hub.task, split)
+
+
+def squad_predictions(checkpoint, data=None, split="valid", cpu=False, *,
+                      n_best_size=sq.N_BEST_SIZE, max_answer_len=sq.MAX_ANSWER_LEN,
+                      no_answer_threshold=0.0, batch_size=32):
+    """-> ({question id: Prediction}, the split's SquadMetadata) of a ``--task squad``
+    checkpoint on ``data``'s ``split`` (default: the checkpoint's own data)."""
+    from fairseq import checkpoint_utils, utils
+
+    from ..tasks.squad import SquadTask
+
+    plugin = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    utils.import_user_module(argparse.Namespace(user_dir=plugin))
+    if not os.path.isfile(checkpoint):
+        raise ElectraUsageError(f"checkpoint {checkpoint} does not exist")
+    overrides = {"data": os.path.abspath(data)} if data else {}
+    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+        [checkpoint], arg_overrides=overrides)
+    if not isinstance(task, SquadTask):
+        raise ElectraUsageError(f"{checkpoint} was not fine-tuned with --task squad")
+    device = inference_device(cpu)
+    model = models[0].eval().to(device)
+    dataset = task.load_dataset(split)
+    meta = task.load_metadata(split)
+    logger.info(f"predicting {len(dataset)} windows of {len(meta.examples)} questions "
+                f"({device.type})")
+    logits = squad_window_logits(model, task, dataset, batch_size, device)
+    return sq.predict_answers(meta, logits, n_best_size, max_answer_len,
+                              no_answer_threshold), meta

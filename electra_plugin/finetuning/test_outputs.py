@@ -1,0 +1,46 @@
+"""A fine-tuned checkpoint's predictions on a GLUE task's unlabelled test splits, in the
+files the GLUE server scores: one ``index<TAB>prediction`` TSV per split (RTE.tsv, MNLI-m.tsv,
+MNLI-mm.tsv, AX.tsv ...), the labels as the task's files spell them, STS-B scores clipped to
+the 0-5 scale."""
+
+import json
+import os
+from typing import List
+
+from ..errors import ElectraUsageError
+from ..glue import TEST_OUTPUTS, get_task
+from ..partial_output import written_whole
+from .evaluate import sentence_predictions
+
+STS_RANGE = (0.0, 5.0)
+
+
+def write_test_outputs(checkpoint, data, out_dir, cpu=False) -> List[str]:
+    """Predict every test split ``electra-glue preprocess`` binarized into ``data`` and write
+    its server file into ``out_dir``; -> the paths written."""
+    spec_path = os.path.join(data, TEST_OUTPUTS)
+    if not os.path.isfile(spec_path):
+        raise ElectraUsageError(
+            f"{data} holds no test split ({TEST_OUTPUTS} is missing); preprocess the task "
+            f"with electra-glue preprocess from a directory that has its test TSV(s)")
+    with open(spec_path) as f:
+        spec = json.load(f)
+    task = get_task(spec["task"])
+    os.makedirs(out_dir, exist_ok=True)
+    written = []
+    for split, entry in spec["splits"].items():
+        preds, _ = sentence_predictions(checkpoint, data, split, cpu)
+        ids = entry["ids"]
+        if len(preds) != len(ids):
+            raise ElectraUsageError(f"{split} of {data} has {len(preds)} examples but "
+                                    f"{TEST_OUTPUTS} lists {len(ids)} ids; preprocess it again")
+        if task.labels is None:
+            values = [f"{min(max(p, STS_RANGE[0]), STS_RANGE[1]):.3f}" for p in preds]
+        else:
+            values = [task.labels[p] for p in preds]
+        path = os.path.join(out_dir, entry["server_file"])
+        with written_whole(path) as partial, open(partial, "w", encoding="utf-8") as f:
+            f.write("index\tprediction\n")
+            f.writelines(f"{i}\t{v}\n" for i, v in zip(ids, values))
+        written.append(path)
+    return written
