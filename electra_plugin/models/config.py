@@ -141,11 +141,15 @@ class ElectraConfig(FairseqDataclass):
                                            "mean: the mean over the non-pad tokens (the "
                                            "small-compute fine-tuning recipe; not exportable "
                                            "to HF's classifier)"})
-    classifier_init: ChoiceEnum(["normal", "glorot"]) = field(  # type: ignore
-        default="normal", metadata={"help": "initialisation of a new classification head: "
-                                            "normal: N(0, 0.02) as HF; glorot: "
-                                            "Glorot-uniform output layer, as the official "
-                                            "fine-tuning code's tf.layers.dense"})
+    classifier_init: ChoiceEnum(["glorot", "normal"]) = field(  # type: ignore
+        default="glorot", metadata={"help": "initialisation of a new classification head's "
+                                            "output layer: glorot (Glorot-uniform, as the "
+                                            "official fine-tuning code's tf.layers.dense; "
+                                            "its larger start gets the encoder out of the "
+                                            "chance-level plateau on every seed, see "
+                                            "docs/finetuning.md) or normal (N(0, 0.02), HF's "
+                                            "initializer_range). The inner dense layer is "
+                                            "N(0, 0.02) either way"})
     load_checkpoint_heads: bool = field(
         default=False, metadata={"help": "keep the classification heads a checkpoint has "
                                          "(for evaluation and the hub interface)"})

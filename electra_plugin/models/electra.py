@@ -298,8 +298,8 @@ class ElectraModel(BaseFairseqModel):
         head = ElectraClassificationHead(self.cfg.hidden_size, inner_dim or self.cfg.hidden_size,
                                   num_classes, self.cfg.dropout,
                                   self.cfg.get("classifier_pooling", "first"))
-        head.apply(init_bert_params)  # N(0, 0.02), zero biases: HF's and the official init
-        if self.cfg.get("classifier_init", "normal") == "glorot":
+        head.apply(init_bert_params)  # N(0, 0.02), zero biases: HF's init
+        if self.cfg.get("classifier_init", "glorot") == "glorot":  # the official output layer
             nn.init.xavier_uniform_(head.out_proj.weight)
         self.classification_heads[name] = head
         self.tag_parameters()
