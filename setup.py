@@ -34,8 +34,10 @@ setup(
         "electra-convert = electra_plugin.cli.convert:cli",
     ]},
     extras_require={
-        # (5: the export's ElectraConfig(dtype=...) and tokenizers-backed BertTokenizer)
-        "hf": ["transformers>=5", "safetensors"],
+        # (5: the export's ElectraConfig(dtype=...) and tokenizers-backed BertTokenizer;
+        # protobuf: transformers' sentencepiece converter reads the model file with it).
+        # electra_plugin/optional.py names the modules each feature imports.
+        "hf": ["transformers>=5", "safetensors", "protobuf"],
         # fairseq's --tensorboard-logdir writes nothing without a writer package
         "tensorboard": ["tensorboardX>=2.6"],
         "plots": ["matplotlib"],  # the demo's and the equal-compute study's curves

@@ -18,14 +18,15 @@ missing file, a file that is not a PyTorch checkpoint, or a checkpoint of anothe
 one :class:`~electra_plugin.errors.ElectraUsageError` line.
 """
 
+import io
 import logging
 import os
 import pickle
-import re
+import pickletools
 import zipfile
 from collections import OrderedDict
 from dataclasses import is_dataclass
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import torch
 from fairseq.criterions import CRITERION_DATACLASS_REGISTRY, CRITERION_REGISTRY
@@ -260,22 +261,73 @@ def refused_pickle_error(path, error: BaseException) -> Optional[ElectraUsageErr
     """The line for a file that ``torch.load``'s safe (weights-only) unpickler refused, or
     None for any other error.
 
-    Such a file names Python objects to build while loading (a tampered or foreign pickle);
-    the safe loader stops at the first one before building anything, so nothing in it ran.
+    Decided from the file, not from the error's wording: its pickle is read opcode by opcode
+    (nothing is built) for the objects it names, and a name that torch's weights-only
+    loader does not build is a refusal. Such a file (tampered, or a foreign pickle) would run
+    code when loaded any other way; the safe loader stopped before building anything.
     """
-    text = str(error)
-    refusal = text.partition("WeightsUnpickler error:")[2].strip()
-    # an object it would not build names a GLOBAL or the allowlist; other errors (a
-    # malformed pickle: "Unsupported operand") are not refusals
-    if not (isinstance(error, pickle.UnpicklingError) and
-            ("GLOBAL" in refusal or "allowlist" in refusal)):
+    if not isinstance(error, pickle.UnpicklingError):  # torch's weights-only failures
         return None
-    what = re.split(r"\. Please use|\n", refusal)[0].rstrip(". ")
+    unsafe = unsafe_globals(path)
+    if not unsafe:  # a malformed pickle, not a refusal
+        return None
+    shown = ", ".join(unsafe[:3]) + (" ..." if len(unsafe) > 3 else "")
     return ElectraUsageError(
-        f"checkpoint {path} is refused: it holds objects that are not plain weights ({what}), "
+        f"checkpoint {path} is refused: it holds objects that are not plain weights ({shown}), "
         f"which loading would run as code; nothing in it was run. Use a checkpoint written by "
         f"fairseq-train, electra-extract or electra-convert (and do not load a file of "
         f"unknown origin in any other way)")
+
+
+# pickle opcodes that push the strings STACK_GLOBAL takes as module and name
+_STRING_OPS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "STRING",
+               "BINSTRING", "SHORT_BINSTRING"}
+
+
+def unsafe_globals(path) -> List[str]:
+    """The ``module.name`` objects that the pickle(s) of a checkpoint file name and that
+    torch's weights-only unpickler does not build, in file order, read with ``pickletools``
+    (nothing is unpickled). Empty for a file that names none, or one that is not a pickle."""
+    from torch import _weights_only_unpickler
+    from torch.serialization import get_safe_globals
+
+    allowed = set(_weights_only_unpickler._get_allowed_globals())
+    allowed |= {f"{g.__module__}.{g.__qualname__}" for g in get_safe_globals()
+                if not isinstance(g, tuple)}
+    found = []
+    for data in _pickles(path):
+        strings = []
+        stream = io.BytesIO(data)
+        while stream.tell() < len(data):  # the legacy format holds several pickles in a row
+            try:
+                for op, arg, _ in pickletools.genops(stream):
+                    if op.name in _STRING_OPS:
+                        strings.append(arg)
+                    elif op.name in ("GLOBAL", "INST"):
+                        found.append(".".join(arg.split(" ", 1)))
+                    elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
+                        found.append(f"{strings[-2]}.{strings[-1]}")
+            except Exception:  # not (or no longer) a pickle: what was read so far counts
+                break
+    return list(dict.fromkeys(name for name in found if name not in allowed and
+                              not _torch_storage(name)))
+
+
+def _torch_storage(name: str) -> bool:
+    """Storage types the weights-only loader rebuilds (legacy checkpoints name them)."""
+    module, _, attr = name.rpartition(".")
+    return module in ("torch", "torch.cuda") and attr.endswith("Storage")
+
+
+def _pickles(path) -> List[bytes]:
+    """The pickled parts of a checkpoint: ``data.pkl`` of a zip archive (torch.save), or the
+    whole file (the legacy format)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return [archive.read(n) for n in archive.namelist() if n.endswith(".pkl")]
+    except (zipfile.BadZipFile, OSError):
+        with open(path, "rb") as f:
+            return [f.read()]
 
 
 def remember_settings(state, path) -> None:

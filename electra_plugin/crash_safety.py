@@ -26,7 +26,9 @@ fairseq's own code:
   default ``weights_only=True`` and fail (torch >= 2.6). The bytes come from rank 0 of the
   same job, not from a file, so the receivers read them in full.
 - ``Trainer.train_step`` and ``Trainer.save_checkpoint``: a diverging run stops with one
-  line, and weights that became NaN/Inf are never saved (:mod:`electra_plugin.divergence`).
+  line, and weights that became NaN/Inf are never saved (:mod:`electra_plugin.divergence`);
+  the last checkpoint of a pre-training run whose discriminator collapsed is saved with one
+  warning line (:mod:`electra_plugin.models.collapse`).
 """
 
 import functools
@@ -49,6 +51,7 @@ from .checkpoint import (checkpoint_damage, damaged_checkpoint_error, refused_pi
 from .data.integrity import check_binarized
 from .divergence import save_finite_only, step_or_stop
 from .errors import ElectraUsageError
+from .models.collapse import warn_if_collapsed
 from .save_dir_lock import hold_save_dir
 
 logger = logging.getLogger(__name__)
@@ -67,6 +70,7 @@ def install() -> None:
     _wrap(distributed_utils, "_broadcast_object_slow", _broadcast_from_own_rank)
     _wrap_method(Trainer, "train_step", step_or_stop)
     _wrap_method(Trainer, "save_checkpoint", save_finite_only)
+    _wrap_method(Trainer, "save_checkpoint", _warn_at_the_end_if_collapsed)
 
 
 def _wrap(module, name, wrapper):
@@ -85,6 +89,20 @@ def _wrap_method(cls, name, wrapper):
         return wrapper(original, self, *args, **kwargs)
 
     setattr(cls, name, method)
+
+
+def _warn_at_the_end_if_collapsed(original, trainer, filename, extra_state):
+    saved = original(trainer, filename, extra_state)
+    model = trainer.get_model()
+    last = trainer.cfg.optimization.max_update
+    if getattr(model, "pretraining", False) and 0 < last <= trainer.get_num_updates() and \
+            not getattr(trainer, "electra_collapse_checked", False):
+        trainer.electra_collapse_checked = True  # checkpoint_last and _best: one line
+        warn_if_collapsed(model, f"pre-training ended at update {trainer.get_num_updates()}",
+                          "fine-tuning from it starts no better than a random initialisation; "
+                          "pre-train again with a lower --lr, a longer --warmup-updates or "
+                          "more updates")
+    return saved
 
 
 def _checked_make_dataset(original, path, impl, *args, **kwargs):
@@ -117,7 +135,7 @@ def _named_damage(original, path, *args, **kwargs):
         reason = os.path.isfile(local) and checkpoint_damage(local, thorough=True)
         if reason:
             raise damaged_checkpoint_error(path, reason) from None
-        refused = refused_pickle_error(path, error)
+        refused = os.path.isfile(local) and refused_pickle_error(local, error)
         if refused:
             raise refused from None
         raise

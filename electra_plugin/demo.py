@@ -10,6 +10,7 @@ import os
 import re
 import sys
 
+from .optional import require
 from .partial_output import written_whole
 
 PLUGIN = os.path.dirname(os.path.abspath(__file__))
@@ -115,8 +116,7 @@ def pretraining_progress(total):
 def plot_curves(log_path, png):
     """Losses, generator accuracy and disc AUC of the pre-training log against training
     FLOPs, as a PNG; returns the train_inner records."""
-    import matplotlib
-
+    matplotlib = require("the demo's curves")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -111,13 +111,23 @@ def composed(config_dir: Path, name: str, *overrides: str):
 
 
 class CreatesAFile:
-    """Unpickled, this creates ``marker``: what a tampered checkpoint could do instead."""
+    """Unpickled, this creates ``marker``: what a tampered checkpoint could do instead. The
+    kinds of object a pickle can name to do it: a method of an importable class (``touch``),
+    a builtin function (``open``), a function of a module torch's safe loader blocks outright
+    (``os.makedirs``), a class whose construction writes (``logging.FileHandler``)."""
 
-    def __init__(self, marker):
-        self.marker = marker
+    KINDS = ("method", "builtin", "blocked module", "class")
+
+    def __init__(self, marker, kind="method"):
+        self.marker, self.kind = marker, kind
 
     def __reduce__(self):
-        return Path.touch, (Path(self.marker),)
+        import logging
+
+        marker = str(self.marker)
+        return {"method": (Path.touch, (Path(marker),)), "builtin": (open, (marker, "w")),
+                "blocked module": (os.makedirs, (marker,)),
+                "class": (logging.FileHandler, (marker,))}[self.kind]
 
 
 def command(module, *args):

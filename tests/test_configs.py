@@ -54,8 +54,15 @@ def assert_holds(cfg, values):
 def test_a_pretraining_recipe_is_the_shared_file_then_its_own(recipe):
     # the named file only lists: fairseq-hydra-train merges its whole schema over it
     assert set(OmegaConf.load(PRETRAINING / f"{recipe}.yaml")) == {"defaults"}
-    assert_holds(composed(PRETRAINING, recipe), stated(PRETRAINING / "pretraining.yaml",
+    assert_holds(composed(PRETRAINING, recipe), stated(PRETRAINING / "shared" / "official.yaml",
                                                        PRETRAINING / "recipe" / f"{recipe}.yaml"))
+
+
+def test_the_base_config_runs_electra_small():
+    """``--config-name pretraining``, the first file a user sees, is the default run: the
+    official ELECTRA-Small recipe, the same config as electra_small."""
+    assert OmegaConf.to_container(composed(PRETRAINING, "pretraining")) == \
+        OmegaConf.to_container(composed(PRETRAINING, "electra_small"))
 
 
 @pytest.mark.parametrize("task", GLUE_TASKS)

@@ -150,17 +150,30 @@ def test_checkpoint_damage_reads_checksums(tmp_path, pretrained):
     assert "checksum" in checkpoint_damage(path, thorough=True)
 
 
+PAYLOADS = {  # where in the checkpoint, and how deep
+    **{kind: lambda state, obj: state["extra_state"].__setitem__("payload", obj)
+       for kind in CreatesAFile.KINDS},
+    "nested": lambda state, obj: state["extra_state"].__setitem__(
+        "payload", {"runs": [{"deep": (1, [obj])}]}),
+}
+NAMED = {"method": "pathlib", "builtin": "open", "blocked module": "os.makedirs",
+         "class": "logging.FileHandler", "nested": "pathlib"}
+
+
 @pytest.mark.slow
-def test_checkpoint_with_objects_is_refused_everywhere_and_never_run(tmp_path, spm_data,
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_checkpoint_with_objects_is_refused_everywhere_and_never_run(payload, tmp_path, spm_data,
                                                                    pretrained):
     from electra_plugin.models.hub_interface import from_pretrained
 
     marker = tmp_path / "was_run"
     state = torch.load(pretrained, map_location="cpu", weights_only=False)
-    state["extra_state"]["payload"] = CreatesAFile(marker)
+    PAYLOADS[payload](state, CreatesAFile(marker, "method" if payload == "nested" else payload))
     foreign = tmp_path / "foreign.pt"
     torch.save(state, foreign)
     refused = f"checkpoint {foreign} is refused: it holds objects that are not plain weights"
+    line = assert_main_error(extract.main, [foreign, "--out", tmp_path / "d.pt"], refused)
+    assert NAMED[payload] in line  # the object it names, read from the file
     for entry in ("--restore-file", "--finetune-from-model"):
         assert_usage_error(train_cmd(spm_data, tmp_path / entry, "--max-update", "1", entry,
                                      foreign), refused, "nothing in it was run")
@@ -297,3 +310,31 @@ def test_interrupted_prepare_data_is_refused_then_redone(tmp_path, data_bin):
     assert checkpoint(tmp_path / "ck" / "checkpoint_last.pt")["optimizer_history"][-1][
         "num_updates"] == 1
 
+
+
+def test_refusal_read_from_the_file_not_from_the_error(tmp_path):
+    """The objects a pickle names are read from its opcodes (nothing runs), in both of
+    torch's formats; a plain checkpoint names none, and a malformed pickle is not a refusal
+    whatever its error says."""
+    import pickle
+
+    from electra_plugin.checkpoint import refused_pickle_error, unsafe_globals
+
+    marker = tmp_path / "was_run"
+    for legacy in (False, True):
+        path = tmp_path / f"payload{legacy}.pt"
+        torch.save({"model": {"w": torch.ones(2)}, "x": [CreatesAFile(marker, "builtin")]}, path,
+                   _use_new_zipfile_serialization=not legacy)
+        assert "io.open" in unsafe_globals(path)
+        error = pickle.UnpicklingError("worded any way at all")
+        assert "is refused" in str(refused_pickle_error(path, error))
+        assert refused_pickle_error(path, ValueError("GLOBAL")) is None  # not the loader's
+        plain = tmp_path / f"plain{legacy}.pt"
+        torch.save({"model": {"w": torch.ones(2)}, "cfg": {"a": [1, "b"]}}, plain,
+                   _use_new_zipfile_serialization=not legacy)
+        assert unsafe_globals(plain) == []
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"\x80\x04not a pickle at all")
+    assert unsafe_globals(garbage) == []
+    assert refused_pickle_error(garbage, pickle.UnpicklingError("GLOBAL allowlist")) is None
+    assert not marker.exists()

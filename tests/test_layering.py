@@ -27,6 +27,7 @@ LAYERS = [
     # and the checkpoint files they read
     ("electra_plugin.generators", "electra_plugin.objectives", "electra_plugin.models.encoder",
      "electra_plugin.models.heads", "electra_plugin.models.span_head",
+     "electra_plugin.models.collapse",
      "electra_plugin.models.checkpoint_settings", "electra_plugin.checkpoint",
      "electra_plugin.flops", "electra_plugin.optim", "electra_plugin.speed"),
     # data (never the models), the model's configuration and the run-time guards
@@ -35,6 +36,7 @@ LAYERS = [
      "electra_plugin.run_config"),
     # the base everything may use
     ("electra_plugin.errors", "electra_plugin.logs", "electra_plugin.output_dir",
+     "electra_plugin.optional",
      "electra_plugin.partial_output", "electra_plugin.splitmix", "electra_plugin.fixed_dtype",
      "electra_plugin.auc"),
 ]

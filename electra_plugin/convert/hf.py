@@ -49,6 +49,7 @@ from tokenizers.models import WordPiece
 from tokenizers.normalizers import BertNormalizer
 
 from ..checkpoint import load_checkpoint, refused_pickle_error, write_checkpoint
+from ..optional import require
 from ..data import fast_tokenizer
 from ..data.tokenizer import (METADATA_FILE, TokenizersTextTokenizer, WordPieceTextTokenizer,
                               tokenizer_from_metadata)
@@ -138,12 +139,7 @@ def _fields_from_hf(config: dict) -> Dict[str, float]:
 
 def _transformers():
     """transformers, which fills in, writes and reads the HF config and tokenizer files."""
-    try:
-        import transformers
-    except ImportError:
-        raise ElectraUsageError("converting to or from Hugging Face needs transformers "
-                                "(pip install -e '.[hf]')") from None
-    return transformers
+    return require("converting to or from Hugging Face transformers")
 
 
 def _hf_config(fields: dict, architecture: str, vocab_size: int, pad_token_id: int,

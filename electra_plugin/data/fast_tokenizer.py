@@ -33,6 +33,7 @@ from tokenizers.models import Unigram
 
 from electra_plugin.data.wordpiece import bert_wordpiece
 from electra_plugin.errors import ElectraUsageError
+from electra_plugin.optional import require
 
 __all__ = ["FAIRSEQ_SPECIALS", "BERT_NAMES", "sentencepiece_tokenizer", "wordpiece_tokenizer",
            "renumbered", "set_templates", "special_ids", "unk_specials", "trim_offsets"]
@@ -71,11 +72,9 @@ def sentencepiece_tokenizer(model_path: str, lowercase: bool = False,
     dict.txt holds every piece that is neither a control nor the unknown piece, in
     sentencepiece id order (``electra_plugin.data.tokenizer.sentencepiece_dict_lines``).
     """
-    try:
-        from transformers.convert_slow_tokenizer import SpmConverter
-    except ImportError:
-        raise ElectraUsageError("a tokenizer.json for sentencepiece needs transformers "
-                                "(pip install -e '.[hf]')") from None
+    require("a tokenizer.json for a sentencepiece vocabulary")  # transformers and protobuf
+    from transformers.convert_slow_tokenizer import SpmConverter
+
     # The converter reads the model proto and builds sentencepiece's normaliser and
     # pre-tokeniser; its original_tokenizer only has to name the file. (Its non-legacy "▁"
     # only at the very start loses it when the text starts with spaces: not used.)

@@ -25,6 +25,7 @@ from ..objectives import OBJECTIVES, PretrainingOutput
 from ..optim.layer_decay import tag_parameters
 from ..run_config import complete_for_model, run_config
 from .checkpoint_settings import check_model_settings, vocabulary_error
+from .collapse import warn_if_collapsed
 from .config import (ARCH_SIZES, CHECKPOINT_VERSION, SIZE_FIELDS, ElectraConfig, EncoderSize,
                      complete_config, discriminator_size)
 from .encoder import DisentangledEmbedding, ElectraEmbeddings, ElectraTransformer, attention_mask
@@ -58,6 +59,7 @@ class ElectraModel(BaseFairseqModel):
         self.cfg = cfg
         self.padding_idx = dictionary.pad()
         self.separator_idx = dictionary.eos()  # </s> = [SEP]
+        self.bos_idx, self.nspecial = dictionary.bos(), dictionary.nspecial
         self.vocab_size = len(dictionary)
         self.objective = OBJECTIVES[cfg.get("objective", "electra")]
         # where the step's replacements come from (generators/); None: BERT's mlm keeps <mask>
@@ -92,6 +94,12 @@ class ElectraModel(BaseFairseqModel):
     def make_encoder(self, embeddings, size: EncoderSize) -> ElectraTransformer:
         return ElectraTransformer(embeddings, size, self.cfg.dropout,
                                   self.cfg.attention_dropout, self.padding_idx)
+
+    def fresh_discriminator(self) -> ElectraTransformer:
+        """A randomly initialised discriminator of this model's size (the collapse check's
+        reference)."""
+        return self.make_encoder(self.make_embeddings(), self._disc_size).apply(
+            init_bert_params)
 
     def tag_parameters(self):
         """Depth tags for ``--optimizer electra_adam`` (layer-wise lr decay)."""
@@ -375,6 +383,9 @@ class ElectraModel(BaseFairseqModel):
         """Reject a checkpoint of another model with one line instead of fairseq's wrapper."""
         check_model_settings(self, state_dict)  # names the settings that differ
         self.adopt_segment_types(state_dict, model_cfg)
+        path, _ = getattr(state_dict, "electra_source", (None, None))
+        pretrained_start = not self.pretraining and any(
+            k.startswith(("generator", "discriminator_head")) for k in state_dict)
         self.upgrade_state_dict(state_dict)
         own = self.state_dict()
         for key, value in state_dict.items():
@@ -398,6 +409,11 @@ class ElectraModel(BaseFairseqModel):
                                          args=args)
         if self.generator_variant is not None:
             self.generator_variant.loaded(self)
+        if pretrained_start:  # a fine-tuning that starts from a pre-training checkpoint
+            warn_if_collapsed(self, f"fine-tuning from {path or 'a pre-training checkpoint'}",
+                              "it will fine-tune no better than a random initialisation: "
+                              "pre-train it again (a lower --lr, a longer warm-up, more "
+                              "updates) or fine-tune from random initialisation")
         return result
 
 
