@@ -439,6 +439,34 @@ def test_finetune_then_predict(tmp_path, squad_bin, pretrained, capsys):
     standalone = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert standalone["exact"] == scores["exact"] and standalone["f1"] == scores["f1"]
 
+    # a test set without gold answers: predicted with the no-answer threshold, not scored
+    unlabelled = squad_json()
+    for article in unlabelled["data"]:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                del qa["answers"]
+                qa.pop("is_impossible", None)
+                qa.pop("plausible_answers", None)
+    test_data = tmp_path / "test-bin"
+    assert squad_cli.main(["preprocess", "--pretrain-data", str(squad_bin["2.0"]), "--valid",
+                           str(write_json(tmp_path / "v.json", squad_json())), "--test",
+                           str(write_json(tmp_path / "t.json", unlabelled)), "--destdir",
+                           str(test_data), "--max-seq-len", "64", "--doc-stride", "16",
+                           "--max-query-len", "16"]) == 0
+    odds = None
+    for threshold, out in (("1e9", tmp_path / "answer-all"), ("-1e9", tmp_path / "answer-none")):
+        assert squad_cli.main(["predict", "--checkpoint", str(save / "checkpoint_last.pt"),
+                               "--data", str(test_data), "--split", "test", "--out-dir",
+                               str(out), f"--no-answer-threshold={threshold}", "--cpu"]) == 0
+        answers = json.loads((out / "predictions.json").read_text())
+        assert sorted(answers) == ["q1", "q2", "q3", "q4", "q5"]
+        assert not (out / "eval.json").exists()  # nothing to score against
+        odds = odds or json.loads((out / "null_odds.json").read_text())
+        assert json.loads((out / "null_odds.json").read_text()) == odds
+        # above the threshold a question gets "": a threshold above every score answers all
+        assert all(a for a in answers.values()) if threshold == "1e9" else \
+            not any(answers.values())
+
 
 @pytest.mark.slow
 @pytest.mark.gpu

@@ -84,9 +84,12 @@ def _preprocess(args):
     pretrain = args.pretrain_data
     dictionary = load_dictionary(pretrain)
     # Read and check every file before the slow part.
-    data = {name: sq.read_squad(path, args.squad_version, args.realign_answers)
+    data = {name: sq.read_squad(path, args.squad_version, args.realign_answers,
+                                labelled=True if name != "test" else None)
             for name, path in inputs.items()}
-    versions = {d.version for d in data.values()}
+    versions = {d.version for d in data.values() if d.labelled}
+    if "test" in data and not data["test"].labelled:  # questions alone: the others' version
+        data["test"].version = args.squad_version or next(iter(versions), "1.1")
     if len(versions) > 1:
         raise ElectraUsageError(f"the files are of different SQuAD versions ({sorted(versions)}"
                                 f"); pass --squad-version")
@@ -141,14 +144,18 @@ def predict(args):
                    if p.no_answer_score is not None}
     if null_scores:
         outputs["null_odds.json"] = null_scores
-    scores = sq.squad_scores(meta.examples, answers, null_scores,
-                             {qid: p.best_span for qid, p in preds.items()})
-    outputs["eval.json"] = scores
+    scores = None
+    if meta.labelled:
+        scores = sq.squad_scores(meta.examples, answers, null_scores,
+                                 {qid: p.best_span for qid, p in preds.items()})
+        outputs["eval.json"] = scores
     for name, value in outputs.items():
         with open(os.path.join(args.out_dir, name), "w", encoding="utf-8") as f:
             json.dump(value, f, indent=1 if name == "eval.json" else None, ensure_ascii=False)
-    logger.info(f"wrote {', '.join(outputs)} to {args.out_dir}")
-    print(json.dumps(scores))
+    logger.info(f"wrote {', '.join(outputs)} to {args.out_dir}"
+                + ("" if scores else f" ({args.split} has no gold answers: not scored)"))
+    if scores:
+        print(json.dumps(scores))
     return 0
 
 
@@ -194,7 +201,8 @@ def parse_args(argv):
                          "electra-prepare saved)")
     pp.add_argument("--train", help="training SQuAD JSON file")
     pp.add_argument("--valid", help="validation SQuAD JSON file (e.g. the dev set)")
-    pp.add_argument("--test", help="another SQuAD JSON file to predict on")
+    pp.add_argument("--test", help="another SQuAD JSON file to predict on; without any "
+                                   "answers (a test set) it is predicted but not scored")
     pp.add_argument("--destdir", required=True, help="output directory")
     pp.add_argument("--squad-version", choices=sq.VERSIONS,
                     help="default: 2.0 if the files have is_impossible fields, else 1.1")

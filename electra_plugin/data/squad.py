@@ -64,6 +64,7 @@ class SquadData:
     contexts: List[str]
     examples: List[SquadExample]
     realigned: int = 0  # answers moved to the nearest occurrence of their text
+    labelled: bool = True  # False: questions without gold answers (a test set), not scored
 
 
 def _require(obj, key, kind, where, path):
@@ -87,8 +88,12 @@ def _nearest(context: str, text: str, start: int) -> int:
     return best
 
 
-def read_squad(path: str, version: Optional[str] = None, realign: bool = False) -> SquadData:
+def read_squad(path: str, version: Optional[str] = None, realign: bool = False,
+               labelled: Optional[bool] = True) -> SquadData:
     """Read and check an official SQuAD v1.1 or v2.0 JSON file.
+
+    ``labelled`` None: a file none of whose questions has an answer or an ``is_impossible``
+    field is a test set without gold answers, read as questions alone.
 
     ``version`` None detects 2.0 from any ``is_impossible`` field. Every answer's text must
     equal ``context[answer_start:answer_start + len(text)]``; with ``realign`` an answer that
@@ -104,6 +109,11 @@ def read_squad(path: str, version: Optional[str] = None, realign: bool = False) 
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise ElectraUsageError(f"cannot read SQuAD file {path}: {e}")
     articles = _require(raw, "data", list, "the top level", path)
+    if labelled is None:
+        labelled = any(isinstance(qa, dict) and (qa.get("answers") or "is_impossible" in qa)
+                       for a in articles if isinstance(a, dict)
+                       for p in a.get("paragraphs", []) if isinstance(p, dict)
+                       for qa in p.get("qas", []))
     if version is None:
         version = "2.0" if any(
             isinstance(qa, dict) and "is_impossible" in qa
@@ -113,7 +123,7 @@ def read_squad(path: str, version: Optional[str] = None, realign: bool = False) 
     if version not in VERSIONS:
         raise ElectraUsageError(f"unknown SQuAD version {version!r}; use one of {VERSIONS}")
 
-    data = SquadData(version, [], [])
+    data = SquadData(version, [], [], labelled=labelled)
     seen = set()
     mismatched = []
     for i, article in enumerate(articles):
@@ -128,8 +138,8 @@ def read_squad(path: str, version: Optional[str] = None, realign: bool = False) 
                 qwhere = f"{where}.qas[{k}]"
                 qid = str(_require(qa, "id", (str, int), qwhere, path))
                 question = _require(qa, "question", str, qwhere, path)
-                answers = _require(qa, "answers", list, qwhere, path)
-                impossible = qa.get("is_impossible", False)
+                answers = _require(qa, "answers", list, qwhere, path) if labelled else []
+                impossible = qa.get("is_impossible", False) if labelled else False
                 if not isinstance(impossible, bool):
                     raise ElectraUsageError(f"{path}: {qwhere}.is_impossible is not true/false")
                 if qid in seen:
@@ -141,7 +151,7 @@ def read_squad(path: str, version: Optional[str] = None, realign: bool = False) 
                 if impossible and answers:
                     raise ElectraUsageError(f"{path}: question {qid!r} is_impossible but has "
                                             f"answers (put them in plausible_answers)")
-                if not impossible and not answers:
+                if labelled and not impossible and not answers:
                     raise ElectraUsageError(
                         f"{path}: question {qid!r} has no answers"
                         + (" and is not marked is_impossible" if version == "2.0" else
@@ -242,7 +252,7 @@ def make_windows(data: SquadData, tokenizer, dictionary, max_seq_len=MAX_SEQ_LEN
             raise ElectraUsageError(f"the context of question {example.qid!r} is empty after "
                                     f"tokenization")
         target = None
-        if not example.is_impossible:
+        if example.answers:  # none: unanswerable, or a test set's question
             text, char_start = example.answers[0]
             target = answer_pieces(offsets[example.context], char_start, char_start + len(text))
             if target is None:
@@ -280,6 +290,7 @@ class SquadMetadata:
     examples: List[SquadExample]
     windows: List[Tuple[int, int, int, int]]  # (example, doc_start, doc_len, seq_start)
     source: str = ""
+    labelled: bool = True  # False: a test set without gold answers
 
     def piece_offsets(self, context: int) -> np.ndarray:
         """n x 2 character spans of the pieces of a context."""
@@ -338,7 +349,7 @@ def write_split(data_dir, split, data: SquadData, windows, offsets, vocab_size,
         offsets=[[x for span in spans for x in span] for spans in offsets],
         examples=data.examples,
         windows=[(w.example, w.doc_start, w.doc_len, w.seq_start) for w in windows],
-        source=source,
+        source=source, labelled=data.labelled,
     ).save(paths["metadata"])
     return paths
 
