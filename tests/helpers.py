@@ -74,7 +74,7 @@ def train_cmd(data: Path, save_dir: Path, *extra: str, arch: str = "electra_tiny
         "--optimizer", "adam", "--lr", "5e-4", "--lr-scheduler", "polynomial_decay",
         "--warmup-updates", "2", "--total-num-update", "100", "--save-dir", str(save_dir),
         "--log-format", "json", "--log-interval", "1", "--no-progress-bar", "--seed", "3",
-        "--data-buffer-size", "0",  # fairseq's prefetch thread can abort the exit (README)
+        "--data-buffer-size", "0",  # fairseq's prefetch thread can abort the exit (docs/long_runs.md)
         *extra,
     ]
 

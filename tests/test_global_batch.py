@@ -9,7 +9,7 @@ from helpers import REPO, built_from_command_line, composed, records, run, train
 
 CONFIG_DIR = REPO / "examples" / "pretraining" / "config"
 OFFICIAL_BATCH = {"electra_small": 128, "electra_base": 256, "electra_large": 2048}
-# the README's table: per-GPU dataset.batch_size on 1, 8 and 16 GPUs (None: the yaml's)
+# docs/long_runs.md's table: per-GPU dataset.batch_size on 1, 8 and 16 GPUs (None: the yaml's)
 README_BATCH = {"electra_small": {1: None, 8: 16, 16: 8},
                 "electra_base": {1: None, 8: None, 16: 16},
                 "electra_large": {1: None, 8: None, 16: None}}

@@ -3,8 +3,8 @@ command (real fairseq-train runs of electra_tiny), GLUE test-set server files an
 double_unordered."""
 
 import json
+import random
 import statistics
-import sys
 
 import pytest
 
@@ -14,8 +14,6 @@ from electra_plugin.cli import glue as glue_cli
 from electra_plugin.finetuning import statistics as st
 from electra_plugin.finetuning import trials as tr
 from helpers import assert_main_error, sentence, write_rte
-
-import random
 
 
 # ----------------------------------------------------------------------- statistics

@@ -22,7 +22,6 @@ Examples:
 import argparse
 import json
 import logging
-import math
 import os
 import sys
 import tempfile

@@ -7,7 +7,6 @@ mean of three runs can move by several points when one seed fails; the median an
 of failed runs say what the mean hides.
 """
 
-import math
 import statistics
 from dataclasses import asdict, dataclass
 from typing import Optional, Sequence
@@ -103,7 +102,3 @@ def format_summary(s: Summary) -> str:
     failed = "" if s.baseline is None else f" | {s.failed} of {s.n} failed"
     return (f"median {s.median:.2f} | mean {s.mean:.2f} +- {s.std:.2f} | "
             f"min {s.min:.2f} max {s.max:.2f}{failed}")
-
-
-def is_number(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)

@@ -27,7 +27,7 @@ from ..errors import PREFIX, ElectraUsageError
 from ..glue import GLUE_TASKS, constant_baseline, get_task, score
 from ..partial_output import written_whole
 from .evaluate import sentence_predictions, squad_predictions
-from .statistics import Summary, format_summary, summarise
+from .statistics import FAILED_MARGIN, Summary, format_summary, summarise
 
 logger = logging.getLogger(__name__)
 
@@ -377,8 +377,9 @@ def markdown(rows: Sequence[Row]) -> str:
         if average:
             lines.append(f"\n{arm}: GLUE score (mean of the medians over {average[1]} "
                          f"task{'s' * (average[1] > 1)}): {average[0]:.2f}")
-    lines.append(f"\nfailed: runs within 1 point of the best constant prediction "
-                 f"(the majority class; 0 for correlations and MCC; empty answers for SQuAD)")
+    lines.append(f"\nfailed: runs within {FAILED_MARGIN:g} point of the best constant "
+                 f"prediction (the majority class; 0 for correlations and MCC; empty answers "
+                 f"for SQuAD)")
     return "\n".join(lines) + "\n"
 
 
