@@ -23,6 +23,7 @@ setup(
         "numpy",
         "scikit-learn",  # GLUE's F1 and Matthews correlation
         "scipy",  # GLUE's Pearson and Spearman correlations
+        "seqeval",  # entity-level F1 of token tagging (conlleval's counting)
     ],
     entry_points={"console_scripts": [  # each also runs as python -m electra_plugin.cli.NAME
         "electra-train = electra_plugin.train_cli:cli_main",
@@ -30,6 +31,7 @@ setup(
         "electra-glue = electra_plugin.cli.glue:cli",
         "electra-squad = electra_plugin.cli.squad:cli",
         "electra-finetune = electra_plugin.cli.finetune:cli",
+        "electra-tag = electra_plugin.cli.tag:cli",
         "electra-extract = electra_plugin.cli.extract:cli",
         "electra-convert = electra_plugin.cli.convert:cli",
     ]},

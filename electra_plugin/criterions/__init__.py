@@ -1,2 +1,3 @@
 from . import electra  # noqa: F401
 from . import squad  # noqa: F401
+from . import tagging  # noqa: F401

@@ -51,3 +51,46 @@ def squad_predictions(checkpoint, data=None, split="valid", cpu=False, *,
     logits = squad_window_logits(model, task, dataset, batch_size, device)
     return sq.predict_answers(meta, logits, n_best_size, max_answer_len,
                               no_answer_threshold), meta
+
+
+def tagging_predictions(checkpoint, data=None, split="valid", cpu=False, batch_size=32):
+    """-> (the split's sentences, each word's predicted label, the labels) of a
+    ``--task token_tagging`` checkpoint; a word cut off by the length limit gets "O" (or the
+    first label)."""
+    import torch
+    from fairseq import checkpoint_utils, utils
+
+    from ..data.conll import load_metadata
+    from ..data.evaluation import net_input_on
+    from ..tasks.tagging import TaggingTask
+
+    plugin = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    utils.import_user_module(argparse.Namespace(user_dir=plugin))
+    if not os.path.isfile(checkpoint):
+        raise ElectraUsageError(f"checkpoint {checkpoint} does not exist")
+    overrides = {"data": os.path.abspath(data)} if data else {}
+    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+        [checkpoint], arg_overrides=overrides)
+    if not isinstance(task, TaggingTask):
+        raise ElectraUsageError(f"{checkpoint} was not fine-tuned with --task token_tagging")
+    sentences, first_pieces, labels = load_metadata(task.cfg.data, split)
+    if labels != task.labels:
+        raise ElectraUsageError(f"the {split} split's labels {labels} are not the model's "
+                                f"{task.labels}; preprocess it with the training labels")
+    device = inference_device(cpu)
+    model = models[0].eval().to(device)
+    batches = task.get_batch_iterator(
+        dataset=task.load_dataset(split), max_sentences=batch_size,
+        max_positions=task.max_positions(), ignore_invalid_inputs=False,
+        num_workers=0).next_epoch_itr(shuffle=False)
+    fallback = "O" if "O" in labels else labels[0]
+    predicted = [None] * len(sentences)
+    with torch.inference_mode():
+        for sample in batches:
+            logits, _ = model(**net_input_on(sample, device),
+                              classification_head_name=task.cfg.classification_head_name)
+            best = logits.argmax(-1).cpu()
+            for row, index in enumerate(sample["id"].tolist()):
+                predicted[index] = [labels[int(best[row, p])] if p else fallback
+                                    for p in first_pieces[index]]
+    return sentences, predicted, labels

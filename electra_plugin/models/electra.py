@@ -29,7 +29,7 @@ from .collapse import warn_if_collapsed
 from .config import (ARCH_SIZES, CHECKPOINT_VERSION, SIZE_FIELDS, ElectraConfig, EncoderSize,
                      complete_config, discriminator_size)
 from .encoder import DisentangledEmbedding, ElectraEmbeddings, ElectraTransformer, attention_mask
-from .heads import ElectraClassificationHead
+from .heads import ElectraClassificationHead, ElectraTokenClassificationHead
 
 logger = logging.getLogger(__name__)
 
@@ -306,8 +306,18 @@ class ElectraModel(BaseFairseqModel):
         head = ElectraClassificationHead(self.cfg.hidden_size, inner_dim or self.cfg.hidden_size,
                                   num_classes, self.cfg.dropout,
                                   self.cfg.get("classifier_pooling", "first"))
-        head.apply(init_bert_params)  # N(0, 0.02), zero biases: HF's init
-        if self.cfg.get("classifier_init", "glorot") == "glorot":  # the official output layer
+        self.add_head(name, head)
+
+    def register_token_head(self, name, num_labels):
+        """Adds (or replaces) a per-token tagging head (NER, chunking, POS)."""
+        self.add_head(name, ElectraTokenClassificationHead(self.cfg.hidden_size, num_labels,
+                                                           self.cfg.dropout))
+
+    def add_head(self, name, head):
+        """A new task head, initialised: N(0, 0.02) and zero biases (HF's), the output layer
+        Glorot-uniform as the official fine-tuning code's (``--classifier-init``)."""
+        head.apply(init_bert_params)
+        if self.cfg.get("classifier_init", "glorot") == "glorot":
             nn.init.xavier_uniform_(head.out_proj.weight)
         self.classification_heads[name] = head
         self.tag_parameters()

@@ -81,3 +81,16 @@ class ElectraClassificationHead(nn.Module):
         x = self.dropout(x)
         x = self.dropout(F.gelu(self.dense(x)))
         return self.out_proj(x)
+
+
+class ElectraTokenClassificationHead(nn.Module):
+    """Per-token head, as HF's ElectraForTokenClassification: dropout -> out_proj (HF's
+    ``classifier``) on every token's features; B x T x H -> B x T x C."""
+
+    def __init__(self, hidden_size, num_labels, dropout):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.out_proj = nn.Linear(hidden_size, num_labels)
+
+    def forward(self, features):
+        return self.out_proj(self.dropout(features))

@@ -1,0 +1,146 @@
+"""Token tagging (NER, chunking, POS) for the plugin: preprocess CoNLL files, predict.
+
+Subcommands:
+  preprocess  CoNLL files (a word per line, its label in the last column, a blank line
+              between sentences) -> binarized data for ``--task token_tagging``: each word's
+              pieces under the pre-training data's tokenizer, its label on the first piece
+  predict     a fine-tuned checkpoint -> the split as CoNLL columns (word, gold, predicted)
+              and its scores: entity F1/precision/recall (seqeval) for BIO/BIOES labels,
+              token accuracy always
+
+Example:
+  electra-tag preprocess --pretrain-data data-bin/news --train train.conll \\
+      --valid dev.conll --destdir data-bin/ner
+  fairseq-train data-bin/ner --user-dir electra_plugin --task token_tagging \\
+      --criterion token_tagging --arch electra_small --finetune-from-model ck.pt ...
+  electra-tag predict --checkpoint checkpoints/checkpoint_last.pt --data data-bin/ner \\
+      --split valid --out valid.predictions.conll
+"""
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+
+from electra_plugin.data import conll
+from electra_plugin.data.binarize import writable_destdir
+from electra_plugin.data.dictionary import load_dictionary
+from electra_plugin.data.tokenizer import load_tokenizer
+from electra_plugin.errors import ElectraUsageError, command_line
+from electra_plugin.output_dir import refuse_existing
+from electra_plugin.partial_output import removed_on_failure
+
+logger = logging.getLogger(__name__)
+
+
+def preprocess(args):
+    inputs = {name: path for name, path in (("train", args.train), ("valid", args.valid),
+                                            ("test", args.test)) if path}
+    if "train" not in inputs:
+        raise ElectraUsageError("give --train (its labels are the model's)")
+    if not 4 <= args.max_seq_len <= 512:
+        raise ElectraUsageError(f"--max-seq-len {args.max_seq_len} must be between 4 and 512")
+    dictionary = load_dictionary(args.pretrain_data)
+    tokenizer = load_tokenizer(args.pretrain_data)
+    data = {name: conll.read_conll(path) for name, path in inputs.items()}
+    labels = conll.label_list(data["train"])
+    writable_destdir(args.destdir)
+    refuse_existing(args.destdir, args.force)
+    with removed_on_failure(args.destdir):
+        os.makedirs(args.destdir, exist_ok=True)
+        shutil.copyfile(os.path.join(args.pretrain_data, "dict.txt"),
+                        os.path.join(args.destdir, "dict.txt"))
+        tokenizer.save_to(args.destdir)
+        with open(os.path.join(args.destdir, conll.LABELS_FILE), "w", encoding="utf-8") as f:
+            f.write("\n".join(labels) + "\n")
+        for name, sentences in data.items():
+            encoded = [conll.encode(s, tokenizer, dictionary, labels, args.max_seq_len,
+                                    f"{inputs[name]}, sentence {i + 1}")
+                       for i, s in enumerate(sentences)]
+            write_split(args.destdir, name, encoded, len(dictionary))
+            conll.save_metadata(args.destdir, name, sentences, encoded, labels,
+                                os.path.abspath(inputs[name]))
+            cut = sum(0 in e.first_pieces for e in encoded)
+            logger.info(f"{name}: {len(sentences)} sentences, "
+                        f"{sum(len(s.words) for s in sentences)} words, {cut} sentences cut "
+                        f"to {args.max_seq_len} tokens")
+    logger.info(f"wrote {args.destdir}: {len(labels)} labels ({' '.join(labels)})")
+
+
+def write_split(data_dir, split, encoded, vocab_size):
+    """Pieces and targets with fairseq's indexed-dataset builders (targets as int32, -1
+    where nothing is predicted)."""
+    import numpy as np
+    import torch
+    from fairseq.data import indexed_dataset
+
+    prefix = os.path.join(data_dir, split)
+    tokens = indexed_dataset.make_builder(prefix + ".input.bin", "mmap", vocab_size=vocab_size)
+    targets = indexed_dataset.MMapIndexedDatasetBuilder(prefix + ".target.bin", dtype=np.int32)
+    for e in encoded:
+        tokens.add_item(torch.IntTensor(e.tokens))
+        targets.add_item(torch.IntTensor(e.targets))
+    tokens.finalize(prefix + ".input.idx")
+    targets.finalize(prefix + ".target.idx")
+
+
+def predict(args):
+    from electra_plugin.finetuning.evaluate import tagging_predictions
+
+    sentences, predicted, labels = tagging_predictions(args.checkpoint, args.data, args.split,
+                                                       args.cpu)
+    scores = conll.tagging_scores([s.labels for s in sentences], predicted, labels)
+    if args.out:
+        out_dir = os.path.dirname(os.path.abspath(args.out))
+        with tempfile.NamedTemporaryFile("w", dir=out_dir, delete=False) as partial:
+            pass
+        conll.write_conll(partial.name, sentences, predicted)
+        os.replace(partial.name, args.out)
+        logger.info(f"wrote {args.out}")
+    print(json.dumps({"split": args.split, "sentences": len(sentences), **scores}))
+    return scores
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="electra-tag", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    sub = p.add_subparsers(dest="command", required=True)
+    pp = sub.add_parser("preprocess", help="CoNLL files -> binarized data for token_tagging")
+    pp.add_argument("--pretrain-data", required=True,
+                    help="pre-training data directory (dict.txt and the tokenizer)")
+    pp.add_argument("--train", help="training CoNLL file (its labels are the model's)")
+    pp.add_argument("--valid", help="validation CoNLL file")
+    pp.add_argument("--test", help="another CoNLL file to predict")
+    pp.add_argument("--destdir", required=True)
+    pp.add_argument("--max-seq-len", type=int, default=128,
+                    help="pieces per sentence with <s> and </s> (official: 128); words past "
+                         "it are predicted as O")
+    pp.add_argument("--force", action="store_true", help="write into a non-empty --destdir")
+    pp.set_defaults(run=preprocess)
+    pr = sub.add_parser("predict", help="a checkpoint's labels per word, and the scores")
+    pr.add_argument("--checkpoint", required=True, help="a checkpoint of --task token_tagging")
+    pr.add_argument("--data", help="preprocessed tagging data (default: the checkpoint's)")
+    pr.add_argument("--split", default="valid")
+    pr.add_argument("--out", help="write the split as CoNLL columns: word, gold, predicted")
+    pr.add_argument("--cpu", action="store_true", help="do not use a GPU")
+    pr.set_defaults(run=predict)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    args.run(args)
+    return 0
+
+
+def cli():
+    """The console script: :func:`main` with its usage errors as one line."""
+    sys.exit(command_line(main))
+
+
+if __name__ == "__main__":
+    cli()
