@@ -86,6 +86,7 @@ def test_report_table_and_glue_score_by_hand(tmp_path):
     # GLUE score: the mean of the task medians (MNLI matched, CoLA's MCC): (60 + 72 + 20) / 3
     assert tr.glue_score(rows, "pre-trained") == (pytest.approx(152 / 3), 3)
     assert "pre-trained: GLUE score (mean of the medians over 3 tasks): 50.67" in table
+    assert tr.glue_score(tr.report_rows(runs[:3]), "pre-trained") is None  # RTE alone
     json_path, md_path = tr.write_report(rows, runs, str(tmp_path))
     saved = json.load(open(json_path))
     assert saved["glue_score"]["pre-trained"] == pytest.approx(152 / 3)

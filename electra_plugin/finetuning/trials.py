@@ -359,10 +359,10 @@ def report_rows(results: Sequence[dict]) -> List[Row]:
 def glue_score(rows: Sequence[Row], arm: str) -> Optional[Tuple[float, int]]:
     """The paper's GLUE dev score of an arm: the mean over the GLUE tasks run (WNLI aside)
     of each task's median (Spearman for STS-B, MCC for CoLA, accuracy elsewhere); with the
-    number of tasks it averages, or None without any."""
+    number of tasks it averages, or None with fewer than two."""
     medians = [r.summary.median for r in rows if r.arm == arm and r.name in GLUE_SCORE_TASKS
                and r.metric == GLUE_SCORE_METRIC.get(r.name, "accuracy")]
-    return (sum(medians) / len(medians), len(medians)) if medians else None
+    return (sum(medians) / len(medians), len(medians)) if len(medians) > 1 else None
 
 
 def markdown(rows: Sequence[Row]) -> str:
@@ -376,7 +376,7 @@ def markdown(rows: Sequence[Row]) -> str:
         average = glue_score(rows, arm)
         if average:
             lines.append(f"\n{arm}: GLUE score (mean of the medians over {average[1]} "
-                         f"task{'s' * (average[1] > 1)}): {average[0]:.2f}")
+                         f"tasks): {average[0]:.2f}")
     lines.append(f"\nfailed: runs within {FAILED_MARGIN:g} point of the best constant "
                  f"prediction (the majority class; 0 for correlations and MCC; empty answers "
                  f"for SQuAD)")
