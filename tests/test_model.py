@@ -1,6 +1,7 @@
 """The generator/discriminator model: sizes, RTD step semantics, bad sizes."""
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -136,17 +137,27 @@ def test_padding_does_not_change_outputs():
     assert torch.allclose(model(row)[0], model(padded)[0][:, :12], atol=1e-5)
 
 
-def test_classification_heads_get_bert_init():
-    """N(0, 0.02) weights and zero biases, as HF's and the official ELECTRA heads."""
-    model, _ = tiny_model()
-    torch.manual_seed(1)
-    model.register_classification_head("cls", num_classes=8)
-    head = model.classification_heads["cls"]
-    for layer in (head.dense, head.out_proj):  # 64 x 64 and 8 x 64
+def test_classification_heads_start_as_the_official_output_layer():
+    """The dense layer N(0, 0.02) and zero biases (HF's init); the output layer
+    Glorot-uniform, as the official fine-tuning code's tf.layers.dense (limit
+    sqrt(6 / (fan_in + fan_out))), or N(0, 0.02) with --classifier-init normal."""
+    for init in ("glorot", "normal"):
+        model, _ = tiny_model(classifier_init=init)
+        torch.manual_seed(1)
+        model.register_classification_head("cls", num_classes=8, inner_dim=512)
+        head = model.classification_heads["cls"]
         # torch's default Linear init: std 1/sqrt(3 * 64) = 0.072 and nonzero biases
-        assert abs(layer.weight.std().item() - 0.02) < 0.002, layer
-        assert abs(layer.weight.mean().item()) < 0.005
-        assert not layer.bias.any()
+        assert abs(head.dense.weight.std().item() - 0.02) < 0.002
+        w = head.out_proj.weight  # 8 x 512
+        if init == "glorot":
+            limit = math.sqrt(6 / (512 + 8))
+            assert limit * 0.95 < w.abs().max() <= limit
+            assert abs(w.std().item() - limit / math.sqrt(3)) < 0.1 * limit
+        else:
+            assert abs(w.std().item() - 0.02) < 0.002
+        for layer in (head.dense, head.out_proj):
+            assert abs(layer.weight.mean().item()) < 0.005
+            assert not layer.bias.any()
 
 
 def pair_batch(task):
