@@ -44,6 +44,7 @@ from electra_plugin.checkpoint import (  # noqa: E402
 from electra_plugin.cli import convert  # noqa: E402
 from electra_plugin.convert.hf import from_hf, model_cli_args, to_hf  # noqa: E402
 from electra_plugin.convert.keys import (  # noqa: E402
+    HF_ARCHITECTURES,
     KEY_TABLE,
     component_of,
     expand,
@@ -735,7 +736,7 @@ def test_several_heads_need_a_choice(tiny, tmp_path):
     one_line_error(e, "heads mnli, sst;", "pick one")
     with pytest.raises(ElectraUsageError) as e:
         to_hf(path, tmp_path / "hf", head="squad")
-    one_line_error(e, "'squad'", "not a sentence classification head")
+    one_line_error(e, "'squad'", "is neither a sentence classification head")
     with pytest.raises(ElectraUsageError) as e:
         to_hf(path, tmp_path / "hf", head="qnli")
     one_line_error(e, "no classification head 'qnli'")
@@ -746,10 +747,12 @@ def test_several_heads_need_a_choice(tiny, tmp_path):
 
 
 def test_key_table_is_one_to_one():
-    for side in ("fairseq", "hf"):
-        names = [(row.component in ("generator", "generator_head"), getattr(row, side))
-                 for row in KEY_TABLE]
-        assert len(names) == len(set(names)), side
+    """Within each HF class (a sentence head and a token head share fairseq's names, as the
+    model's heads do, and go to different classes)."""
+    for architecture, components in HF_ARCHITECTURES.items():
+        for side in ("fairseq", "hf"):
+            names = [getattr(row, side) for row in KEY_TABLE if row.component in components]
+            assert len(names) == len(set(names)), (architecture, side)
 
 
 def test_key_table_renames_both_ways_strictly():

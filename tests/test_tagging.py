@@ -134,6 +134,29 @@ def test_english_ner_end_to_end(tmp_path, spm_data, pretrained, capsys):
     assert printed["f1"] == pytest.approx(
         conll.tagging_scores(gold, predicted, ["O", "B-ANI", "B-PER", "I-ANI"])["f1"])
 
+    # served by transformers: ElectraForTokenClassification gives the plugin's logits
+    import torch
+    import transformers
+    from fairseq import checkpoint_utils
+
+    from electra_plugin.cli import convert
+
+    ck = str(tmp_path / "ck" / "checkpoint_last.pt")
+    convert.main(["export", ck, "--out", str(tmp_path / "hf")])
+    hf = transformers.ElectraForTokenClassification.from_pretrained(tmp_path / "hf").eval()
+    assert hf.config.id2label == {0: "O", 1: "B-ANI", 2: "B-PER", 3: "I-ANI"}
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([ck])
+    model = models[0].eval()
+    from electra_plugin.data.tokenizer import load_tokenizer
+
+    d = task.source_dictionary
+    pieces = load_tokenizer(str(data)).pieces("the cat sees my neighbour .")
+    tokens = torch.tensor([[d.bos()] + [d.index(p) for p in pieces] + [d.eos()]])
+    with torch.no_grad():
+        ours, _ = model(tokens, classification_head_name="tagging")
+        theirs = hf(input_ids=tokens, token_type_ids=torch.zeros_like(tokens)).logits
+    assert (ours - theirs).abs().max() < 1e-5
+
 
 @pytest.mark.slow
 def test_korean_words_split_into_pieces(tmp_path):

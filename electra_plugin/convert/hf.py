@@ -49,6 +49,7 @@ from tokenizers.models import WordPiece
 from tokenizers.normalizers import BertNormalizer
 
 from ..checkpoint import load_checkpoint, refused_pickle_error, write_checkpoint
+from ..data.conll import LABELS_FILE
 from ..optional import require
 from ..data import fast_tokenizer
 from ..data.tokenizer import (METADATA_FILE, TokenizersTextTokenizer, WordPieceTextTokenizer,
@@ -246,11 +247,15 @@ def read_hf_weights(model_dir: str) -> Dict[str, torch.Tensor]:
     return state
 
 
+# the HF classes an import reads (a token classifier is exported, not yet imported)
+IMPORTED = [a for a in HF_ARCHITECTURES if a != "ElectraForTokenClassification"]
+
+
 def _detect_architecture(config: dict, weights: Dict[str, torch.Tensor], where: str) -> str:
     archs = [a for a in config.get("architectures") or [] if a]
-    if archs and archs[0] not in HF_ARCHITECTURES:
+    if archs and archs[0] not in IMPORTED:
         raise ElectraUsageError(f"{where}: {archs[0]} is not supported; convert one of "
-                                f"{', '.join(HF_ARCHITECTURES)}")
+                                f"{', '.join(IMPORTED)}")
     for arch, marker in (("ElectraForMaskedLM", "generator_predictions."),
                          ("ElectraForMaskedLM", "generator_lm_head."),
                          ("ElectraForPreTraining", "discriminator_predictions."),
@@ -725,7 +730,8 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
           vocab: Optional[str] = None, head: Optional[str] = None) -> ExportResult:
     """An ELECTRA checkpoint -> Hugging Face directory(ies) under ``out_dir``.
 
-    ``out_dir`` gets the discriminator: ``ElectraForSequenceClassification`` when the
+    ``out_dir`` gets the discriminator: ``ElectraForSequenceClassification`` (or, for a
+    ``token_tagging`` checkpoint, ``ElectraForTokenClassification``) when the
     checkpoint has a classification head (``head`` picks one when it has several),
     otherwise ``ElectraForPreTraining`` with the replaced-token head or ``ElectraModel``
     without it. A generator goes to ``out_dir/generator`` as ``ElectraForMaskedLM``.
@@ -761,21 +767,25 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
         by_component.setdefault(component_of(key), {})[key] = value
     head_keys = by_component.get("classification_head", {})
     heads = sorted({k.split(".")[1] for k in head_keys})
-    # Sentence classification heads (dense + out_proj) have an HF class; span (SQuAD) heads
-    # registered in the same ModuleDict do not map onto one here and are left out.
+    # Sentence classification heads (dense + out_proj) and the token heads of a token_tagging
+    # checkpoint have HF classes; span (SQuAD) heads registered in the same ModuleDict do
+    # not map onto one here and are left out.
+    tagging = state["cfg"].get("task", {}).get("_name", None) == "token_tagging"
     sentence_heads = [h for h in heads if f"classification_heads.{h}.dense.weight" in head_keys]
+    exportable = [h for h in heads if h not in sentence_heads] if tagging else sentence_heads
     if head is not None and head not in heads:
         raise ElectraUsageError(f"{checkpoint} has no classification head '{head}' (it has "
                                 f"{', '.join(heads) or 'none'})")
-    if head is not None and head not in sentence_heads:
-        raise ElectraUsageError(f"head '{head}' of {checkpoint} is not a sentence "
-                                f"classification head (dense + out_proj); only those export "
-                                f"(as ElectraForSequenceClassification)")
-    if head is None and len(sentence_heads) > 1:
+    if head is not None and head not in exportable:
+        raise ElectraUsageError(f"head '{head}' of {checkpoint} is neither a sentence "
+                                f"classification head (dense + out_proj) nor a token_tagging "
+                                f"head; only those export (as ElectraForSequenceClassification, "
+                                f"ElectraForTokenClassification)")
+    if head is None and len(exportable) > 1:
         raise ElectraUsageError(f"{checkpoint} has classification heads "
-                                f"{', '.join(sentence_heads)}; pick one to export")
-    head = head if head is not None else (sentence_heads[0] if sentence_heads else None)
-    if head is not None and cfg.get("classifier_pooling", "first") != "first":
+                                f"{', '.join(exportable)}; pick one to export")
+    head = head if head is not None else (exportable[0] if exportable else None)
+    if head is not None and not tagging and cfg.get("classifier_pooling", "first") != "first":
         raise ElectraUsageError(f"{checkpoint}'s classification head reads the mean of the "
                                 f"tokens (--classifier-pooling mean), HF's the first token; "
                                 f"export the discriminator alone (a checkpoint without the "
@@ -822,7 +832,8 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
     dtype = weights["discriminator.embeddings.word_embeddings.weight"].dtype
 
     if head is not None:
-        architecture = "ElectraForSequenceClassification"
+        architecture = ("ElectraForTokenClassification" if tagging
+                        else "ElectraForSequenceClassification")
         dropped = [c for c in ("discriminator_head",) if c in by_component]
     elif "discriminator_head" in by_component:
         architecture, dropped = "ElectraForPreTraining", []
@@ -838,8 +849,9 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
     disc_state = {}
     for component in components:
         part = by_component.get(component, {})
-        if component == "classification_head":
-            part = {k: v for k, v in part.items() if k.startswith(f"classification_heads.{head}.")}
+        if component in ("classification_head", "token_head"):
+            part = {k: v for k, v in by_component["classification_head"].items()
+                    if k.startswith(f"classification_heads.{head}.")}
             num_classes = part[f"classification_heads.{head}.out_proj.weight"].size(0)
             labels = _label_names(dict_dir, num_classes)
         disc_state.update(part)
@@ -882,7 +894,14 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
 
 
 def _label_names(dict_dir: str, num_classes: int) -> List[str]:
-    """Class names from a sentence_prediction label/dict.txt next to input0/, else LABEL_i."""
+    """Class names from a sentence_prediction label/dict.txt next to input0/, or a tagging
+    data directory's labels.txt, else LABEL_i."""
+    tags = os.path.join(dict_dir, LABELS_FILE)
+    if os.path.isfile(tags):
+        with open(tags, encoding="utf-8") as f:
+            names = f.read().split()
+        if len(names) == num_classes:
+            return names
     path = os.path.join(os.path.dirname(dict_dir.rstrip(os.sep)), "label", "dict.txt")
     if os.path.basename(dict_dir.rstrip(os.sep)) == "input0" and os.path.isfile(path):
         with open(path, encoding="utf-8") as f:

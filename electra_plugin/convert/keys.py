@@ -15,6 +15,7 @@ Which HF class holds which components::
 
     ElectraForPreTraining             discriminator + discriminator_head
     ElectraForSequenceClassification  discriminator + classification_head
+    ElectraForTokenClassification     discriminator + token_head (a token_tagging head)
     ElectraModel                      discriminator (saved without the "electra." prefix)
     ElectraForMaskedLM                generator + generator_head
 
@@ -101,12 +102,17 @@ KEY_TABLE: Tuple[Row, ...] = (
         "classifier.out_proj.weight", ("C", "H")),
     Row("classification_head", "classification_heads.{head}.out_proj.bias",
         "classifier.out_proj.bias", ("C",)),
+    # the token_tagging task's head: one linear layer on every token
+    Row("token_head", "classification_heads.{head}.out_proj.weight", "classifier.weight",
+        ("C", "H")),
+    Row("token_head", "classification_heads.{head}.out_proj.bias", "classifier.bias", ("C",)),
 )
 
 # HF model classes and the components they hold.
 HF_ARCHITECTURES = {
     "ElectraForPreTraining": ("discriminator", "discriminator_head"),
     "ElectraForSequenceClassification": ("discriminator", "classification_head"),
+    "ElectraForTokenClassification": ("discriminator", "token_head"),
     "ElectraModel": ("discriminator",),
     "ElectraForMaskedLM": ("generator", "generator_head"),
 }
