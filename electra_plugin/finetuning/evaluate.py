@@ -24,14 +24,10 @@ def sentence_predictions(checkpoint, data, split="valid", cpu=False):
     return predict_split(hub.model.to(device), hub.task, split)
 
 
-def squad_predictions(checkpoint, data=None, split="valid", cpu=False, *,
-                      n_best_size=sq.N_BEST_SIZE, max_answer_len=sq.MAX_ANSWER_LEN,
-                      no_answer_threshold=0.0, batch_size=32):
-    """-> ({question id: Prediction}, the split's SquadMetadata) of a ``--task squad``
-    checkpoint on ``data``'s ``split`` (default: the checkpoint's own data)."""
+def load_finetuned(checkpoint, data, task_class, task_name):
+    """-> (the model in eval mode, its task) of a checkpoint fine-tuned with ``--task
+    task_name``, its data directory replaced by ``data`` when given."""
     from fairseq import checkpoint_utils, utils
-
-    from ..tasks.squad import SquadTask
 
     plugin = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     utils.import_user_module(argparse.Namespace(user_dir=plugin))
@@ -40,10 +36,21 @@ def squad_predictions(checkpoint, data=None, split="valid", cpu=False, *,
     overrides = {"data": os.path.abspath(data)} if data else {}
     models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
         [checkpoint], arg_overrides=overrides)
-    if not isinstance(task, SquadTask):
-        raise ElectraUsageError(f"{checkpoint} was not fine-tuned with --task squad")
+    if not isinstance(task, task_class):
+        raise ElectraUsageError(f"{checkpoint} was not fine-tuned with --task {task_name}")
+    return models[0].eval(), task
+
+
+def squad_predictions(checkpoint, data=None, split="valid", cpu=False, *,
+                      n_best_size=sq.N_BEST_SIZE, max_answer_len=sq.MAX_ANSWER_LEN,
+                      no_answer_threshold=0.0, batch_size=32):
+    """-> ({question id: Prediction}, the split's SquadMetadata) of a ``--task squad``
+    checkpoint on ``data``'s ``split`` (default: the checkpoint's own data)."""
+    from ..tasks.squad import SquadTask
+
+    model, task = load_finetuned(checkpoint, data, SquadTask, "squad")
     device = inference_device(cpu)
-    model = models[0].eval().to(device)
+    model = model.to(device)
     dataset = task.load_dataset(split)
     meta = task.load_metadata(split)
     logger.info(f"predicting {len(dataset)} windows of {len(meta.examples)} questions "
@@ -58,27 +65,18 @@ def tagging_predictions(checkpoint, data=None, split="valid", cpu=False, batch_s
     ``--task token_tagging`` checkpoint; a word cut off by the length limit gets "O" (or the
     first label)."""
     import torch
-    from fairseq import checkpoint_utils, utils
 
     from ..data.conll import load_metadata
     from ..data.evaluation import net_input_on
     from ..tasks.tagging import TaggingTask
 
-    plugin = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    utils.import_user_module(argparse.Namespace(user_dir=plugin))
-    if not os.path.isfile(checkpoint):
-        raise ElectraUsageError(f"checkpoint {checkpoint} does not exist")
-    overrides = {"data": os.path.abspath(data)} if data else {}
-    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-        [checkpoint], arg_overrides=overrides)
-    if not isinstance(task, TaggingTask):
-        raise ElectraUsageError(f"{checkpoint} was not fine-tuned with --task token_tagging")
+    model, task = load_finetuned(checkpoint, data, TaggingTask, "token_tagging")
     sentences, first_pieces, labels = load_metadata(task.cfg.data, split)
     if labels != task.labels:
         raise ElectraUsageError(f"the {split} split's labels {labels} are not the model's "
                                 f"{task.labels}; preprocess it with the training labels")
     device = inference_device(cpu)
-    model = models[0].eval().to(device)
+    model = model.to(device)
     batches = task.get_batch_iterator(
         dataset=task.load_dataset(split), max_sentences=batch_size,
         max_positions=task.max_positions(), ignore_invalid_inputs=False,
