@@ -262,7 +262,7 @@ def test_glue_test_outputs_for_the_server(tmp_path, spm_data, pretrained):
     # the same predictions as the model's on the binarized split
     from electra_plugin.finetuning.evaluate import sentence_predictions
 
-    preds, gold = sentence_predictions(str(ck), str(dest), "test1", cpu=True)
+    preds, gold = sentence_predictions(str(ck), str(dest), ["test1"], cpu=True)["test1"]
     assert gold is None
     labels = glue.get_task("MNLI").labels
     assert [labels[p] for p in preds] == \

@@ -163,7 +163,8 @@ def _preprocess(args):
 def evaluate(args):
     """Prints the metrics and returns them."""
     glue_task = get_task(args.task)
-    preds, gold = sentence_predictions(args.checkpoint, args.data, args.split, args.cpu)
+    preds, gold = sentence_predictions(args.checkpoint, args.data, [args.split],
+                                       args.cpu)[args.split]
     if gold is None:
         raise ElectraUsageError(
             f"the {args.split} split of {args.data} has no labels to score; write its "

@@ -23,7 +23,6 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 
 from electra_plugin.data import conll
 from electra_plugin.data.binarize import writable_destdir
@@ -31,7 +30,7 @@ from electra_plugin.data.dictionary import load_dictionary
 from electra_plugin.data.tokenizer import load_tokenizer
 from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.output_dir import refuse_existing
-from electra_plugin.partial_output import removed_on_failure
+from electra_plugin.partial_output import removed_on_failure, written_whole
 
 logger = logging.getLogger(__name__)
 
@@ -94,11 +93,8 @@ def predict(args):
                                                        args.cpu)
     scores = conll.tagging_scores([s.labels for s in sentences], predicted, labels)
     if args.out:
-        out_dir = os.path.dirname(os.path.abspath(args.out))
-        with tempfile.NamedTemporaryFile("w", dir=out_dir, delete=False) as partial:
-            pass
-        conll.write_conll(partial.name, sentences, predicted)
-        os.replace(partial.name, args.out)
+        with written_whole(args.out) as partial:
+            conll.write_conll(partial, sentences, predicted)
         logger.info(f"wrote {args.out}")
     print(json.dumps({"split": args.split, "sentences": len(sentences), **scores}))
     return scores

@@ -14,14 +14,15 @@ from ..models.hub_interface import from_pretrained
 logger = logging.getLogger(__name__)
 
 
-def sentence_predictions(checkpoint, data, split="valid", cpu=False):
-    """-> (predictions, gold labels or None for an unlabelled split): class indices, or
-    floats for regression, in the split's file order."""
+def sentence_predictions(checkpoint, data, splits=("valid",), cpu=False):
+    """-> {split: (predictions, gold labels or None for an unlabelled split)}: class
+    indices, or floats for regression, in each split's file order; the model is loaded once."""
     hub = from_pretrained(os.path.dirname(os.path.abspath(checkpoint)),
                           os.path.basename(checkpoint), os.path.abspath(data))
     device = inference_device(cpu)
-    logger.info(f"predicting {split} on {device.type}")
-    return predict_split(hub.model.to(device), hub.task, split)
+    model = hub.model.to(device)
+    logger.info(f"predicting {', '.join(splits)} on {device.type}")
+    return {split: predict_split(model, hub.task, split) for split in splits}
 
 
 def load_finetuned(checkpoint, data, task_class, task_name):

@@ -28,8 +28,9 @@ def write_test_outputs(checkpoint, data, out_dir, cpu=False) -> List[str]:
     task = get_task(spec["task"])
     os.makedirs(out_dir, exist_ok=True)
     written = []
+    predicted = sentence_predictions(checkpoint, data, list(spec["splits"]), cpu)
     for split, entry in spec["splits"].items():
-        preds, _ = sentence_predictions(checkpoint, data, split, cpu)
+        preds, _ = predicted[split]
         ids = entry["ids"]
         if len(preds) != len(ids):
             raise ElectraUsageError(f"{split} of {data} has {len(preds)} examples but "

@@ -218,11 +218,14 @@ def evaluate(trial: Trial, cpu: bool = False) -> Tuple[Dict[str, Dict[str, float
     """-> ({row: {metric: score}}, {row: {metric: constant-prediction score}}) of the trial's
     final model on each dev split."""
     checkpoint = os.path.join(trial.save_dir, "checkpoint_last.pt")
-    scores, baselines = {}, {}
+    rows = dev_splits(trial.task)
     with quiet():
-        for row, split in dev_splits(trial.task).items():
-            scores[row], baselines[row] = evaluate_split(trial, checkpoint, split, cpu)
-    return scores, baselines
+        if trial.task.is_squad:
+            found = {row: squad_split(trial, checkpoint, split, cpu)
+                     for row, split in rows.items()}
+        else:
+            found = glue_splits(trial, checkpoint, rows, cpu)
+    return ({row: f[0] for row, f in found.items()}, {row: f[1] for row, f in found.items()})
 
 
 @contextlib.contextmanager
@@ -237,20 +240,28 @@ def quiet():
         logging.disable(logging.NOTSET)
 
 
-def evaluate_split(trial: Trial, checkpoint: str, split: str, cpu: bool):
-    """-> ({metric: score}, {metric: constant-prediction score}) on one dev split."""
-    if trial.task.is_squad:
-        preds, meta = squad_predictions(checkpoint, trial.task.data, split, cpu)
-        answers = {qid: p.answer for qid, p in preds.items()}
-        found = sq.squad_scores(meta.examples, answers)
-        empty = sq.squad_scores(meta.examples, {e.qid: "" for e in meta.examples})
-        return ({k: found[k] for k in SQUAD_METRICS}, {k: empty[k] for k in SQUAD_METRICS})
+def squad_split(trial: Trial, checkpoint: str, split: str, cpu: bool):
+    """-> ({metric: score}, {metric: score of empty answers}) on one SQuAD dev split."""
+    preds, meta = squad_predictions(checkpoint, trial.task.data, split, cpu)
+    answers = {qid: p.answer for qid, p in preds.items()}
+    found = sq.squad_scores(meta.examples, answers)
+    empty = sq.squad_scores(meta.examples, {e.qid: "" for e in meta.examples})
+    return {k: found[k] for k in SQUAD_METRICS}, {k: empty[k] for k in SQUAD_METRICS}
+
+
+def glue_splits(trial: Trial, checkpoint: str, rows: Dict[str, str], cpu: bool):
+    """-> {row: ({metric: score}, {metric: constant-prediction score})} of a GLUE-format
+    task's dev splits, the model loaded once."""
     glue = GLUE_TASKS[trial.task.name]
-    preds, gold = sentence_predictions(checkpoint, trial.task.data, split, cpu)
-    if gold is None:
-        raise ElectraUsageError(f"the {split} split of {trial.task.data} has no labels; "
-                                f"trials need a labelled dev set")
-    return score(glue, preds, gold), constant_baseline(glue, gold)
+    predicted = sentence_predictions(checkpoint, trial.task.data, list(rows.values()), cpu)
+    found = {}
+    for row, split in rows.items():
+        preds, gold = predicted[split]
+        if gold is None:
+            raise ElectraUsageError(f"the {split} split of {trial.task.data} has no labels; "
+                                    f"trials need a labelled dev set")
+        found[row] = score(glue, preds, gold), constant_baseline(glue, gold)
+    return found
 
 
 def run_trials(trials: Sequence[Trial], recipe: Recipe, jobs: int = 1,
