@@ -26,7 +26,7 @@ setup(
         "seqeval",  # entity-level F1 of token tagging (conlleval's counting)
     ],
     entry_points={"console_scripts": [  # each also runs as python -m electra_plugin.cli.NAME
-        "electra-train = electra_plugin.train_cli:cli_main",
+        "electra-train = electra_plugin.cli.train:cli_main",
         "electra-prepare = electra_plugin.cli.prepare:cli",
         "electra-glue = electra_plugin.cli.glue:cli",
         "electra-squad = electra_plugin.cli.squad:cli",

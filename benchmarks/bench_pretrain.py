@@ -26,7 +26,7 @@ FLOP/s and MFU (against the matrix-multiply peak this run measures) for
 
 and the ratios plugin/peer and plugin/peer-retained per row, whether the CPU has bf16
 matrix units, and an advice line when the plugin's bf16 rows are slower than its fp32 row.
-FLOPs per update are given the way the paper counts them (``electra_plugin.flops.paper_train_flops``, comparable with the
+FLOPs per update are given the way the paper counts them (``electra_plugin.models.core.flops.paper_train_flops``, comparable with the
 paper's train-FLOPs column) and as executed (matmuls only, ``executed_train_flops``, the
 basis of MFU).
 
@@ -59,8 +59,8 @@ import torch
 import torch.nn.functional as F
 
 from electra_plugin.speed import retain_freed_memory
-from electra_plugin.flops import executed_train_flops, paper_train_flops
-from electra_plugin.generators import model_sizes
+from electra_plugin.models.core.flops import executed_train_flops, paper_train_flops
+from electra_plugin.models.generators import model_sizes
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN = REPO / "electra_plugin"
@@ -174,7 +174,7 @@ class PluginStep:
         from fairseq.logging import metrics
         from fairseq.trainer import Trainer
 
-        from electra_plugin.train_cli import parse_args
+        from electra_plugin.cli.train import parse_args
 
         argv = [str(data_dir), "--user-dir", str(PLUGIN), "--task", "electra",
                 "--criterion", "electra", "--arch", arch, "--tokens-per-sample", str(length),
@@ -473,7 +473,7 @@ def arch_config(arch):
     """The plugin's model config of ``arch`` (sizes, dropout, positions)."""
     from omegaconf import OmegaConf
 
-    from electra_plugin.models.config import complete_config
+    from electra_plugin.models.core.config import complete_config
 
     return complete_config(OmegaConf.create({"_name": arch}))
 

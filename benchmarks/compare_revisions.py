@@ -10,7 +10,7 @@ subprocess with PYTHONPATH and ``--user-dir`` at its own tree. A variant is a li
 fairseq-train options for this tree and, where the spellings differ, another for REV. NAME
 picks built-in variants (default: all of them); ``--variant`` adds one (``seed=|--seed 4``:
 no options here, ``--seed 4`` at REV). The built-in variants' REV options are the spellings
-before the generators/objectives packages (REV with the single ``electra_plugin/generators.py``,
+before the generators/objectives packages (REV with the single ``electra_plugin/models/generators.py``,
 e.g. 2b60e05); at a later REV both sides get this tree's options.
 
 Each side, on a tiny templated corpus the tool binarizes itself and ELECTRA-tiny shrunk to
@@ -236,7 +236,7 @@ def main() -> int:
     if unknown:
         parser.error(f"no built-in variant {', '.join(sorted(unknown))}")
     old_spellings = subprocess.run(
-        ["git", "cat-file", "-e", f"{args.rev}:electra_plugin/generators.py"], cwd=REPO,
+        ["git", "cat-file", "-e", f"{args.rev}:electra_plugin/models/generators.py"], cwd=REPO,
         capture_output=True).returncode == 0
     variants = {name: (new, old if old_spellings and old is not None else new)
                 for name, (new, old) in VARIANTS.items()

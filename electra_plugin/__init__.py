@@ -4,7 +4,8 @@ fairseq imports ``tasks/`` and ``models/`` of a user dir by itself; everything e
 registers is imported here.
 """
 
-from . import criterions, crash_safety, optim, tasks  # noqa: F401
+from . import criterions, optim, tasks  # noqa: F401
+from .run import crash_safety  # noqa: F401
 from .models import electra  # noqa: F401  (registers the model and its archs)
 
 crash_safety.install()

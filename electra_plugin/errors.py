@@ -52,7 +52,7 @@ def _in_fairseq_command_line() -> bool:
     module = getattr(getattr(main, "__spec__", None), "name", None) or ""
     program = os.path.basename(sys.argv[0]) if sys.argv else ""
     return module.startswith("fairseq_cli.") or program.startswith("fairseq-") or \
-        program == "electra-train" or module == "electra_plugin.train_cli"
+        program == "electra-train" or module == "electra_plugin.cli.train"
 
 
 def command_line(main):

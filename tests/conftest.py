@@ -15,7 +15,7 @@ from helpers import PLUGIN, binarize, run, write_corpus
 SLOW_COMMANDS = {"electra-prepare", "electra_plugin.cli.prepare", "fairseq-preprocess",
                  "fairseq_cli.preprocess", "fairseq-train", "fairseq_cli.train",
                  "fairseq-hydra-train", "fairseq_cli.hydra_train", "electra-train",
-                 "electra_plugin.train_cli"}
+                 "electra_plugin.cli.train"}
 _current = {"item": None}  # the test being set up, run or torn down
 
 

@@ -154,10 +154,10 @@ def train_in_process(cmd) -> None:
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq_cli import train
 
-    from electra_plugin import train_cli
+    from electra_plugin.cli import train as train_cli
 
     argv = [str(c) for c in cmd[3:]]
-    args = train_cli.parse_args(argv) if cmd[2] == "electra_plugin.train_cli" else \
+    args = train_cli.parse_args(argv) if cmd[2] == "electra_plugin.cli.train" else \
         options.parse_args_and_arch(options.get_training_parser(), input_args=argv)
     distributed_utils.call_main(convert_namespace_to_omegaconf(args), train.main)
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from electra_plugin.models.encoder import attention_mask
+from electra_plugin.models.core.encoder import attention_mask
 from electra_plugin.speed import compile_encoders
 from helpers import masked_batch, records, run, tiny_model, train_cmd
 

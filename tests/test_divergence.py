@@ -10,7 +10,7 @@ import logging
 import pytest
 import torch
 
-from electra_plugin.checkpoint import checkpoint_damage
+from electra_plugin.models.core.checkpoint import checkpoint_damage
 from helpers import assert_usage_line, checkpoint, digest, records, train_cmd, train_in_process
 
 
@@ -65,7 +65,7 @@ def test_nan_gradients_stop_with_the_update_and_the_last_finite_loss(tmp_path, d
 
 def test_bf16_divergence(tmp_path, data_bin, caplog):
     cmd = diverging_run(data_bin, tmp_path / "ck", "--bf16")
-    cmd[1:3] = ["-m", "electra_plugin.train_cli"]  # electra-train: --bf16 off the TPU
+    cmd[1:3] = ["-m", "electra_plugin.cli.train"]  # electra-train: --bf16 off the TPU
     error, _ = stopped(cmd, caplog)
     assert_usage_line(error, "training diverged at update", "NaN/Inf", "fp32 instead of --bf16")
     assert_finite_checkpoints(tmp_path / "ck")

@@ -163,7 +163,7 @@ def test_command_lines_turn_it_into_one_line(tmp_path, data_bin, tiny_checkpoint
 def test_autocast_bf16_with_another_precision_flag(tmp_path, data_bin, other):
     """electra-train (fairseq-train with --bf16 usable) refuses two precision modes at once."""
     cmd = train_cmd(data_bin, tmp_path / "ck", "--max-update", "1", "--autocast-bf16", *other)
-    cmd[1:3] = ["-m", "electra_plugin.train_cli"]
+    cmd[1:3] = ["-m", "electra_plugin.cli.train"]
     assert_usage_error(cmd, "--autocast-bf16 does not combine", "keep --autocast-bf16")
 
 

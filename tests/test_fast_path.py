@@ -18,13 +18,13 @@ from fairseq import metrics
 from omegaconf import OmegaConf
 
 from electra_plugin.criterions.electra import ElectraCriterion
-from electra_plugin.flops import (
+from electra_plugin.models.core.flops import (
     EncoderSize,
     FlopsCounter,
     executed_train_flops,
     paper_train_flops,
 )
-from electra_plugin.generators import model_sizes
+from electra_plugin.models.generators import model_sizes
 from electra_plugin.models.electra import ElectraModel
 from electra_plugin.speed.dropout import Dropout, random_int16
 from helpers import (
@@ -314,7 +314,7 @@ def test_paper_flops_of_a_hand_computed_model():
     ("electra_large", 2048, 512, 1.75e6, 3.113952642891776e21),
 ])
 def test_paper_flops_of_the_official_runs(arch, batch, length, steps, official):
-    from electra_plugin.models.config import complete_config
+    from electra_plugin.models.core.config import complete_config
 
     disc, gen = model_sizes(complete_config(OmegaConf.create({"_name": arch})))
     ours = paper_train_flops(disc, gen, 30522, length, batch) * steps

@@ -34,7 +34,7 @@ TOLERANCE = {"fp16": {"gen_loss": 0.02, "disc_loss": 0.005, "disc_auc": 0.05},
 def gpu_train(data, save_dir, *flags):
     cmd = [c for c in train_cmd(data, save_dir, *DETERMINISTIC, *flags) if c != "--cpu"]
     if "--bf16" in flags:  # fairseq-train turns --bf16 into --tpu; electra-train does not
-        cmd[1:3] = ["-m", "electra_plugin.train_cli"]
+        cmd[1:3] = ["-m", "electra_plugin.cli.train"]
     result = run(cmd)
     assert result.returncode == 0, failure(f"GPU training {flags}", result)
     assert re.search(r"rank\s+0: capabilities =", result.stdout), "not on CUDA"

@@ -36,7 +36,7 @@ from transformers import (  # noqa: E402
     ElectraModel,
 )
 
-from electra_plugin.checkpoint import (  # noqa: E402
+from electra_plugin.models.core.checkpoint import (  # noqa: E402
     build_fairseq_config,
     load_checkpoint,
     write_checkpoint,
@@ -56,7 +56,7 @@ from electra_plugin.data.tokenizer import load_tokenizer  # noqa: E402
 from electra_plugin.data.wordpiece import vocab_to_fairseq_indices  # noqa: E402
 from electra_plugin.errors import ElectraUsageError  # noqa: E402
 from electra_plugin.models.electra import GDES_DELTA  # noqa: E402
-from electra_plugin.models.encoder import DisentangledEmbedding  # noqa: E402
+from electra_plugin.models.core.encoder import DisentangledEmbedding  # noqa: E402
 from electra_plugin.models.hub_interface import from_pretrained as hub  # noqa: E402
 
 TEXTS = [

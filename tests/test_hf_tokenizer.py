@@ -377,7 +377,7 @@ def test_import_of_non_wordpiece_checkpoints(kind, tmp_path):
     from fairseq import checkpoint_utils
     from safetensors.torch import load_file
 
-    from electra_plugin.checkpoint import load_checkpoint
+    from electra_plugin.models.core.checkpoint import load_checkpoint
     from electra_plugin.convert.hf import from_hf, to_hf
 
     text = [" ".join(p.split()) for p in python_docs_paragraphs(200)] + KOREAN + JAPANESE

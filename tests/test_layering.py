@@ -1,5 +1,6 @@
-"""The package's layering: commands -> tasks/criterions/tools -> models -> model parts ->
-data and run-time guards -> base, every module in one layer, and no import circles.
+"""The package's layering, folder by folder: commands -> tasks/criterions/tools/run safety ->
+models -> model variants -> model core -> data -> base; every module in one layer, no
+import from a layer above, and no import circles.
 
 Read from the source (every ``from ... import`` of a plugin module, inside functions too),
 so a lazy import that hides a circle counts as one.
@@ -12,34 +13,31 @@ from helpers import REPO
 
 
 PACKAGE = REPO / "electra_plugin"
-# a layer may import the ones after it, never one before it; every module is in one
+# A layer is a list of folders (packages) and top-level modules; a module belongs to the
+# longest of them that contains it, so models/ is the layer of its own modules (electra.py,
+# loading.py ...) and its subfolders sit below it. A layer may import the ones after it,
+# never one before it.
 ROOT = "electra_plugin"  # the package's __init__: registers everything (this name only)
-MODELS = "electra_plugin.models"  # the models package's __init__ (this name only)
 LAYERS = [
     # commands: what a user runs
-    (ROOT, "electra_plugin.cli", "electra_plugin.demo", "electra_plugin.train_cli"),
-    # what fairseq loads by name, and the tools around checkpoints
+    (ROOT, "electra_plugin.cli", "electra_plugin.demo"),
+    # what fairseq loads by name, the tools around checkpoints, the run's safety machinery
     ("electra_plugin.tasks", "electra_plugin.criterions", "electra_plugin.convert",
-     "electra_plugin.crash_safety", "electra_plugin.finetuning"),
-    # the model and what loads it
-    ("electra_plugin.models.electra", "electra_plugin.models.hub_interface"),
-    # what a model is built from: its variants, parts, FLOPs count, optimizer, speed work,
-    # and the checkpoint files they read
-    ("electra_plugin.generators", "electra_plugin.objectives", "electra_plugin.models.encoder",
-     "electra_plugin.models.heads", "electra_plugin.models.span_head",
-     "electra_plugin.models.collapse",
-     "electra_plugin.models.checkpoint_settings", "electra_plugin.checkpoint",
-     "electra_plugin.flops", "electra_plugin.optim", "electra_plugin.speed"),
-    # data (never the models), the model's configuration and the run-time guards
-    ("electra_plugin.data", "electra_plugin.glue", "electra_plugin.models.config", MODELS,
-     "electra_plugin.divergence", "electra_plugin.save_dir_lock",
-     "electra_plugin.run_config"),
+     "electra_plugin.finetuning", "electra_plugin.run"),
+    # the model: its assembly, loading and hub interface
+    ("electra_plugin.models",),
+    # its variants, one file each
+    ("electra_plugin.models.generators", "electra_plugin.models.objectives"),
+    # what every model is built from and stored as; the optimizer and the speed work
+    ("electra_plugin.models.core", "electra_plugin.optim", "electra_plugin.speed"),
+    # data (never the models) and the run settings checked before the trainer is built
+    ("electra_plugin.data", "electra_plugin.glue", "electra_plugin.run_config"),
     # the base everything may use
     ("electra_plugin.errors", "electra_plugin.logs", "electra_plugin.output_dir",
-     "electra_plugin.optional",
-     "electra_plugin.partial_output", "electra_plugin.splitmix", "electra_plugin.fixed_dtype",
+     "electra_plugin.optional", "electra_plugin.partial_output", "electra_plugin.splitmix",
      "electra_plugin.auc"),
 ]
+
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(REPO).with_suffix("").parts
@@ -69,11 +67,14 @@ def plugin_imports():
 
 
 def layer_of(module):
-    for depth, layer in enumerate(LAYERS):
-        if any(module == p or (p not in (ROOT, MODELS) and module.startswith(p + "."))
-               for p in layer):
-            return depth
-    return None
+    """The layer of the longest folder or module entry containing ``module``."""
+    best, depth = -1, None
+    for index, layer in enumerate(LAYERS):
+        for entry in layer:
+            inside = module == entry or (entry != ROOT and module.startswith(entry + "."))
+            if inside and len(entry) > best:
+                best, depth = len(entry), index
+    return depth
 
 
 def test_no_layer_imports_a_layer_above_it():

@@ -10,9 +10,9 @@ from fairseq import options
 from omegaconf import OmegaConf
 
 from electra_plugin.errors import ElectraUsageError
-from electra_plugin.flops import paper_train_flops
-from electra_plugin.generators import model_sizes
-from electra_plugin.models.config import complete_config
+from electra_plugin.models.core.flops import paper_train_flops
+from electra_plugin.models.generators import model_sizes
+from electra_plugin.models.core.config import complete_config
 from electra_plugin.models.electra import GDES_DELTA, ElectraModel
 from helpers import make_task, masked_batch, tiny_model, tiny_model_config
 

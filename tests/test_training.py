@@ -405,7 +405,7 @@ def test_cli_bf16_flag_turns_on_tpu(data_bin, tmp_path):
 def test_electra_train_entry_point_runs_bf16_without_tpu(data_bin, tmp_path):
     """electra-train is fairseq-train with --bf16 kept off the TPU path."""
     cmd = train_cmd(data_bin, tmp_path, "--max-update", "2", "--bf16")
-    cmd[1:3] = ["-m", "electra_plugin.train_cli"]
+    cmd[1:3] = ["-m", "electra_plugin.cli.train"]
     result = run(cmd)
     assert result.returncode == 0, failure("electra-train --bf16", result)
     state = checkpoint(tmp_path / "checkpoint_last.pt")

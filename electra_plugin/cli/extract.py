@@ -11,7 +11,7 @@ Its task is fairseq's masked_lm, which reads the same dict.txt (+ <mask>) as the
 import argparse
 import sys
 
-from electra_plugin.checkpoint import load_checkpoint, write_checkpoint
+from electra_plugin.models.core.checkpoint import load_checkpoint, write_checkpoint
 from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.models.electra import FINETUNING_PARTS, fold_embedding_delta
 

@@ -48,7 +48,7 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordPiece
 from tokenizers.normalizers import BertNormalizer
 
-from ..checkpoint import load_checkpoint, refused_pickle_error, write_checkpoint
+from ..models.core.checkpoint import load_checkpoint, refused_pickle_error, write_checkpoint
 from ..data.conll import LABELS_FILE
 from ..optional import require
 from ..data import fast_tokenizer
@@ -59,8 +59,8 @@ from ..data.wordpiece import write_fairseq_dict
 from ..errors import ElectraUsageError, first_line
 from ..output_dir import refuse_existing
 from ..partial_output import removed_on_failure, unusable_destination
-from ..generators import GENERATORS
-from ..models.config import SIZE_FIELDS, EncoderSize, complete_config, scaled_size
+from ..models.generators import GENERATORS
+from ..models.core.config import SIZE_FIELDS, EncoderSize, complete_config, scaled_size
 from ..models.electra import BOOKKEEPING_KEYS, fold_embedding_delta
 from .keys import (CONFIG_TABLE, HF_ARCHITECTURES, component_of, expand, permute_rows, rename,
                    symbols)

@@ -62,7 +62,7 @@ class ElectraCriterion(FairseqCriterion):
 
     ``L_gen`` is the generator's loss (cross-entropy averaged over the masked positions, or
     REINFORCE; none when the generator learns nothing), ``L_main`` the objective's loss
-    (:mod:`electra_plugin.objectives`), with ``w = --disc-weight`` for the binary objectives
+    (:mod:`electra_plugin.models.objectives`), with ``w = --disc-weight`` for the binary objectives
     (``electra``: BCE averaged over all non-pad tokens; ``electra_15``: over the masked ones)
     and 1 for the MLM ones. Both are per-batch means, as in the official code, so
     ``sample_size`` is 1 per batch: with ``--update-freq k`` or k workers the update averages
@@ -70,7 +70,7 @@ class ElectraCriterion(FairseqCriterion):
 
     Training batches also log their FLOPs as the paper counts them (:mod:`..flops`, with
     the batch's own length and number of masked positions); the ``electra`` task adds each
-    update's sum to the model's :class:`~electra_plugin.flops.FlopsCounter` and logs the
+    update's sum to the model's :class:`~electra_plugin.models.core.flops.FlopsCounter` and logs the
     running total as ``train_flops``, so that runs can be compared at equal compute (the
     ``wall`` column gives the time it took).
 

@@ -91,7 +91,7 @@ class Start:
 
 def from_checkpoint(path: str, label: str = "pre-trained") -> Start:
     """A Start that fine-tunes ``path``, with the model options it was trained with."""
-    from ..checkpoint import load_checkpoint  # reads the config, runs nothing of the file
+    from ..models.core.checkpoint import load_checkpoint  # reads the config, runs nothing of the file
 
     model_cfg = load_checkpoint(path)["cfg"]["model"]
     args = ["--arch", model_cfg.get("arch", None) or model_cfg.get("_name")]

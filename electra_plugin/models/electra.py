@@ -4,7 +4,7 @@
 losses: generator at the masked positions -> sample -> corrupted input -> discriminator ->
 losses (the ``electra`` criterion weights and adds them). ``forward`` runs it, so that DDP
 sees a single forward. The variants plug in as two objects: the generator
-(:mod:`electra_plugin.generators`) and the objective (:mod:`electra_plugin.objectives`); the
+(:mod:`electra_plugin.models.generators`) and the objective (:mod:`electra_plugin.models.objectives`); the
 configuration is :mod:`.config`.
 """
 
@@ -19,17 +19,17 @@ from omegaconf import OmegaConf, open_dict
 from torch.profiler import record_function
 
 from ..errors import ElectraUsageError
-from ..flops import FlopsCounter, paper_encoder_flops
-from ..generators import build_generator
-from ..objectives import OBJECTIVES, PretrainingOutput
+from .core.flops import FlopsCounter, paper_encoder_flops
+from .generators import build_generator
+from .objectives import OBJECTIVES, PretrainingOutput
 from ..optim.layer_decay import tag_parameters
 from ..run_config import complete_for_model, run_config
-from .checkpoint_settings import check_model_settings, vocabulary_error
+from .loading import check_model_settings, vocabulary_error
 from .collapse import warn_if_collapsed
-from .config import (ARCH_SIZES, CHECKPOINT_VERSION, SIZE_FIELDS, ElectraConfig, EncoderSize,
+from .core.config import (ARCH_SIZES, CHECKPOINT_VERSION, SIZE_FIELDS, ElectraConfig, EncoderSize,
                      complete_config, discriminator_size)
-from .encoder import DisentangledEmbedding, ElectraEmbeddings, ElectraTransformer, attention_mask
-from .heads import ElectraClassificationHead, ElectraTokenClassificationHead
+from .core.encoder import DisentangledEmbedding, ElectraEmbeddings, ElectraTransformer, attention_mask
+from .core.heads import ElectraClassificationHead, ElectraTokenClassificationHead
 
 logger = logging.getLogger(__name__)
 
@@ -324,7 +324,7 @@ class ElectraModel(BaseFairseqModel):
 
     def register_span_head(self, name, answerable: bool):
         """Adds (or replaces) a SQuAD start/end head, with a no-answer classifier for 2.0."""
-        from .span_head import SpanHead
+        from .core.span_head import SpanHead
 
         head = SpanHead(self.cfg.hidden_size, answerable, self.cfg.dropout)
         head.apply(init_bert_params)

@@ -2,7 +2,7 @@
 """Equal-compute study: pre-training objectives and generator sizes at the same training FLOPs.
 
 Every run pre-trains the same small discriminator on the same real corpus and stops at the
-same training FLOPs (counted as the paper counts them, ``electra_plugin.flops``), saving
+same training FLOPs (counted as the paper counts them, ``electra_plugin.models.core.flops``), saving
 checkpoints at 1/points, 2/points ... of the budget; every checkpoint is fine-tuned on the
 real sentiment set with several seeds. Results: a table (mean +- std dev accuracy) and two
 plots, accuracy against training FLOPs per objective, and accuracy against generator size
@@ -33,7 +33,7 @@ from fairseq.data import Dictionary
 from omegaconf import OmegaConf
 
 from electra_plugin.demo import dev_accuracy_cmd, finetune_cmd
-from electra_plugin.models.config import complete_config
+from electra_plugin.models.core.config import complete_config
 from electra_plugin.models.electra import ElectraModel
 from scripts.demo import prepare_corpus, prepare_sentiment  # the demo's data steps
 

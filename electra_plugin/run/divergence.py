@@ -3,7 +3,7 @@
 fairseq's trainer raises ``FloatingPointError`` when an update's gradients are NaN/Inf
 (fp32, bf16) or when the fp16/amp loss scale falls to ``--min-loss-scale``, and
 fairseq-train ends in a traceback that names neither the update nor what to change, nor
-whether the saved checkpoints are usable. :mod:`electra_plugin.crash_safety` wraps
+whether the saved checkpoints are usable. :mod:`electra_plugin.run.crash_safety` wraps
 ``Trainer.train_step`` and ``Trainer.save_checkpoint`` with :func:`step_or_stop` and
 :func:`save_finite_only`: the first remembers the last finite loss and turns the divergence
 into the line; the second refuses to write weights that an update made NaN/Inf (a learning
@@ -17,7 +17,7 @@ import os
 
 import torch
 
-from .errors import ElectraUsageError
+from ..errors import ElectraUsageError
 
 logger = logging.getLogger(__name__)
 

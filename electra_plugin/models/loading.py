@@ -4,12 +4,12 @@ A resume or restore with another ``--arch``, size, objective or generator used t
 the first tensor whose shape differed (the token embeddings, then blamed on the dictionary)
 or, where the shapes agree (another head count, another objective), not at all.
 :func:`check_model_settings` compares the model settings the checkpoint was trained with
-(kept with its weights by :func:`electra_plugin.checkpoint.remember_settings`) with this
+(kept with its weights by :func:`electra_plugin.models.core.checkpoint.remember_settings`) with this
 model's before anything is loaded.
 """
 
 from ..errors import ElectraUsageError
-from .config import arch_generator_size
+from .core.config import arch_generator_size
 
 # The settings that decide what a checkpoint's weights mean: sizes decide their shapes;
 # heads, objective and generator what tensors of the same shapes compute. The

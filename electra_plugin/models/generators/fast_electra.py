@@ -13,9 +13,9 @@ import math
 import torch
 from omegaconf import open_dict
 
-from ..checkpoint import load_checkpoint
-from ..errors import ElectraUsageError
-from ..models.config import complete_config, discriminator_size, scaled_size
+from ..core.checkpoint import load_checkpoint
+from ...errors import ElectraUsageError
+from ..core.config import complete_config, discriminator_size, scaled_size
 from .base import GENERATORS, frozen, register_generator
 from .masked_lm import MaskedLMGenerator
 

@@ -6,8 +6,8 @@ from contextlib import nullcontext
 import torch
 import torch.nn.functional as F
 
-from ..models.config import arch_generator_size, scaled_size
-from ..models.heads import ElectraGeneratorPredictions
+from ..core.config import arch_generator_size, scaled_size
+from ..core.heads import ElectraGeneratorPredictions
 from ..objectives import masked_mean
 from .base import Generator, register_generator
 

@@ -17,8 +17,8 @@ from typing import Dict, NamedTuple, Optional
 
 import torch
 
-from ..flops import paper_discriminator_output
-from ..models.heads import ElectraDiscriminatorPredictions, ElectraGeneratorPredictions
+from ..core.flops import paper_discriminator_output
+from ..core.heads import ElectraDiscriminatorPredictions, ElectraGeneratorPredictions
 
 OBJECTIVES: Dict[str, "Objective"] = {}
 

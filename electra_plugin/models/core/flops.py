@@ -32,7 +32,7 @@ from typing import Optional
 import torch
 
 from .fixed_dtype import FixedDtypeBuffers
-from .models.config import EncoderSize
+from .config import EncoderSize
 # Elementwise costs per value, as the official script counts them.
 _LAYER_NORM, _GELU, _SOFTMAX, _DROPOUT = 5, 8, 5, 4
 # Fraction of positions whose generator output the official script counts (20 of 128).

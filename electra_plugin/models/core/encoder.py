@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..speed import Dropout, attention, project_qkv
+from ...speed import Dropout, attention, project_qkv
 from .config import EncoderSize
 
 LAYER_NORM_EPS = 1e-12

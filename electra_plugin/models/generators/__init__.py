@@ -1,7 +1,7 @@
 """Where the replacements come from: one class per generator variant, one file each
 (``--generator``); :class:`.base.Generator` is what the step calls."""
 
-from ..models.config import discriminator_size
+from ..core.config import discriminator_size
 from .base import GENERATORS, Generator, register_generator  # noqa: F401
 from . import adversarial, fast_electra, masked_lm, tied, two_stage, unigram  # noqa: F401,E402
 

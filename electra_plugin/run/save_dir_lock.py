@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 
-from .errors import ElectraUsageError
+from ..errors import ElectraUsageError
 
 try:
     import fcntl

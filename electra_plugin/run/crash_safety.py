@@ -14,9 +14,9 @@ fairseq's own code:
   ``--finetune-from-model``, the hub) is named in one line instead of torch's zip error, and
   so is one the safe unpickler refuses (objects that are not plain weights); a checkpoint
   read keeps its model settings with its weights, for the model to compare
-  (:mod:`electra_plugin.models.checkpoint_settings`);
+  (:mod:`electra_plugin.models.loading`);
 - ``checkpoint_utils.load_checkpoint``: the run takes ``--save-dir`` for itself (a second
-  run into it stops, :mod:`electra_plugin.save_dir_lock`); when ``checkpoint_last.pt`` is
+  run into it stops, :mod:`electra_plugin.run.save_dir_lock`); when ``checkpoint_last.pt`` is
   damaged, it resumes from the newest intact checkpoint there, with a warning;
 - ``checkpoint_utils.save_checkpoint``: a failed write (a full disk) ends in one line
   saying the checkpoints already saved are intact;
@@ -26,7 +26,7 @@ fairseq's own code:
   default ``weights_only=True`` and fail (torch >= 2.6). The bytes come from rank 0 of the
   same job, not from a file, so the receivers read them in full.
 - ``Trainer.train_step`` and ``Trainer.save_checkpoint``: a diverging run stops with one
-  line, and weights that became NaN/Inf are never saved (:mod:`electra_plugin.divergence`);
+  line, and weights that became NaN/Inf are never saved (:mod:`electra_plugin.run.divergence`);
   the last checkpoint of a pre-training run whose discriminator collapsed is saved with one
   warning line (:mod:`electra_plugin.models.collapse`).
 """
@@ -46,12 +46,12 @@ from fairseq.file_io import PathManager
 from fairseq.trainer import Trainer
 from omegaconf import open_dict
 
-from .checkpoint import (checkpoint_damage, damaged_checkpoint_error, refused_pickle_error,
+from ..models.core.checkpoint import (checkpoint_damage, damaged_checkpoint_error, refused_pickle_error,
                          remember_settings)
-from .data.integrity import check_binarized
+from .integrity import check_binarized
 from .divergence import save_finite_only, step_or_stop
-from .errors import ElectraUsageError
-from .models.collapse import warn_if_collapsed
+from ..errors import ElectraUsageError
+from ..models.collapse import warn_if_collapsed
 from .save_dir_lock import hold_save_dir
 
 logger = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 No network code: the model, the converter, the FLOPs count and the benchmark read sizes from
 here. The options are one choice per axis (``--objective``, ``--generator``,
 ``--embedding-sharing``); what each choice needs of the others is checked by its own class
-(:mod:`electra_plugin.generators`, :mod:`electra_plugin.objectives`) when the model is built.
+(:mod:`electra_plugin.models.generators`, :mod:`electra_plugin.models.objectives`) when the model is built.
 """
 
 import logging
@@ -14,7 +14,7 @@ from typing import Optional
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from omegaconf import OmegaConf, open_dict
 
-from ..errors import ElectraUsageError
+from ...errors import ElectraUsageError
 
 logger = logging.getLogger(__name__)
 

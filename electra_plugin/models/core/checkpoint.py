@@ -37,9 +37,9 @@ from fairseq.tasks import TASK_DATACLASS_REGISTRY
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from .errors import ElectraUsageError, first_line
-from .models.config import complete_config
-from .partial_output import written_whole
+from ...errors import ElectraUsageError, first_line
+from .config import complete_config
+from ...partial_output import written_whole
 
 logger = logging.getLogger(__name__)
 
@@ -333,7 +333,7 @@ def _pickles(path) -> List[bytes]:
 def remember_settings(state, path) -> None:
     """Keep, with the weights ``state["model"]``, their file and the model settings they were
     trained with, completed from the arch: fairseq hands a model only the weights, and
-    :func:`electra_plugin.models.checkpoint_settings.check_model_settings` compares them."""
+    :func:`electra_plugin.models.loading.check_model_settings` compares them."""
     weights, cfg = state.get("model"), (state.get("cfg") or {}).get("model", None)
     if not isinstance(weights, Mapping) or not is_electra_model_cfg(cfg):
         return

@@ -3,9 +3,9 @@
 import torch
 import torch.nn.functional as F
 
-from ..flops import paper_generator_output
-from ..models.config import GENERATOR_OPTIONS
-from ..errors import ElectraUsageError
+from ..core.flops import paper_generator_output
+from ..core.config import GENERATOR_OPTIONS
+from ...errors import ElectraUsageError
 from .base import Objective, masked_mean, register_objective
 
 

@@ -9,9 +9,9 @@ loading, and its share of the training FLOPs.
 
 from typing import Dict, Optional, Type
 
-from ..errors import ElectraUsageError
-from ..flops import paper_encoder_flops, paper_generator_output
-from ..models.config import GENERATOR_OPTIONS, EncoderSize, discriminator_size
+from ...errors import ElectraUsageError
+from ..core.flops import paper_encoder_flops, paper_generator_output
+from ..core.config import GENERATOR_OPTIONS, EncoderSize, discriminator_size
 
 GENERATORS: Dict[str, Type["Generator"]] = {}
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from ..fixed_dtype import FixedDtypeBuffers
+from ..core.fixed_dtype import FixedDtypeBuffers
 from .base import Generator, register_generator
 
 

@@ -3,7 +3,7 @@
 import torch
 import torch.nn.functional as F
 
-from ..flops import paper_discriminator_output, paper_generator_output
+from ..core.flops import paper_discriminator_output, paper_generator_output
 from .base import Objective, register_objective
 
 
