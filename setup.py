@@ -32,8 +32,10 @@ setup(
         "electra-squad = electra_plugin.cli.squad:cli",
         "electra-finetune = electra_plugin.cli.finetune:cli",
         "electra-tag = electra_plugin.cli.tag:cli",
+        "electra-choice = electra_plugin.cli.choice:cli",
         "electra-extract = electra_plugin.cli.extract:cli",
         "electra-convert = electra_plugin.cli.convert:cli",
+        "electra-score = electra_plugin.cli.score:cli",
     ]},
     extras_require={
         # (5: the export's ElectraConfig(dtype=...) and tokenizers-backed BertTokenizer;
@@ -43,6 +45,7 @@ setup(
         # fairseq's --tensorboard-logdir writes nothing without a writer package
         "tensorboard": ["tensorboardX>=2.6"],
         "plots": ["matplotlib"],  # the demo's and the equal-compute study's curves
-        "test": ["pytest>=7"],
+        "bleu": ["sacrebleu>=2"],  # electra-score rerank's corpus BLEU
+        "test": ["pytest>=7", "sacrebleu>=2"],
     },
 )

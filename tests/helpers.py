@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from tokenizers.normalizers import BertNormalizer
 from tokenizers.pre_tokenizers import BertPreTokenizer
 
-from electra_plugin.convert.hf import model_cli_args
+from electra_plugin.convert import model_cli_args
 from electra_plugin.errors import ElectraUsageError
 from electra_plugin.models.electra import ElectraModel
 from electra_plugin.optim.layer_decay import ElectraAdamConfig

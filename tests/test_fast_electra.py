@@ -70,8 +70,8 @@ def test_temperature_decays_on_schedule_and_flops_count_a_forward(tmp_path):
     for update in range(6):
         for model in (linear, cosine):
             model.set_num_updates(update)
-        seen.append((linear.generator_variant.temperature(),
-                     cosine.generator_variant.temperature()))
+        seen.append((linear.generator_kind.temperature(),
+                     cosine.generator_kind.temperature()))
     assert [t for t, _ in seen] == [3.0, 2.5, 2.0, 1.5, 1.0, 1.0]
     assert [round(t, 6) for _, t in seen] == [
         3.0, round(2 + math.cos(math.pi / 4), 6), 2.0, round(2 - math.cos(math.pi / 4), 6),

@@ -274,7 +274,7 @@ def test_sampling_follows_softmax_of_logits_over_temperature():
     model, _ = tiny_model(temperature=2.0)
     logits = 1000 + 2 * torch.log(torch.tensor([[0.5, 0.3, 0.2, 0.0]])).expand(30000, 4)
     torch.manual_seed(3)
-    counts = torch.bincount(model.sample(logits, model.generator_variant.temperature()),
+    counts = torch.bincount(model.sample(logits, model.generator_kind.temperature()),
                             minlength=4).float() / 30000
     assert torch.allclose(counts, torch.tensor([0.5, 0.3, 0.2, 0.0]), atol=0.012)
 

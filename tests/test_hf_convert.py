@@ -42,7 +42,7 @@ from electra_plugin.models.core.checkpoint import (  # noqa: E402
     write_checkpoint,
 )
 from electra_plugin.cli import convert  # noqa: E402
-from electra_plugin.convert.hf import from_hf, model_cli_args, to_hf  # noqa: E402
+from electra_plugin.convert import from_hf, model_cli_args, to_hf  # noqa: E402
 from electra_plugin.convert.keys import (  # noqa: E402
     HF_ARCHITECTURES,
     KEY_TABLE,
@@ -55,7 +55,7 @@ from electra_plugin.convert.keys import (  # noqa: E402
 from electra_plugin.data.tokenizer import load_tokenizer  # noqa: E402
 from electra_plugin.data.wordpiece import vocab_to_fairseq_indices  # noqa: E402
 from electra_plugin.errors import ElectraUsageError  # noqa: E402
-from electra_plugin.models.electra import GDES_DELTA  # noqa: E402
+from electra_plugin.models.loading import GDES_DELTA  # noqa: E402
 from electra_plugin.models.core.encoder import DisentangledEmbedding  # noqa: E402
 from electra_plugin.models.hub_interface import from_pretrained as hub  # noqa: E402
 
@@ -652,8 +652,8 @@ BAD_DISCRIMINATORS = {
         ["1 unexpected: electra.encoder.layer.2.output.dense.bias"]),
     "wrong shape": (lambda d: edit_config(d, intermediate_size=96),
                     ["wrongly shaped", "intermediate.dense.weight [128, 64] (expected [96, 64])"]),
-    "token classifier": (lambda d: edit_config(d, architectures=["ElectraForTokenClassification"]),
-                         ["ElectraForTokenClassification is not supported"]),
+    "causal LM": (lambda d: edit_config(d, architectures=["ElectraForCausalLM"]),
+                  ["ElectraForCausalLM is not supported"]),
 }
 BAD_GENERATORS = {
     "heads": (lambda g: edit_config(g, num_attention_heads=2), ["does not fit", "32-dim heads"]),
@@ -726,7 +726,7 @@ def test_several_heads_need_a_choice(tiny, tmp_path):
         weights[f"classification_heads.{name}.dense.bias"] = torch.randn(64)
         weights[f"classification_heads.{name}.out_proj.weight"] = torch.randn(classes, 64)
         weights[f"classification_heads.{name}.out_proj.bias"] = torch.randn(classes)
-    # a SQuAD span head lives in the same ModuleDict but has no HF class here: left out
+    # a span head in a sentence_prediction checkpoint is no head of its task: left out
     weights["classification_heads.squad.out_proj.weight"] = torch.randn(2, 64)
     weights["classification_heads.squad.out_proj.bias"] = torch.randn(2)
     path = tmp_path / "heads.pt"
@@ -736,7 +736,7 @@ def test_several_heads_need_a_choice(tiny, tmp_path):
     one_line_error(e, "heads mnli, sst;", "pick one")
     with pytest.raises(ElectraUsageError) as e:
         to_hf(path, tmp_path / "hf", head="squad")
-    one_line_error(e, "'squad'", "is neither a sentence classification head")
+    one_line_error(e, "'squad'", "is not a sentence_prediction head")
     with pytest.raises(ElectraUsageError) as e:
         to_hf(path, tmp_path / "hf", head="qnli")
     one_line_error(e, "no classification head 'qnli'")

@@ -7,7 +7,7 @@ real English text: Python's reference manual as it ships with the interpreter
 model trained by ``electra-prepare``), blocked and masked by the ``electra`` task,
 with the loss of the ``electra`` criterion (lambda = 50).
 
-The same weights, renamed through the converter's key table (``electra_plugin.convert.hf``),
+The same weights, renamed through the converter's key table (``electra_plugin.convert``),
 go into ``transformers.ElectraForMaskedLM`` (generator) and ``ElectraForPreTraining``
 (discriminator), which share one embedding module as the plugin's two encoders do; the
 generator's output layer is the word embedding matrix on both sides. HF then computes its
@@ -37,11 +37,11 @@ transformers = pytest.importorskip(
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from electra_plugin.convert.hf import (  # noqa: E402
+from electra_plugin.convert.hf_files import (  # noqa: E402
     HIDDEN_ACT,
     LAYER_NORM_EPS,
-    _encoder_fields,
-    _hf_config,
+    encoder_fields,
+    hf_config,
 )
 from electra_plugin.convert.keys import (  # noqa: E402
     CONFIG_TABLE,
@@ -53,7 +53,8 @@ from electra_plugin.convert.keys import (  # noqa: E402
     symbols,
 )
 from electra_plugin.criterions.electra import ElectraCriterion  # noqa: E402
-from electra_plugin.models.electra import BOOKKEEPING_KEYS, ElectraModel  # noqa: E402
+from electra_plugin.models.electra import ElectraModel
+from electra_plugin.models.loading import BOOKKEEPING_KEYS  # noqa: E402
 from electra_plugin.tasks.electra_pretraining import (  # noqa: E402
     ElectraPretrainingConfig,
     ElectraPretrainingTask,
@@ -163,14 +164,14 @@ def hf_models(model, task):
     built, names = {}, {}
     for architecture, fields_ in (("ElectraForPreTraining", fields),
                                   ("ElectraForMaskedLM",
-                                   _encoder_fields(fields, model.generator_variant.size()))):
+                                   encoder_fields(fields, model.generator_kind.size()))):
         components = HF_ARCHITECTURES[architecture]
         params = expand(components, {c: symbols(fields_, vocab) for c in components})
         part = {k: v for c in components for k, v in by_component[c].items()}
         hf_state = rename(part, params, to_hf=True, where=architecture)
         # a sentencepiece dictionary: the converter keeps fairseq's row order (no vocab.txt)
         permute_rows(hf_state, params, to_hf=True, fairseq_index=None)
-        config = _hf_config(fields_, architecture, vocab, pad, torch.float32)
+        config = hf_config(fields_, architecture, vocab, pad, torch.float32)
         config._attn_implementation = "eager"
         hf = getattr(transformers, architecture)(config).float()
         missing, unexpected = hf.load_state_dict(hf_state, strict=False)

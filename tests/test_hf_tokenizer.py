@@ -229,7 +229,7 @@ def test_binarizing_is_byte_identical_to_fairseq_preprocess(kind, corpus, spm_di
 @pytest.fixture(scope="module")
 def spm_model(spm_dir, tmp_path_factory):
     """A few pre-training updates on the Korean + English sentencepiece data, exported."""
-    from electra_plugin.convert.hf import to_hf
+    from electra_plugin.convert import to_hf
 
     save = tmp_path_factory.mktemp("spm_model")
     proc = run(train_cmd(spm_dir, save, "--max-update", "4", "--no-epoch-checkpoints",
@@ -299,7 +299,7 @@ def test_exported_classifier_in_a_transformers_pipeline(spm_model, spm_dir, tmp_
     pipeline("text-classification"): the plugin's labels and probabilities."""
     from transformers import pipeline
 
-    from electra_plugin.convert.hf import to_hf
+    from electra_plugin.convert import to_hf
 
     save, _ = spm_model
     proc = run([sys.executable, "-m", "electra_plugin.cli.extract", save / "checkpoint_last.pt",
@@ -378,7 +378,7 @@ def test_import_of_non_wordpiece_checkpoints(kind, tmp_path):
     from safetensors.torch import load_file
 
     from electra_plugin.models.core.checkpoint import load_checkpoint
-    from electra_plugin.convert.hf import from_hf, to_hf
+    from electra_plugin.convert import from_hf, to_hf
 
     text = [" ".join(p.split()) for p in python_docs_paragraphs(200)] + KOREAN + JAPANESE
     hf_tok, hf_model = hf_checkpoint(tmp_path / "hf", kind, text)
@@ -436,7 +436,7 @@ def test_continue_pretraining_an_hf_pair_on_text_in_its_own_tokenizer(tmp_path):
     electra-prepare --tokenizer-from -> fairseq-train --task electra from the import."""
     from transformers import ElectraConfig, ElectraForMaskedLM
 
-    from electra_plugin.convert.hf import from_hf
+    from electra_plugin.convert import from_hf
 
     text = [" ".join(p.split()) for p in python_docs_paragraphs(200)] + KOREAN + JAPANESE
     hf_tok, disc = hf_checkpoint(tmp_path / "disc", "unigram", text)
@@ -479,7 +479,7 @@ def test_finetune_an_imported_bpe_checkpoint(tmp_path):
     and fairseq-train, and the result exports with that tokenizer."""
     from transformers import AutoTokenizer
 
-    from electra_plugin.convert.hf import from_hf, model_cli_args, to_hf
+    from electra_plugin.convert import from_hf, model_cli_args, to_hf
 
     text = [" ".join(p.split()) for p in python_docs_paragraphs(200)]
     hf_checkpoint(tmp_path / "hf", "bpe", text)

@@ -13,7 +13,8 @@ from electra_plugin.errors import ElectraUsageError
 from electra_plugin.models.core.flops import paper_train_flops
 from electra_plugin.models.generators import model_sizes
 from electra_plugin.models.core.config import complete_config
-from electra_plugin.models.electra import GDES_DELTA, ElectraModel
+from electra_plugin.models.electra import ElectraModel
+from electra_plugin.models.loading import GDES_DELTA
 from helpers import make_task, masked_batch, tiny_model, tiny_model_config
 
 OFFICIAL = {  # (layers, hidden, heads, ffn, embedding) and generator (hidden, heads, ffn)
@@ -110,7 +111,7 @@ def test_sampling_follows_the_generator_distribution():
     model, _ = tiny_model()
     logits = torch.log(torch.tensor([[0.7, 0.2, 0.1]])).expand(20000, 3)
     torch.manual_seed(1)
-    generator = model.generator_variant
+    generator = model.generator_kind
     counts = torch.bincount(model.sample(logits, generator.temperature()),
                             minlength=3).float() / 20000
     assert torch.allclose(counts, torch.tensor([0.7, 0.2, 0.1]), atol=0.015)

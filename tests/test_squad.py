@@ -15,6 +15,7 @@ from fairseq.data import Dictionary
 
 from electra_plugin.cli import squad as squad_cli
 from electra_plugin.data import squad as sq
+from electra_plugin.data import squad_answers as answers
 from electra_plugin.data.tokenizer import WordPieceTextTokenizer, load_tokenizer
 from electra_plugin.errors import ElectraUsageError
 from helpers import (
@@ -133,7 +134,7 @@ def test_window_options_are_checked():
 
 # --------------------------------------------------------------------------- evaluation
 def test_official_em_f1_by_hand():
-    assert sq.normalize_answer("The  Cat's, an apple!") == "cats apple"
+    assert answers.normalize_answer("The  Cat's, an apple!") == "cats apple"
     examples = [
         sq.SquadExample("a", "?", 0, [("the green door", 0), ("green door", 4)]),
         sq.SquadExample("b", "?", 0, [("a red bird", 0)]),
@@ -144,21 +145,87 @@ def test_official_em_f1_by_hand():
     preds = {"a": "Green door!", "b": "red bird near", "c": "", "d": "the ball"}  # e missing
     # a: EM 1, F1 1. b: gold "red bird" (article dropped) vs "red bird near": P 2/3, R 1,
     # F1 0.8. c: "" = "" -> 1, 1. d: 0, 0. e: no prediction -> 0, 0.
-    result = sq.squad_scores(examples, preds)
+    result = answers.squad_scores(examples, preds)
     assert result["exact"] == pytest.approx(100 * 2 / 5)
     assert result["f1"] == pytest.approx(100 * (1 + 0.8 + 1) / 5)
     assert result["HasAns_exact"] == pytest.approx(100 / 3)
     assert result["HasAns_f1"] == pytest.approx(100 * 1.8 / 3)
     assert result["NoAns_exact"] == result["NoAns_f1"] == pytest.approx(50)
-    assert sq.f1_score("green", "the green door") == pytest.approx(2 * 1 * 0.5 / 1.5)
+    assert answers.f1_score("green", "the green door") == pytest.approx(2 * 1 * 0.5 / 1.5)
 
     # Best threshold (official v2.0 find_best_thresh): questions whose null score is at most
     # the threshold get their best span. Null scores order them c(-3) a(-1) e(0) d(2) b(5);
     # EM counts: all empty 2 (c, d), +c's span "x" 1, +a 2, +e 3, +d 2, +b 2: best 3 at 0.
     spans = {"a": "green door", "b": "wrong", "c": "x", "d": "the ball", "e": "two boxes"}
     nulls = {"a": -1.0, "b": 5.0, "c": -3.0, "d": 2.0, "e": 0.0}
-    result = sq.squad_scores(examples, preds, nulls, spans)
+    result = answers.squad_scores(examples, preds, nulls, spans)
     assert result["best_exact"] == pytest.approx(60) and result["best_exact_thresh"] == 0.0
+
+
+def test_joint_head_by_hand():
+    """The official joint head: start logits kept to the context (-1000 elsewhere), end
+    logits from GELU([start features, token features]) for the gold start in training and
+    for the beam of likely starts otherwise; the answerable logit reads [first token,
+    features averaged under the start probabilities]."""
+    from electra_plugin.models.core.span_head import JOINT_HIDDEN, SpanHead, answer_context
+
+    torch.manual_seed(0)
+    head = SpanHead(2, answerable=True, dropout=0.0, joint_prediction=True, beam_size=2,
+                    answerable_uses_start_logits=True).eval()
+    with torch.no_grad():
+        for p in head.parameters():
+            p.zero_()
+        head.out_proj.weight[0] = torch.tensor([1.0, 0.0])  # start logit: feature 0
+        head.end_dense.weight[0] = torch.tensor([1.0, 0.0, 0.0, 1.0])  # h_s[0] + h_t[1]
+        head.end_proj.weight[0, 0] = 2.0
+        head.no_answer_dense.weight[0] = torch.tensor([0.0, 1.0, 1.0, 0.0])  # h_0[1] + avg[0]
+        head.no_answer_proj.weight[0, 0] = 1.0
+    assert head.end_dense.out_features == head.no_answer_dense.out_features == JOINT_HIDDEN
+    h = torch.tensor([[[0.5, 1.0], [2.0, -1.0], [1.0, 3.0], [3.0, 0.0]]])  # <s> q c c
+    types, padding = torch.tensor([[0, 0, 1, 1]]), torch.zeros(1, 4, dtype=torch.bool)
+    context = answer_context(types, padding)
+    assert context.tolist() == [[True, False, True, True]]
+    gelu = lambda x: 0.5 * x * (1 + math.erf(x / math.sqrt(2)))  # noqa: E731
+    out = head(h, context, torch.tensor([2]))  # teacher forcing at the gold start 2
+    assert out.start[0].tolist() == pytest.approx([0.5, 2.0 - 1000, 1.0, 3.0])
+    expected = [2 * gelu(1.0 + h[0, t, 1].item()) - (0 if context[0, t] else 1000)
+                for t in range(4)]
+    assert out.end[0].tolist() == pytest.approx(expected, abs=1e-4)
+    p = torch.tensor([0.5, -1000.0, 1.0, 3.0]).softmax(-1)
+    average = (p[:, None] * h[0]).sum(0)
+    assert out.no_answer.item() == pytest.approx(gelu(1.0 + average[0].item()), abs=1e-5)
+    beam = head(h, context)  # inference: the two likeliest starts, 3 then 2
+    assert beam.start_top.tolist() == [[3, 2]] and beam.end.shape == (1, 2, 4)
+    for row, s in enumerate((3, 2)):
+        assert beam.end[0, row].tolist() == pytest.approx(
+            [2 * gelu(h[0, s, 0].item() + h[0, t, 1].item()) -
+             (0 if context[0, t] else 1000) for t in range(4)], abs=1e-4)
+
+
+def test_joint_decoding_by_hand():
+    """Joint windows give their own pairs: each beam start with its K best ends given it,
+    scored log p(start) + log p(end | start)."""
+    context = "aa bb cc"
+    offsets = [0, 2, 3, 5, 6, 8]
+    ex = sq.SquadExample("q", "?", 0, [("bb", 3)])
+    meta = sq.SquadMetadata("1.1", 8, 1, 1, [context], [offsets], [ex], [(0, 0, 3, 2)])
+    start = np.array([0.0, -1000, 1.0, 2.0, 0.5, -1000])  # <s> q aa bb cc </s>
+    ends = np.array([[-1000, -1000, 0.0, 0.0, 3.0, -1000],  # given start bb (index 3)
+                     [-1000, -1000, 1.0, 2.0, 0.0, -1000]])  # given start aa (index 2)
+    logits = {0: answers.WindowLogits(start, ends, None, np.array([3, 2]))}
+    pred = answers.predict_answers(meta, logits)["q"]
+
+    def log_softmax(x):
+        return x - np.log(np.exp(x - x.max()).sum()) - x.max()
+
+    ls, le = log_softmax(start), [log_softmax(row) for row in ends]
+    scores = {c["text"]: c["score"] for c in pred.nbest}
+    assert pred.answer == "bb cc"
+    assert scores["bb cc"] == pytest.approx(ls[3] + le[0][4])
+    assert scores["aa bb"] == pytest.approx(ls[2] + le[1][3])
+    assert scores["aa"] == pytest.approx(ls[2] + le[1][2])
+    # bb's two best ends are cc and aa (before it: dropped); cc is no beam start
+    assert set(scores) == {"bb cc", "aa bb", "aa"}
 
 
 def test_predict_answers_from_hand_made_logits():
@@ -172,11 +239,11 @@ def test_predict_answers_from_hand_made_logits():
     low = -10.0
     start0, end0 = [0, low, 0.5, 2, 9, low], [0, low, low, low, 8, low]
     start1, end1 = [0, low, 5, low, 2, low], [0, low, 1, 0, 7, low]
-    logits = {0: sq.WindowLogits(np.array(start0), np.array(end0), -1.0),
-              1: sq.WindowLogits(np.array(start1), np.array(end1), 2.0)}
+    logits = {0: answers.WindowLogits(np.array(start0), np.array(end0), -1.0),
+              1: answers.WindowLogits(np.array(start1), np.array(end1), 2.0)}
 
     def nbest(**kw):
-        pred = sq.predict_answers(meta, logits, **kw)["q"]
+        pred = answers.predict_answers(meta, logits, **kw)["q"]
         return pred, [(c["text"], c["score"]) for c in pred.nbest]
 
     # window 0: cc 9+8, bb..cc 2+8, aa..cc 0.5+8 (3 pieces), bb 2-10, aa 0.5-10, aa..bb;
@@ -458,14 +525,14 @@ def test_finetune_then_predict(tmp_path, squad_bin, pretrained, capsys):
         assert squad_cli.main(["predict", "--checkpoint", str(save / "checkpoint_last.pt"),
                                "--data", str(test_data), "--split", "test", "--out-dir",
                                str(out), f"--no-answer-threshold={threshold}", "--cpu"]) == 0
-        answers = json.loads((out / "predictions.json").read_text())
-        assert sorted(answers) == ["q1", "q2", "q3", "q4", "q5"]
+        predicted = json.loads((out / "predictions.json").read_text())
+        assert sorted(predicted) == ["q1", "q2", "q3", "q4", "q5"]
         assert not (out / "eval.json").exists()  # nothing to score against
         odds = odds or json.loads((out / "null_odds.json").read_text())
         assert json.loads((out / "null_odds.json").read_text()) == odds
         # above the threshold a question gets "": a threshold above every score answers all
-        assert all(a for a in answers.values()) if threshold == "1e9" else \
-            not any(answers.values())
+        assert all(a for a in predicted.values()) if threshold == "1e9" else \
+            not any(predicted.values())
 
 
 @pytest.mark.slow
@@ -570,3 +637,101 @@ def test_fetch_from_sdist_and_split(tmp_path):
     assert not ids(train) & ids(valid) and len(ids(valid)) >= 3
     # questions about one paragraph stay together
     assert {"q2", "q3", "q5"} <= ids(train) or {"q2", "q3", "q5"} <= ids(valid)
+
+
+@pytest.mark.slow
+def test_squad_11_head_served_by_transformers_and_back(tmp_path, squad_bin, pretrained):
+    """A SQuAD 1.1 checkpoint -> ElectraForQuestionAnswering: transformers' logits equal the
+    plugin's within 1e-5 and give the same answers through the official decoding
+    (transformers 5 has no question-answering pipeline any more); its import gives the
+    fine-tuned weights back bit for bit, predicts the same answers, and exports the same
+    tensors again. A SQuAD 2.0 head is refused in one line naming its no-answer classifier."""
+    transformers = pytest.importorskip("transformers")
+    from safetensors.torch import load_file
+
+    from electra_plugin.cli import convert
+    from electra_plugin.data.evaluation import squad_window_logits
+    from electra_plugin.finetuning.evaluate import load_finetuned, squad_predictions
+    from electra_plugin.tasks.squad import SquadTask
+
+    data = squad_bin["1.1"]
+    proc = run(finetune_cmd(data, tmp_path / "ck", pretrained))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ck = tmp_path / "ck" / "checkpoint_last.pt"
+    convert.main(["export", str(ck), "--out", str(tmp_path / "hf")])
+    hf = transformers.AutoModelForQuestionAnswering.from_pretrained(tmp_path / "hf").eval()
+    assert type(hf).__name__ == "ElectraForQuestionAnswering"
+
+    model, task = load_finetuned(str(ck), str(data), SquadTask, "squad")
+    dataset = task.load_dataset("valid")
+    ours = squad_window_logits(model, task, dataset, 8, torch.device("cpu"))
+    theirs, largest = {}, 0.0
+    batches = task.get_batch_iterator(dataset=dataset, max_sentences=8,
+                                      ignore_invalid_inputs=False).next_epoch_itr(shuffle=False)
+    with torch.no_grad():
+        for sample in batches:
+            net = sample["net_input"]
+            tokens = net["src_tokens"]
+            out = hf(input_ids=tokens, token_type_ids=net["token_types"],
+                     attention_mask=tokens.ne(task.dictionary.pad()).long())
+            for b, window in enumerate(sample["id"].tolist()):
+                n = int(net["src_lengths"][b])
+                theirs[window] = answers.WindowLogits(out.start_logits[b, :n].numpy(),
+                                                      out.end_logits[b, :n].numpy())
+                for mine, hers in ((ours[window].start, theirs[window].start),
+                                   (ours[window].end, theirs[window].end)):
+                    largest = max(largest, float(np.abs(mine - hers).max()))
+    assert sorted(theirs) == sorted(ours) and largest < 1e-5, largest
+    print(f"ElectraForQuestionAnswering: largest start/end logit difference {largest:.1e}")
+    meta = task.load_metadata("valid")
+    predicted, _ = squad_predictions(str(ck), str(data), "valid", cpu=True)
+    decoded = answers.predict_answers(meta, theirs)
+    assert {q: p.answer for q, p in decoded.items()} == {q: p.answer for q, p in predicted.items()}
+
+    convert.main(["import", "--discriminator", str(tmp_path / "hf"),
+                  "--out", str(tmp_path / "imported")])
+    imported = tmp_path / "imported" / "checkpoint.pt"
+    original = torch.load(ck, map_location="cpu", weights_only=True)["model"]
+    back = torch.load(imported, map_location="cpu", weights_only=True)["model"]
+    assert sorted(back) == sorted(original)
+    assert all(torch.equal(back[k], original[k]) for k in original)
+    again, _ = squad_predictions(str(imported), str(data), "valid", cpu=True)
+    assert {q: p.answer for q, p in again.items()} == {q: p.answer for q, p in predicted.items()}
+    convert.main(["export", str(imported), "--out", str(tmp_path / "hf2")])
+    first, second = (load_file(tmp_path / d / "model.safetensors") for d in ("hf", "hf2"))
+    assert sorted(first) == sorted(second)
+    assert all(torch.equal(first[k], second[k]) for k in first)
+
+    proc = run(finetune_cmd(squad_bin["2.0"], tmp_path / "ck2", pretrained))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_main_error(convert.main, ["export", tmp_path / "ck2" / "checkpoint_last.pt", "--out",
+                                     tmp_path / "hf3"],
+                      "no_answer_dense", "ElectraForQuestionAnswering has no slot for")
+
+
+@pytest.mark.slow
+def test_official_joint_decoding_trains_and_predicts(tmp_path, squad_bin, pretrained):
+    """--joint-prediction --answerable-uses-start-logits --beam-size: a real few-update run
+    whose checkpoint holds the joint layers, predicts spans of the context through the beam,
+    and is refused by the HF export in one line naming them."""
+    from electra_plugin.cli import convert
+    from electra_plugin.finetuning.evaluate import squad_predictions
+
+    save = tmp_path / "ck"
+    proc = run(finetune_cmd(squad_bin["2.0"], save, pretrained, "--joint-prediction",
+                            "--answerable-uses-start-logits", "--beam-size", "4"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    train = [json.loads(m.group(1)) for m in re.finditer(
+        r"\| train_inner \| (\{.*\})$", proc.stdout, re.M)]
+    assert len(train) == 3 and all(math.isfinite(float(r["end_loss"])) for r in train)
+    ck = save / "checkpoint_last.pt"
+    weights = torch.load(ck, map_location="cpu", weights_only=True)["model"]
+    assert weights["classification_heads.squad.end_dense.weight"].shape[0] == 512
+    assert weights["classification_heads.squad.out_proj.weight"].shape[0] == 1
+    predicted, _ = squad_predictions(str(ck), str(squad_bin["2.0"]), "valid", cpu=True)
+    contexts = {"q1": SHORT, "q4": SHORT}
+    assert sorted(predicted) == ["q1", "q2", "q3", "q4", "q5"]
+    assert all(p.best_span and p.best_span in contexts.get(q, LONG)
+               for q, p in predicted.items())
+    assert_main_error(convert.main, ["export", ck, "--out", tmp_path / "hf"],
+                      "end_dense", "ElectraForQuestionAnswering has no slot for")

@@ -156,6 +156,40 @@ def test_english_ner_end_to_end(tmp_path, spm_data, pretrained, capsys):
         ours, _ = model(tokens, classification_head_name="tagging")
         theirs = hf(input_ids=tokens, token_type_ids=torch.zeros_like(tokens)).logits
     assert (ours - theirs).abs().max() < 1e-5
+    print(f"ElectraForTokenClassification: largest logit difference "
+          f"{float((ours - theirs).abs().max()):.1e}")
+    # transformers' token-classification pipeline finds the entities the plugin predicts
+    pipe = transformers.pipeline("token-classification", model=hf,
+                                 tokenizer=str(tmp_path / "hf"), aggregation_strategy="first")
+    text = "the cat sees my neighbour ."
+    found = [(e["entity_group"], e["word"].strip()) for e in pipe(text)]
+    tags = [line.split()[2] for line in out.read_text().strip().split("\n\n")[0].split("\n")]
+    words = text.split()
+    expected = [(tag[2:], word) for tag, word in zip(tags, words) if tag != "O"]
+    print("token-classification pipeline:", found, "plugin:", expected)
+    assert found == expected
+
+    # and back: the import is the fine-tuned token_tagging checkpoint, bit for bit
+    from safetensors.torch import load_file
+
+    convert.main(["import", "--discriminator", str(tmp_path / "hf"),
+                  "--out", str(tmp_path / "imported")])
+    imported = tmp_path / "imported" / "checkpoint.pt"
+    original = torch.load(ck, map_location="cpu", weights_only=True)["model"]
+    back = torch.load(imported, map_location="cpu", weights_only=True)
+    assert back["cfg"]["task"]["_name"] == "token_tagging"
+    assert sorted(back["model"]) == sorted(original)
+    assert all(torch.equal(back["model"][k], original[k]) for k in original)
+    assert (tmp_path / "imported" / "labels.txt").read_text().split() == \
+        ["O", "B-ANI", "B-PER", "I-ANI"]
+    again = tmp_path / "again.conll"
+    assert tag_cli.main(["predict", "--checkpoint", str(imported), "--data", str(data),
+                         "--split", "valid", "--out", str(again), "--cpu"]) == 0
+    assert again.read_text() == out.read_text()
+    convert.main(["export", str(imported), "--out", str(tmp_path / "hf2")])
+    first, second = (load_file(tmp_path / d / "model.safetensors") for d in ("hf", "hf2"))
+    assert sorted(first) == sorted(second)
+    assert all(torch.equal(first[k], second[k]) for k in first)
 
 
 @pytest.mark.slow

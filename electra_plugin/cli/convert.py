@@ -36,13 +36,15 @@ def parse_args(argv=None):
 
     imp = sub.add_parser("import", help="Hugging Face directories -> fairseq checkpoint")
     imp.add_argument("--discriminator", required=True,
-                     help="HF directory of ElectraForPreTraining, ElectraModel or "
-                          "ElectraForSequenceClassification")
+                     help="HF directory of ElectraForPreTraining, ElectraModel or a "
+                          "fine-tuned ElectraFor{Sequence,Token}Classification, "
+                          "ElectraForQuestionAnswering or ElectraForMultipleChoice")
     imp.add_argument("--generator", default=None,
                      help="HF directory of ElectraForMaskedLM (makes a pre-training checkpoint)")
     imp.add_argument("--out", required=True, help="empty output directory")
-    imp.add_argument("--head-name", default="sentence_classification_head",
-                     help="fairseq name for an imported classification head")
+    imp.add_argument("--head-name", default=None,
+                     help="fairseq name for an imported head (default: the name its task "
+                          "uses: sentence_classification_head, tagging or squad)")
     imp.add_argument("--force", "--overwrite", dest="overwrite", action="store_true",
                      help="replace the files of a previous import in --out")
 
@@ -63,7 +65,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from electra_plugin.convert.hf import from_hf, to_hf
+    from electra_plugin.convert import from_hf, to_hf
 
     if args.command == "import":
         result = from_hf(args.discriminator, args.generator, out_dir=args.out,

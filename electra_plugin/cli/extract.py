@@ -13,7 +13,7 @@ import sys
 
 from electra_plugin.models.core.checkpoint import load_checkpoint, write_checkpoint
 from electra_plugin.errors import ElectraUsageError, command_line
-from electra_plugin.models.electra import FINETUNING_PARTS, fold_embedding_delta
+from electra_plugin.models.loading import FINETUNING_PARTS, fold_embedding_delta
 
 
 def extract(checkpoint, out, overwrite=False):

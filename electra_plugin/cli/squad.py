@@ -26,6 +26,7 @@ import shutil
 import sys
 
 from electra_plugin.data import squad as sq
+from electra_plugin.data import squad_answers
 from electra_plugin.data.dictionary import load_dictionary
 from electra_plugin.data.binarize import writable_destdir
 from electra_plugin.errors import ElectraUsageError, command_line
@@ -146,7 +147,7 @@ def predict(args):
         outputs["null_odds.json"] = null_scores
     scores = None
     if meta.labelled:
-        scores = sq.squad_scores(meta.examples, answers, null_scores,
+        scores = squad_answers.squad_scores(meta.examples, answers, null_scores,
                                  {qid: p.best_span for qid, p in preds.items()})
         outputs["eval.json"] = scores
     for name, value in outputs.items():
@@ -174,7 +175,7 @@ def evaluate(args):
     missing = sum(ex.qid not in predictions for ex in data.examples)
     if missing:
         logger.info(f"{missing} questions have no prediction and score 0")
-    print(json.dumps(sq.squad_scores(data.examples, predictions)))
+    print(json.dumps(squad_answers.squad_scores(data.examples, predictions)))
     return 0
 
 
@@ -226,10 +227,10 @@ def parse_args(argv):
     pr.add_argument("--out-dir", required=True,
                     help="writes predictions.json, nbest_predictions.json, null_odds.json "
                          "(2.0) and eval.json")
-    pr.add_argument("--n-best-size", type=int, default=sq.N_BEST_SIZE,
-                    help=f"start and end candidates per window (default {sq.N_BEST_SIZE})")
-    pr.add_argument("--max-answer-len", type=int, default=sq.MAX_ANSWER_LEN,
-                    help=f"longest answer in pieces (default {sq.MAX_ANSWER_LEN})")
+    pr.add_argument("--n-best-size", type=int, default=squad_answers.N_BEST_SIZE,
+                    help="start and end candidates per window (default %(default)s)")
+    pr.add_argument("--max-answer-len", type=int, default=squad_answers.MAX_ANSWER_LEN,
+                    help="longest answer in pieces (default %(default)s)")
     pr.add_argument("--no-answer-threshold", type=float, default=0.0,
                     help="SQuAD 2.0: answer \"\" when the no-answer logit exceeds this "
                          "(default 0; eval.json's best_f1_thresh is the best value on this split)")

@@ -16,10 +16,12 @@ Which HF class holds which components::
     ElectraForPreTraining             discriminator + discriminator_head
     ElectraForSequenceClassification  discriminator + classification_head
     ElectraForTokenClassification     discriminator + token_head (a token_tagging head)
+    ElectraForQuestionAnswering       discriminator + span_head (a SQuAD 1.1 head)
+    ElectraForMultipleChoice          discriminator + choice_head (a sentence_ranking head)
     ElectraModel                      discriminator (saved without the "electra." prefix)
     ElectraForMaskedLM                generator + generator_head
 
-No file I/O here: :mod:`electra_plugin.convert.hf` reads and writes the HF directories.
+No file I/O here: :mod:`electra_plugin.convert.hf_files` reads and writes the HF directories.
 """
 
 from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
@@ -28,8 +30,9 @@ import torch
 
 from ..errors import ElectraUsageError
 
-__all__ = ["KEY_TABLE", "CONFIG_TABLE", "HF_ARCHITECTURES", "COMPONENT_PREFIXES", "Param",
-           "expand", "rename", "permute_rows", "symbols", "component_of"]
+__all__ = ["KEY_TABLE", "CONFIG_TABLE", "HF_ARCHITECTURES", "COMPONENT_PREFIXES", "HEAD_KINDS",
+           "Param", "expand", "rename", "permute_rows", "symbols", "component_of", "head_kind",
+           "head_keys"]
 
 
 class Row(NamedTuple):
@@ -37,7 +40,8 @@ class Row(NamedTuple):
     fairseq: str
     hf: str
     # Symbols: V vocabulary, E embedding size, H hidden size of that encoder, F its FFN size,
-    # P positions, T token types, C classes. A leading V marks rows the vocabulary permutes.
+    # P positions, T token types, C classes, 1 and 2 themselves. A leading V marks rows the
+    # vocabulary permutes.
     shape: Tuple[str, ...]
     when: Optional[str] = None  # "projected": only if E != H; "token_types": only if T > 0
 
@@ -106,6 +110,18 @@ KEY_TABLE: Tuple[Row, ...] = (
     Row("token_head", "classification_heads.{head}.out_proj.weight", "classifier.weight",
         ("C", "H")),
     Row("token_head", "classification_heads.{head}.out_proj.bias", "classifier.bias", ("C",)),
+    # the squad task's SQuAD 1.1 head: (start, end) logits per token, start first
+    Row("span_head", "classification_heads.{head}.out_proj.weight", "qa_outputs.weight",
+        ("2", "H")),
+    Row("span_head", "classification_heads.{head}.out_proj.bias", "qa_outputs.bias", ("2",)),
+    # sentence_ranking's head (a one-class sentence head): first token -> dense -> GELU -> 1
+    Row("choice_head", "classification_heads.{head}.dense.weight",
+        "sequence_summary.summary.weight", ("H", "H")),
+    Row("choice_head", "classification_heads.{head}.dense.bias",
+        "sequence_summary.summary.bias", ("H",)),
+    Row("choice_head", "classification_heads.{head}.out_proj.weight", "classifier.weight",
+        ("1", "H")),
+    Row("choice_head", "classification_heads.{head}.out_proj.bias", "classifier.bias", ("1",)),
 )
 
 # HF model classes and the components they hold.
@@ -113,9 +129,46 @@ HF_ARCHITECTURES = {
     "ElectraForPreTraining": ("discriminator", "discriminator_head"),
     "ElectraForSequenceClassification": ("discriminator", "classification_head"),
     "ElectraForTokenClassification": ("discriminator", "token_head"),
+    "ElectraForQuestionAnswering": ("discriminator", "span_head"),
+    "ElectraForMultipleChoice": ("discriminator", "choice_head"),
     "ElectraModel": ("discriminator",),
     "ElectraForMaskedLM": ("generator", "generator_head"),
 }
+
+
+class HeadKind(NamedTuple):
+    """A fine-tuned head with a transformers class: its component in :data:`KEY_TABLE`, the
+    HF class, the fairseq task that trains it and that task's default head name."""
+
+    component: str
+    architecture: str
+    task: str
+    head_name: str
+
+
+HEAD_KINDS = (
+    HeadKind("classification_head", "ElectraForSequenceClassification", "sentence_prediction",
+             "sentence_classification_head"),
+    HeadKind("token_head", "ElectraForTokenClassification", "token_tagging", "tagging"),
+    HeadKind("span_head", "ElectraForQuestionAnswering", "squad", "squad"),
+    HeadKind("choice_head", "ElectraForMultipleChoice", "sentence_ranking",
+             "sentence_classification_head"),
+)
+
+
+def head_kind(task: Optional[str] = None, architecture: Optional[str] = None) -> HeadKind:
+    """The head kind of a fairseq task (a sentence head for any other task) or an HF class."""
+    for kind in HEAD_KINDS:
+        if task == kind.task or architecture == kind.architecture:
+            return kind
+    return HEAD_KINDS[0]
+
+
+def head_keys(kind: HeadKind, head: str) -> List[str]:
+    """The state-dict keys a head of ``kind`` named ``head`` holds."""
+    return [row.fairseq.format(head=head) for row in KEY_TABLE if row.component == kind.component]
+
+
 # fairseq state-dict prefixes of the components (classification heads: "...heads.NAME.").
 COMPONENT_PREFIXES = {
     "discriminator": "discriminator.",
@@ -142,7 +195,7 @@ def expand(components: Iterable[str], sizes: Dict[str, Dict[str, int]],
     for row in KEY_TABLE:
         if row.component not in components:
             continue
-        s = dict(sizes[row.component], **{"1": 1})
+        s = dict(sizes[row.component], **{"1": 1, "2": 2})
         if row.when == "projected" and s["E"] == s["H"]:
             continue
         if row.when == "token_types" and s["T"] == 0:

@@ -8,18 +8,27 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
 from ..auc import auc_from_counts
+from ..models.generators import GENERATOR_KINDS
+from ..models.objectives import OBJECTIVES
 
-# Counts and sums batches log (each objective logs its own); summed over micro-batches and
-# workers, then turned into rates.
-COUNTS = ("masked", "gen_correct", "sampled_correct", "tokens", "replaced",
-          "predicted_replaced", "true_replaced", "disc_correct", "mlm_correct", "mlm_tokens",
-          "disc_auc_pairs", "feature_sum", "feature_sq_sum", "feature_seqs")
-# (name, numerator, denominator) of the rates in the log
-RATES = (("gen_acc", "gen_correct", "masked"), ("sampled_acc", "sampled_correct", "masked"),
-         ("disc_acc", "disc_correct", "tokens"),
-         ("disc_precision", "true_replaced", "predicted_replaced"),
-         ("disc_recall", "true_replaced", "replaced"), ("replaced_frac", "replaced", "masked"),
-         ("mlm_acc", "mlm_correct", "mlm_tokens"))
+# What the step itself logs besides its objective's and generator kind's (each declares its
+# own: ``logged_counts``, ``logged_rates``, ``logged_means``): counts and sums summed over
+# micro-batches and workers, and rates (name, numerator, denominator) derived from them.
+STEP_COUNTS = ("masked", "sampled_correct", "feature_sum", "feature_sq_sum", "feature_seqs")
+STEP_RATES = (("sampled_acc", "sampled_correct", "masked"),)
+
+
+def logged_keys():
+    """(means, counts, rates) that any registered objective or generator kind logs."""
+    variants = list(OBJECTIVES.values()) + list(GENERATOR_KINDS.values())
+    means = ("loss",) + tuple(dict.fromkeys(
+        [o.loss_name for o in OBJECTIVES.values()] +
+        [m for v in GENERATOR_KINDS.values() for m in v.logged_means]))
+    counts = tuple(dict.fromkeys(STEP_COUNTS + tuple(c for v in variants
+                                                     for c in v.logged_counts)))
+    rates = tuple(dict.fromkeys(STEP_RATES + tuple(r for v in variants
+                                                   for r in v.logged_rates)))
+    return means, counts, rates
 
 
 def pooled_feature_sums(hidden, padding_mask):
@@ -53,20 +62,23 @@ class ElectraCriterionConfig(FairseqDataclass):
     disc_weight: float = field(
         default=50.0, metadata={"help": "lambda, the weight of the discriminator loss "
                                         "(official: 50)"})
+    gen_weight: float = field(
+        default=1.0, metadata={"help": "the weight of the generator's loss (official "
+                                       "gen_weight: 1)"})
 
 
 @register_criterion("electra", dataclass=ElectraCriterionConfig)
 class ElectraCriterion(FairseqCriterion):
-    """``L = L_gen + w * L_main`` for one batch, for any ``--objective`` of the model, from the
+    """``L = g * L_gen + w * L_main`` for one batch, for any ``--objective`` of the model, from the
     two losses :meth:`~electra_plugin.models.electra.ElectraModel.electra_step` returns.
 
     ``L_gen`` is the generator's loss (cross-entropy averaged over the masked positions, or
     REINFORCE; none when the generator learns nothing), ``L_main`` the objective's loss
-    (:mod:`electra_plugin.models.objectives`), with ``w = --disc-weight`` for the binary objectives
-    (``electra``: BCE averaged over all non-pad tokens; ``electra_15``: over the masked ones)
-    and 1 for the MLM ones. Both are per-batch means, as in the official code, so
-    ``sample_size`` is 1 per batch: with ``--update-freq k`` or k workers the update averages
-    the k batch losses.
+    (:mod:`electra_plugin.models.objectives`), with ``g = --gen-weight`` (1) and
+    ``w = --disc-weight`` for the binary objectives (``electra``: BCE averaged over all non-pad
+    tokens; ``electra_15``: over the masked ones) and 1 for the MLM ones. Both are per-batch
+    means, as in the official code, so ``sample_size`` is 1 per batch: with ``--update-freq
+    k`` or k workers the update averages the k batch losses.
 
     Training batches also log their FLOPs as the paper counts them (:mod:`..flops`, with
     the batch's own length and number of masked positions); the ``electra`` task adds each
@@ -78,9 +90,9 @@ class ElectraCriterion(FairseqCriterion):
     into ``disc_feature_spread``, which tells a collapsed discriminator from a healthy one.
     """
 
-    def __init__(self, task, disc_weight):
+    def __init__(self, task, disc_weight, gen_weight=1.0):
         super().__init__(task)
-        self.disc_weight = disc_weight
+        self.disc_weight, self.gen_weight = disc_weight, gen_weight
 
     def forward(self, model, sample, reduce=True):
         """The step is :meth:`ElectraModel.electra_step`, run through ``model`` (the DDP
@@ -90,7 +102,7 @@ class ElectraCriterion(FairseqCriterion):
         if out.main_loss is not None:
             loss = (self.disc_weight if model.objective.binary else 1.0) * out.main_loss
         if out.generator_loss is not None:
-            loss = loss + out.generator_loss
+            loss = loss + self.gen_weight * out.generator_loss  # x 1.0 is exact: no change
         logging_output = {"ntokens": sample["ntokens"], "nsentences": sample["nsentences"],
                           "sample_size": 1, **out.logs, "loss": loss.detach()}
         if not model.training and out.disc_hidden is not None:
@@ -107,10 +119,11 @@ class ElectraCriterion(FairseqCriterion):
             return sum(log.get(key, 0) for log in logging_outputs)
 
         batches = total("sample_size")
-        for key in ("loss", "gen_loss", "disc_loss", "mlm_loss", "gen_temperature"):
+        means, counts, rates = logged_keys()
+        for key in means:
             if any(key in log for log in logging_outputs):
                 metrics.log_scalar(key, total(key) / max(batches, 1), batches, round=3)
-        logged = {key for key in COUNTS if any(key in log for log in logging_outputs)}
+        logged = {key for key in counts if any(key in log for log in logging_outputs)}
         for key in logged:
             metrics.log_scalar(f"_{key}", total(key))
 
@@ -118,7 +131,7 @@ class ElectraCriterion(FairseqCriterion):
             return lambda m: round(
                 100 * float(m[f"_{numer}"].sum) / max(float(m[f"_{denom}"].sum), 1), 2)
 
-        for name, numer, denom in RATES:
+        for name, numer, denom in rates:
             if numer in logged and denom in logged:
                 metrics.log_derived(name, rate(numer, denom))
         if "disc_auc_pairs" in logged:  # the official disc_auc; see auc.py

@@ -41,11 +41,13 @@ class SquadCriterion(FairseqCriterion):
         if self.head not in getattr(model, "classification_heads", {}):
             raise ElectraUsageError(f"--criterion squad needs the model's span head "
                                     f"'{self.head}'; use it with --task squad")
-        logits, _ = model(**sample["net_input"], classification_head_name=self.head)
-        # No host-device sync from here on: masks, sums and shapes, no indexing by values
-        # (the model's encoder has one, its attention mask: models/encoder.py).
-        padding = sample["net_input"]["src_tokens"].eq(self.pad)
         start_target, end_target = sample["target"].unbind(-1)
+        # the gold start: what joint prediction conditions its end logits on in training
+        logits, _ = model(**sample["net_input"], classification_head_name=self.head,
+                          start_positions=start_target)
+        # No host-device sync from here on: masks, sums and shapes, no indexing by values
+        # (the model's encoder has one, its attention mask: models/core/encoder.py).
+        padding = sample["net_input"]["src_tokens"].eq(self.pad)
         start = logits.start.float().masked_fill(padding, float("-inf"))
         end = logits.end.float().masked_fill(padding, float("-inf"))
         start_loss = F.cross_entropy(start, start_target, reduction="sum")

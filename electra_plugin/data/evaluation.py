@@ -45,7 +45,7 @@ def predict_split(model, task, split, batch_size=64):
 def squad_window_logits(model, task, dataset, batch_size, device):
     """{window id: WindowLogits} of a SQuAD split's dataset: the start/end logits of its
     pieces and the no-answer logit (SQuAD 2.0), brought to the host once per batch."""
-    from .squad import WindowLogits
+    from .squad_answers import WindowLogits
 
     batches = task.get_batch_iterator(
         dataset=dataset, max_sentences=batch_size, max_positions=task.max_positions(),
@@ -57,9 +57,11 @@ def squad_window_logits(model, task, dataset, batch_size, device):
             out, _ = model(**net_input_on(sample, device), classification_head_name=head)
             start, end = (x.float().cpu().numpy() for x in (out.start, out.end))
             no_answer = None if out.no_answer is None else out.no_answer.float().tolist()
+            top = None if out.start_top is None else out.start_top.cpu().numpy()
             lengths = sample["net_input"]["src_lengths"].tolist()
             for b, window in enumerate(sample["id"].tolist()):
                 n = lengths[b]
                 logits[window] = WindowLogits(
-                    start[b, :n], end[b, :n], None if no_answer is None else no_answer[b])
+                    start[b, :n], end[b, ..., :n], None if no_answer is None else no_answer[b],
+                    None if top is None else top[b])
     return logits

@@ -6,7 +6,7 @@ import argparse
 import logging
 import os
 
-from ..data import squad as sq
+from ..data import squad_answers as answers
 from ..data.evaluation import inference_device, predict_split, squad_window_logits
 from ..errors import ElectraUsageError
 from ..models.hub_interface import from_pretrained
@@ -43,7 +43,7 @@ def load_finetuned(checkpoint, data, task_class, task_name):
 
 
 def squad_predictions(checkpoint, data=None, split="valid", cpu=False, *,
-                      n_best_size=sq.N_BEST_SIZE, max_answer_len=sq.MAX_ANSWER_LEN,
+                      n_best_size=answers.N_BEST_SIZE, max_answer_len=answers.MAX_ANSWER_LEN,
                       no_answer_threshold=0.0, batch_size=32):
     """-> ({question id: Prediction}, the split's SquadMetadata) of a ``--task squad``
     checkpoint on ``data``'s ``split`` (default: the checkpoint's own data)."""
@@ -57,7 +57,7 @@ def squad_predictions(checkpoint, data=None, split="valid", cpu=False, *,
     logger.info(f"predicting {len(dataset)} windows of {len(meta.examples)} questions "
                 f"({device.type})")
     logits = squad_window_logits(model, task, dataset, batch_size, device)
-    return sq.predict_answers(meta, logits, n_best_size, max_answer_len,
+    return answers.predict_answers(meta, logits, n_best_size, max_answer_len,
                               no_answer_threshold), meta
 
 

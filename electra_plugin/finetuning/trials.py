@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..data import squad as sq
+from ..data import squad_answers
 from ..errors import PREFIX, ElectraUsageError
 from ..glue import GLUE_TASKS, constant_baseline, get_task, score
 from ..partial_output import written_whole
@@ -91,7 +92,8 @@ class Start:
 
 def from_checkpoint(path: str, label: str = "pre-trained") -> Start:
     """A Start that fine-tunes ``path``, with the model options it was trained with."""
-    from ..models.core.checkpoint import load_checkpoint  # reads the config, runs nothing of the file
+    # reads the config, runs nothing of the file
+    from ..models.core.checkpoint import load_checkpoint
 
     model_cfg = load_checkpoint(path)["cfg"]["model"]
     args = ["--arch", model_cfg.get("arch", None) or model_cfg.get("_name")]
@@ -243,9 +245,9 @@ def quiet():
 def squad_split(trial: Trial, checkpoint: str, split: str, cpu: bool):
     """-> ({metric: score}, {metric: score of empty answers}) on one SQuAD dev split."""
     preds, meta = squad_predictions(checkpoint, trial.task.data, split, cpu)
-    answers = {qid: p.answer for qid, p in preds.items()}
-    found = sq.squad_scores(meta.examples, answers)
-    empty = sq.squad_scores(meta.examples, {e.qid: "" for e in meta.examples})
+    predicted = {qid: p.answer for qid, p in preds.items()}
+    found = squad_answers.squad_scores(meta.examples, predicted)
+    empty = squad_answers.squad_scores(meta.examples, {e.qid: "" for e in meta.examples})
     return {k: found[k] for k in SQUAD_METRICS}, {k: empty[k] for k in SQUAD_METRICS}
 
 

@@ -3,9 +3,9 @@
 ``ElectraModel.electra_step`` is the whole pre-training step on one screen, masked batch to
 losses: generator at the masked positions -> sample -> corrupted input -> discriminator ->
 losses (the ``electra`` criterion weights and adds them). ``forward`` runs it, so that DDP
-sees a single forward. The variants plug in as two objects: the generator
-(:mod:`electra_plugin.models.generators`) and the objective (:mod:`electra_plugin.models.objectives`); the
-configuration is :mod:`.config`.
+sees a single forward. The variants plug in as two objects: the generator kind
+(:mod:`.generators`) and the objective (:mod:`.objectives`); the configuration is
+:mod:`.core.config`, the fitting of checkpoints :mod:`.loading`.
 """
 
 import logging
@@ -15,32 +15,26 @@ from typing import Optional
 import torch
 import torch.nn as nn
 from fairseq.models import BaseFairseqModel, register_model, register_model_architecture
-from omegaconf import OmegaConf, open_dict
 from torch.profiler import record_function
 
 from ..errors import ElectraUsageError
-from .core.flops import FlopsCounter, paper_encoder_flops
-from .generators import build_generator
-from .objectives import OBJECTIVES, PretrainingOutput
 from ..optim.layer_decay import tag_parameters
 from ..run_config import complete_for_model, run_config
-from .loading import check_model_settings, vocabulary_error
 from .collapse import warn_if_collapsed
-from .core.config import (ARCH_SIZES, CHECKPOINT_VERSION, SIZE_FIELDS, ElectraConfig, EncoderSize,
-                     complete_config, discriminator_size)
-from .core.encoder import DisentangledEmbedding, ElectraEmbeddings, ElectraTransformer, attention_mask
+from .core.config import (ARCH_SIZES, CHECKPOINT_VERSION, SIZE_FIELDS, ElectraConfig,
+                          EncoderSize, complete_config, discriminator_size)
+from .core.encoder import (DisentangledEmbedding, ElectraEmbeddings, ElectraTransformer,
+                           attention_mask)
+from .core.flops import FlopsCounter, paper_encoder_flops
 from .core.heads import ElectraClassificationHead, ElectraTokenClassificationHead
+from .core.span_head import SpanHead, answer_context
+from .generators import build_generator_kind
+from .loading import (VERSION_KEY, adopt_segment_types, check_fits, check_model_settings,
+                      fit_parts)
+from .objectives import PretrainingOutput, objective_named
 
 logger = logging.getLogger(__name__)
 
-# What a fine-tuning model keeps of a pre-training checkpoint; everything else (generator,
-# pre-training heads, FLOPs counter) exists only for pre-training.
-FINETUNING_PARTS = ("discriminator.", "classification_heads.")
-# The discriminator's residual on the generator's token embeddings (--embedding-sharing gdes).
-GDES_DELTA = "discriminator.embeddings.word_embeddings.delta"
-VERSION_KEY = "version"
-# state-dict entries that are bookkeeping, not weights: no HF tensor holds them
-BOOKKEEPING_KEYS = (FlopsCounter.KEY, VERSION_KEY)
 
 
 @register_model("electra", dataclass=ElectraConfig)
@@ -61,12 +55,12 @@ class ElectraModel(BaseFairseqModel):
         self.separator_idx = dictionary.eos()  # </s> = [SEP]
         self.bos_idx, self.nspecial = dictionary.bos(), dictionary.nspecial
         self.vocab_size = len(dictionary)
-        self.objective = OBJECTIVES[cfg.get("objective", "electra")]
+        self.objective = objective_named(cfg.get("objective", "electra"))
         # where the step's replacements come from (generators/); None: BERT's mlm keeps <mask>
-        self.generator_variant = build_generator(cfg, self.objective) if pretraining else None
+        self.generator_kind = build_generator_kind(cfg, self.objective) if pretraining else None
         shared = self.make_embeddings()  # the generator's; the discriminator's too unless GDES
         disc_embed = shared
-        if self.generator_variant is not None and self.generator_variant.sharing == "gdes":
+        if self.generator_kind is not None and self.generator_kind.sharing == "gdes":
             # as DeBERTa-v3 only the token embeddings are shared: the discriminator's loss
             # then reaches no generator weight (a fine-tuning model holds the folded table)
             disc_embed = self.make_embeddings(DisentangledEmbedding(shared.word_embeddings))
@@ -78,8 +72,8 @@ class ElectraModel(BaseFairseqModel):
         if pretraining:
             self.flops_counter = FlopsCounter()  # training FLOPs seen; see flops.py
             self.objective.build_heads(self, disc_embed.word_embeddings)
-            if self.generator_variant is not None:
-                self.generator_variant.build(self, dictionary, shared)
+            if self.generator_kind is not None:
+                self.generator_kind.build(self, dictionary, shared)
             # the checkpoint format, for future renames to branch on (see config.py)
             self.register_buffer(VERSION_KEY, torch.tensor(CHECKPOINT_VERSION))
         self.apply(init_bert_params)
@@ -117,7 +111,7 @@ class ElectraModel(BaseFairseqModel):
     def build_model(cls, cfg, task):
         run = run_config(cfg)  # None for a config of the model alone (hub, tests)
         cfg = complete_config(cfg)
-        OBJECTIVES[cfg.objective].check(cfg)
+        objective_named(cfg.objective).check(cfg)
         if run is not None:  # the run's precision and DDP settings (run_config.py)
             complete_for_model(run)
         for option in ("tokens_per_sample", "max_positions", "max_seq_len"):
@@ -135,20 +129,20 @@ class ElectraModel(BaseFairseqModel):
                 "--segment-token-types (with --type-vocab-size 2), or use --sample-break-mode "
                 "none to pack text without segments")
         model = cls(cfg, task.source_dictionary, pretraining=pretraining)
-        if run is not None and model.generator_variant is not None:
-            model.generator_variant.complete_run(run)
+        if run is not None and model.generator_kind is not None:
+            model.generator_kind.complete_run(run)
         return model
 
     def set_num_updates(self, num_updates):
         super().set_num_updates(num_updates)
-        if self.generator_variant is not None:
-            self.generator_variant.set_num_updates(self, num_updates)
+        if self.generator_kind is not None:
+            self.generator_kind.set_num_updates(self, num_updates)
 
     def resting_parameters(self):
         """Parameters the current update must not move although they require a gradient
         (two_stage training's other part); the task drops their gradients."""
-        return [] if self.generator_variant is None else \
-            self.generator_variant.resting_parameters(self)
+        return [] if self.generator_kind is None else \
+            self.generator_kind.resting_parameters(self)
 
     def forward(self, src_tokens, target=None, features_only=False, return_all_hiddens=False,
                 classification_head_name=None, token_types=None, masked_positions=None,
@@ -178,8 +172,14 @@ class ElectraModel(BaseFairseqModel):
                     f"no classification head named '{classification_head_name}'; this model "
                     f"has {sorted(self.classification_heads) or 'none'}")
             head = self.classification_heads[classification_head_name]
-            x = head(x, src_tokens.eq(self.padding_idx)) \
-                if isinstance(head, ElectraClassificationHead) else head(x)
+            padding = src_tokens.eq(self.padding_idx)
+            if isinstance(head, ElectraClassificationHead):
+                x = head(x, padding)
+            elif isinstance(head, SpanHead):
+                context = None if token_types is None else answer_context(token_types, padding)
+                x = head(x, context, kwargs.get("start_positions"))
+            else:
+                x = head(x)
         elif not features_only:
             if self.discriminator_head is None:
                 raise ElectraUsageError(
@@ -199,11 +199,11 @@ class ElectraModel(BaseFairseqModel):
         into B x T, ascending) and ``has_padding``, which the task's collater gives, spare the
         two host-device syncs of finding them here. The comments say what the default
         (``--objective electra``, ``--generator masked_lm``) does; the variants plug in as
-        ``self.generator_variant`` and ``self.objective``. Returns both losses; the
+        ``self.generator_kind`` and ``self.objective``. Returns both losses; the
         ``electra`` criterion weights and adds them. The parts run under profiler labels
         (``electra:generator`` ...), which the benchmark's breakdown reads.
         """
-        generator = self.generator_variant  # None: BERT's mlm keeps <mask>
+        generator = self.generator_kind  # None: BERT's mlm keeps <mask>
         padding_mask = src_tokens.eq(self.padding_idx)
         attn_mask = attention_mask(padding_mask, has_padding)  # shared by both encoders
         # 1. mask: the positions the dataset picked (--mask-prob, <mask> or kept as it says)
@@ -215,16 +215,22 @@ class ElectraModel(BaseFairseqModel):
         # segments from the masked input: a sampled </s> must not start a new one
         token_types = self.segments(src_tokens)
         logs = {"masked": len(positions)}
-        corrupted, gen_log_probs, baseline = src_tokens, None, None
+        corrupted, gen_log_probs, baseline, noise_log_probs = src_tokens, None, None, None
         if generator is not None:
             # 2. generator: M x V log-probabilities, a small masked LM's at the masked positions
             with stage("generator"):
-                gen_log_probs, baseline = generator.propose(self, src_tokens, attn_mask,
-                                                            positions, token_types)
+                if generator.cloze:  # Electric: q at every token, from the original tokens
+                    noise_log_probs, baseline = generator.propose(self, original, attn_mask,
+                                                                  None, token_types)
+                    gen_log_probs = noise_log_probs.flatten(0, 1)[positions]
+                else:
+                    gen_log_probs, baseline = generator.propose(self, src_tokens, attn_mask,
+                                                                positions, token_types)
             with stage("sample"):
                 # 3. sample, without gradient: the discriminator's loss never reaches the
-                #    generator
-                sampled = self.sample(gen_log_probs.detach(), generator.temperature())
+                #    generator (--disallow-correct: never the original token)
+                disallowed = masked_targets if self.cfg.get("disallow_correct", False) else None
+                sampled = self.sample(gen_log_probs.detach(), generator.temperature(), disallowed)
                 logs["sampled_correct"] = (sampled == masked_targets).sum()  # sampled_masked_lm_acc
                 # 4. corrupt: the samples replace the masked tokens
                 corrupted = src_tokens.flatten().index_put((positions,), sampled).view_as(
@@ -241,7 +247,7 @@ class ElectraModel(BaseFairseqModel):
             generator_log_probs=gen_log_probs, baseline_logits=baseline,
             masked_targets=masked_targets, positions=positions, corrupted=corrupted,
             original=original, replaced=replaced, padding_mask=padding_mask,
-            main=main, copy=copy, disc_hidden=hidden)
+            main=main, copy=copy, disc_hidden=hidden, noise_log_probs=noise_log_probs)
         # 6. losses: BCE averaged over the non-pad tokens, and the generator's cross-entropy
         #    averaged over the masked positions
         main_loss = gen_loss = per_token = None
@@ -266,7 +272,7 @@ class ElectraModel(BaseFairseqModel):
         the paper) of what learns, forward of what only samples."""
         disc, vocab, positions = self._disc_size, self.vocab_size, length * sequences
         flops = 0.0
-        generator = self.generator_variant
+        generator = self.generator_kind
         if generator is None or generator.runs_discriminator(self):
             flops = 2 * (paper_encoder_flops(disc, vocab, length, positions)
                          + self.objective.paper_head_flops(disc, vocab, positions, predicted))
@@ -280,14 +286,18 @@ class ElectraModel(BaseFairseqModel):
 
     @staticmethod
     @torch.no_grad()
-    def sample(logits, temperature: float):
+    def sample(logits, temperature: float, disallowed=None):
         """One token per row of M x V logits, drawn in fp32 from ``softmax(logits / T)``.
 
         Inverse-CDF sampling: the distribution of the official Gumbel-max trick, with one
         uniform number per row instead of one Gumbel variate per vocabulary entry (on CPU
-        that is 6x cheaper). Temperature 0 takes the argmax.
+        that is 6x cheaper). Temperature 0 takes the argmax. ``disallowed``: one id per row
+        given probability 0 (the others renormalised), exactly where the official code
+        subtracts 1000 from its logit.
         """
         logits = logits.float()
+        if disallowed is not None:
+            logits = logits.scatter(1, disallowed[:, None], float("-inf"))
         if temperature == 0:
             return logits.argmax(-1)
         if temperature != 1:
@@ -322,11 +332,10 @@ class ElectraModel(BaseFairseqModel):
         self.classification_heads[name] = head
         self.tag_parameters()
 
-    def register_span_head(self, name, answerable: bool):
-        """Adds (or replaces) a SQuAD start/end head, with a no-answer classifier for 2.0."""
-        from .core.span_head import SpanHead
-
-        head = SpanHead(self.cfg.hidden_size, answerable, self.cfg.dropout)
+    def register_span_head(self, name, answerable: bool, **options):
+        """Adds (or replaces) a SQuAD start/end head, with a no-answer classifier for 2.0
+        (``options``: the official decoding's, see :class:`SpanHead`)."""
+        head = SpanHead(self.cfg.hidden_size, answerable, self.cfg.dropout, **options)
         head.apply(init_bert_params)
         self.classification_heads[name] = head
         self.tag_parameters()
@@ -343,82 +352,23 @@ class ElectraModel(BaseFairseqModel):
         return from_pretrained(model_dir, checkpoint_file, data_name_or_path, **overrides)
 
     def upgrade_state_dict_named(self, state_dict, name):
-        """Fit a checkpoint's optional parts to this model.
-
-        Pre-training parts (generator, replaced-token head, FLOPs counter) are dropped when
-        this model was built for fine-tuning, after folding a GDES residual into the
-        discriminator's token embeddings; a pre-training checkpoint without a FLOPs
-        counter (older, or converted from HF) starts the count at 0; one without a version key
-        is version 1. Classification heads the checkpoint has and this model lacks are
-        registered with ``--load-checkpoint-heads`` and dropped otherwise; a head of the same
-        name with another number of classes is an error (``--classification-head-name``
-        picks a new head).
-        """
-        prefix = name + "." if name else ""
+        """Fit a checkpoint's optional parts to this model (see :func:`.loading.fit_parts`)."""
         super().upgrade_state_dict_named(state_dict, name)
-        if not self.pretraining:
-            fold_embedding_delta(state_dict, prefix)
-            keep = tuple(prefix + p for p in FINETUNING_PARTS)
-            for key in [k for k in state_dict if k.startswith(prefix) and
-                        not k.startswith(keep)]:
-                del state_dict[key]
-        else:
-            state_dict.setdefault(prefix + FlopsCounter.KEY, torch.zeros((), dtype=torch.float64))
-            version = int(state_dict.get(prefix + VERSION_KEY, 1))  # 1: saved before the key
-            if version > CHECKPOINT_VERSION:
-                raise ElectraUsageError(
-                    f"the checkpoint was written by a newer version of the plugin (format "
-                    f"{version}, this one reads up to {CHECKPOINT_VERSION}); upgrade the plugin")
-            # version 1 holds the same tensors; its options were renamed (config.py upgrades)
-            state_dict[prefix + VERSION_KEY] = torch.tensor(CHECKPOINT_VERSION)
-        heads_prefix = prefix + "classification_heads."
-        for head, num_classes in _heads_in(state_dict, heads_prefix).items():
-            if head not in self.classification_heads:
-                if self.cfg.get("load_checkpoint_heads", False):
-                    self.register_classification_head(head, num_classes)
-                else:
-                    logger.info(f"dropping classification head '{head}' of the checkpoint")
-                    for key in [k for k in state_dict if k.startswith(f"{heads_prefix}{head}.")]:
-                        del state_dict[key]
-            elif self.classification_heads[head].out_proj.out_features != num_classes:
-                raise ElectraUsageError(
-                    f"the checkpoint's classification head '{head}' has {num_classes} classes "
-                    f"but this run asks for {self.classification_heads[head].out_proj.out_features}"
-                    f"; set --num-classes {num_classes} or give the new head another "
-                    f"--classification-head-name")
-        for key, value in self.classification_heads.state_dict().items():
-            state_dict.setdefault(heads_prefix + key, value)  # new heads keep their init
+        fit_parts(self, state_dict, name + "." if name else "")
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         """Reject a checkpoint of another model with one line instead of fairseq's wrapper."""
         check_model_settings(self, state_dict)  # names the settings that differ
-        self.adopt_segment_types(state_dict, model_cfg)
+        adopt_segment_types(self, state_dict, model_cfg)
         path, _ = getattr(state_dict, "electra_source", (None, None))
         pretrained_start = not self.pretraining and any(
             k.startswith(("generator", "discriminator_head")) for k in state_dict)
         self.upgrade_state_dict(state_dict)
-        own = self.state_dict()
-        for key, value in state_dict.items():
-            if key in own and own[key].shape != value.shape:
-                if key.endswith(("word_embeddings.weight", GDES_DELTA)) and \
-                        own[key].shape[0] != value.shape[0]:
-                    raise vocabulary_error(value.shape[0], own[key].shape[0])
-                raise ElectraUsageError(
-                    f"checkpoint does not fit this model: {key} has shape "
-                    f"{list(value.shape)} there but {list(own[key].shape)} here; use the --arch "
-                    f"and size options the checkpoint was trained with")
-        if strict:
-            missing = sorted(set(own) - set(state_dict))
-            unexpected = sorted(set(state_dict) - set(own))
-            if missing or unexpected:
-                raise ElectraUsageError(
-                    f"checkpoint does not fit this model: {len(missing)} missing keys "
-                    f"{missing[:3]} and {len(unexpected)} unexpected keys {unexpected[:3]}; "
-                    f"is it an ELECTRA checkpoint of the same --arch?")
+        check_fits(self, state_dict, strict)
         result = super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg,
                                          args=args)
-        if self.generator_variant is not None:
-            self.generator_variant.loaded(self)
+        if self.generator_kind is not None:
+            self.generator_kind.loaded(self)
         if pretrained_start:  # a fine-tuning that starts from a pre-training checkpoint
             warn_if_collapsed(self, f"fine-tuning from {path or 'a pre-training checkpoint'}",
                               "it will fine-tune no better than a random initialisation: "
@@ -427,46 +377,9 @@ class ElectraModel(BaseFairseqModel):
         return result
 
 
-    def adopt_segment_types(self, state_dict, model_cfg=None):
-        """With --segment-token-types unset, read pairs as the weights' own model did: a
-        checkpoint pre-trained on segment pairs (or imported from HF) gives its fine-tuning
-        type 1 on the second segment. The choice is written into the run's model config
-        (``model_cfg``, which fairseq saves), so the fine-tuned checkpoint keeps it."""
-        _, saved = getattr(state_dict, "electra_source", (None, None))
-        if saved is None or self.cfg.get("segment_token_types", None) is not None:
-            return
-        adopted = bool(saved.get("segment_token_types", None))
-        for cfg in (self.cfg, model_cfg):
-            if cfg is not None and OmegaConf.is_config(cfg):
-                with open_dict(cfg):
-                    cfg.segment_token_types = adopted
-        if adopted:
-            logger.info("pairs read with token type 1 on the second segment, as the "
-                        "checkpoint was trained (--segment-token-types)")
-
-
 def stage(name: str):
     """A profiler label for a part of the pre-training step (free without a profiler)."""
     return record_function(f"electra:{name}")
-
-
-def fold_embedding_delta(state_dict, prefix=""):
-    """In place: a GDES discriminator's token embeddings as one table, E_generator + delta.
-
-    What a plain ELECTRA discriminator holds (fine-tuning, the HF export, the extracted
-    discriminator); a state dict without the residual is left as it is.
-    """
-    delta = state_dict.pop(prefix + GDES_DELTA, None)
-    if delta is not None:
-        shared = state_dict[prefix + "generator.embeddings.word_embeddings.weight"]
-        state_dict[prefix + "discriminator.embeddings.word_embeddings.weight"] = shared + delta
-
-
-def _heads_in(state_dict, heads_prefix):
-    """{head name: number of classes} of the classification heads in a state dict."""
-    return {key[len(heads_prefix):].split(".")[0]: value.size(0)
-            for key, value in state_dict.items()
-            if key.startswith(heads_prefix) and key.endswith(".out_proj.weight")}
 
 
 def segment_ids(tokens, separator_idx, padding_idx):

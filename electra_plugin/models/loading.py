@@ -1,4 +1,6 @@
-"""Name what differs when a checkpoint of another model is loaded into this one.
+"""Fitting a checkpoint's state dict to an ElectraModel: the settings it was trained with,
+its optional parts (pre-training parts, heads, bookkeeping), the segment types it read pairs
+with, and the shapes and keys it holds; each misfit is one line.
 
 A resume or restore with another ``--arch``, size, objective or generator used to surface as
 the first tensor whose shape differed (the token embeddings, then blamed on the dictionary)
@@ -8,8 +10,25 @@ or, where the shapes agree (another head count, another objective), not at all.
 model's before anything is loaded.
 """
 
+import logging
+
+import torch
+from omegaconf import OmegaConf, open_dict
+
 from ..errors import ElectraUsageError
-from .core.config import arch_generator_size
+from .core.config import CHECKPOINT_VERSION, arch_generator_size
+from .core.flops import FlopsCounter
+
+logger = logging.getLogger(__name__)
+
+# What a fine-tuning model keeps of a pre-training checkpoint; everything else (generator,
+# pre-training heads, FLOPs counter) exists only for pre-training.
+FINETUNING_PARTS = ("discriminator.", "classification_heads.")
+# The discriminator's residual on the generator's token embeddings (--embedding-sharing gdes).
+GDES_DELTA = "discriminator.embeddings.word_embeddings.delta"
+VERSION_KEY = "version"
+# state-dict entries that are bookkeeping, not weights: no HF tensor holds them
+BOOKKEEPING_KEYS = (FlopsCounter.KEY, VERSION_KEY)
 
 # The settings that decide what a checkpoint's weights mean: sizes decide their shapes;
 # heads, objective and generator what tensors of the same shapes compute. The
@@ -76,3 +95,108 @@ def _effective(cfg, name):
 
 def _setting(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def fit_parts(model, state_dict, prefix="") -> None:
+    """In place: a checkpoint's optional parts fitted to ``model``.
+
+    Pre-training parts (generator, replaced-token head, FLOPs counter) are dropped when the
+    model was built for fine-tuning, after folding a GDES residual into the discriminator's
+    token embeddings; a pre-training checkpoint without a FLOPs counter (older, or converted
+    from HF) starts the count at 0; one without a version key is version 1. Classification
+    heads the checkpoint has and the model lacks are registered with
+    ``--load-checkpoint-heads`` and dropped otherwise; a head of the same name with another
+    number of classes is an error (``--classification-head-name`` picks a new head).
+    """
+    if not model.pretraining:
+        fold_embedding_delta(state_dict, prefix)
+        keep = tuple(prefix + p for p in FINETUNING_PARTS)
+        for key in [k for k in state_dict if k.startswith(prefix) and not k.startswith(keep)]:
+            del state_dict[key]
+    else:
+        state_dict.setdefault(prefix + FlopsCounter.KEY, torch.zeros((), dtype=torch.float64))
+        version = int(state_dict.get(prefix + VERSION_KEY, 1))  # 1: saved before the key
+        if version > CHECKPOINT_VERSION:
+            raise ElectraUsageError(
+                f"the checkpoint was written by a newer version of the plugin (format "
+                f"{version}, this one reads up to {CHECKPOINT_VERSION}); upgrade the plugin")
+        # version 1 holds the same tensors; its options were renamed (config.py upgrades)
+        state_dict[prefix + VERSION_KEY] = torch.tensor(CHECKPOINT_VERSION)
+    heads_prefix = prefix + "classification_heads."
+    heads = model.classification_heads
+    for head, num_classes in _heads_in(state_dict, heads_prefix).items():
+        if head not in heads:
+            if model.cfg.get("load_checkpoint_heads", False):
+                model.register_classification_head(head, num_classes)
+            else:
+                logger.info(f"dropping classification head '{head}' of the checkpoint")
+                for key in [k for k in state_dict if k.startswith(f"{heads_prefix}{head}.")]:
+                    del state_dict[key]
+        elif heads[head].out_proj.out_features != num_classes:
+            raise ElectraUsageError(
+                f"the checkpoint's classification head '{head}' has {num_classes} classes "
+                f"but this run asks for {heads[head].out_proj.out_features}; set "
+                f"--num-classes {num_classes} or give the new head another "
+                f"--classification-head-name")
+    for key, value in heads.state_dict().items():
+        state_dict.setdefault(heads_prefix + key, value)  # new heads keep their init
+
+
+def check_fits(model, state_dict, strict: bool) -> None:
+    """Raise one line for a tensor of another shape (a dictionary of another size named as
+    such) or, when ``strict``, for missing or unexpected keys."""
+    own = model.state_dict()
+    for key, value in state_dict.items():
+        if key in own and own[key].shape != value.shape:
+            if key.endswith(("word_embeddings.weight", GDES_DELTA)) and \
+                    own[key].shape[0] != value.shape[0]:
+                raise vocabulary_error(value.shape[0], own[key].shape[0])
+            raise ElectraUsageError(
+                f"checkpoint does not fit this model: {key} has shape "
+                f"{list(value.shape)} there but {list(own[key].shape)} here; use the --arch "
+                f"and size options the checkpoint was trained with")
+    if strict:
+        missing = sorted(set(own) - set(state_dict))
+        unexpected = sorted(set(state_dict) - set(own))
+        if missing or unexpected:
+            raise ElectraUsageError(
+                f"checkpoint does not fit this model: {len(missing)} missing keys "
+                f"{missing[:3]} and {len(unexpected)} unexpected keys {unexpected[:3]}; "
+                f"is it an ELECTRA checkpoint of the same --arch?")
+
+
+def adopt_segment_types(model, state_dict, model_cfg=None) -> None:
+    """With --segment-token-types unset, read pairs as the weights' own model did: a
+    checkpoint pre-trained on segment pairs (or imported from HF) gives its fine-tuning
+    type 1 on the second segment. The choice is written into the run's model config
+    (``model_cfg``, which fairseq saves), so the fine-tuned checkpoint keeps it."""
+    _, saved = getattr(state_dict, "electra_source", (None, None))
+    if saved is None or model.cfg.get("segment_token_types", None) is not None:
+        return
+    adopted = bool(saved.get("segment_token_types", None))
+    for cfg in (model.cfg, model_cfg):
+        if cfg is not None and OmegaConf.is_config(cfg):
+            with open_dict(cfg):
+                cfg.segment_token_types = adopted
+    if adopted:
+        logger.info("pairs read with token type 1 on the second segment, as the "
+                    "checkpoint was trained (--segment-token-types)")
+
+
+def fold_embedding_delta(state_dict, prefix="") -> None:
+    """In place: a GDES discriminator's token embeddings as one table, E_generator + delta.
+
+    What a plain ELECTRA discriminator holds (fine-tuning, the HF export, the extracted
+    discriminator); a state dict without the residual is left as it is.
+    """
+    delta = state_dict.pop(prefix + GDES_DELTA, None)
+    if delta is not None:
+        shared = state_dict[prefix + "generator.embeddings.word_embeddings.weight"]
+        state_dict[prefix + "discriminator.embeddings.word_embeddings.weight"] = shared + delta
+
+
+def _heads_in(state_dict, heads_prefix):
+    """{head name: number of classes} of the classification heads in a state dict."""
+    return {key[len(heads_prefix):].split(".")[0]: value.size(0)
+            for key, value in state_dict.items()
+            if key.startswith(heads_prefix) and key.endswith(".out_proj.weight")}

@@ -50,6 +50,20 @@ class SquadConfig(FairseqDataclass):
                           "value is an error)"})
     classification_head_name: str = field(
         default="squad", metadata={"help": "name of the span head in the model"})
+    # the official ELECTRA head and decoding (configure_finetuning.py); off: BERT's one
+    # linear layer, which transformers' ElectraForQuestionAnswering serves
+    joint_prediction: bool = field(
+        default=False, metadata={"help": "end logits conditioned on the start (official "
+                                         "joint_prediction): trained on the gold start, "
+                                         "decoded by a beam over starts, then ends"})
+    beam_size: int = field(
+        default=20, metadata={"help": "starts, and ends per start, the joint decoding "
+                                      "keeps (official beam_size)"})
+    answerable_uses_start_logits: bool = field(
+        default=False, metadata={"help": "SQuAD 2.0: the no-answer classifier also reads "
+                                         "the features averaged under the start "
+                                         "probabilities (official "
+                                         "answerable_uses_start_logits)"})
     max_seq_len: Optional[int] = field(
         default=None,
         metadata={"help": "longest window, in tokens; fixed when the data is preprocessed "
@@ -185,7 +199,15 @@ class SquadTask(FairseqTask):
         model = super().build_model(cfg, from_checkpoint)
         if not hasattr(model, "register_span_head"):
             raise ElectraUsageError("--task squad needs an ELECTRA model (--arch electra_*)")
-        model.register_span_head(self.cfg.classification_head_name, answerable=self.answerable)
+        if self.cfg.beam_size < 1:
+            raise ElectraUsageError(f"--beam-size {self.cfg.beam_size}: give 1 or more")
+        if self.cfg.answerable_uses_start_logits and not self.answerable:
+            raise ElectraUsageError("--answerable-uses-start-logits is for SQuAD 2.0's "
+                                    "no-answer classifier; this data is SQuAD 1.1")
+        model.register_span_head(
+            self.cfg.classification_head_name, answerable=self.answerable,
+            joint_prediction=self.cfg.joint_prediction, beam_size=self.cfg.beam_size,
+            answerable_uses_start_logits=self.cfg.answerable_uses_start_logits)
         return model
 
     def optimizer_step(self, optimizer, model, update_num):

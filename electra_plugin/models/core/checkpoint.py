@@ -18,6 +18,7 @@ missing file, a file that is not a PyTorch checkpoint, or a checkpoint of anothe
 one :class:`~electra_plugin.errors.ElectraUsageError` line.
 """
 
+import argparse
 import io
 import logging
 import os
@@ -48,6 +49,10 @@ __all__ = ["build_fairseq_config", "write_checkpoint", "load_checkpoint", "is_el
            "remember_settings"]
 
 ZIP_MAGIC = b"PK\x03\x04"
+# fairseq's argparse tasks (sentence_ranking ...) save their settings as a Namespace, a plain
+# attribute container: without it torch's weights-only loader refuses their checkpoints,
+# resuming such a run included
+torch.serialization.add_safe_globals([argparse.Namespace])
 
 
 def _as_dict(cfg) -> Dict[str, Any]:
@@ -124,7 +129,8 @@ def write_checkpoint(path, model_cfg, task_cfg, state_dict: Mapping[str, torch.T
             size fields; see :func:`build_fairseq_config`.
         task_cfg: task config with ``_name`` (``electra`` for a pre-training checkpoint with
             generator, any other text task such as ``masked_lm`` for the discriminator alone)
-            and ``data``.
+            and ``data``; for one of fairseq's argparse tasks (``sentence_ranking``) an
+            ``argparse.Namespace``, stored as fairseq-train stores it.
         state_dict: parameter name -> tensor, as ``model.state_dict()`` gives it (tensors
             shared between names stay shared in the file).
         criterion_cfg: optional criterion config (``{"_name": "electra"}``).
@@ -135,7 +141,11 @@ def write_checkpoint(path, model_cfg, task_cfg, state_dict: Mapping[str, torch.T
         raise ElectraUsageError(f"{path} is a directory; give the checkpoint file name")
     if os.path.exists(path) and not overwrite:
         raise ElectraUsageError(f"{path} already exists; remove it or ask to overwrite it")
-    cfg = build_fairseq_config(model_cfg, task_cfg, criterion_cfg)
+    argparse_task = isinstance(task_cfg, argparse.Namespace)
+    # an argparse task has no dataclass to complete: the other groups are built around a
+    # stand-in and the Namespace takes its place in the file
+    cfg = build_fairseq_config(model_cfg, {"_name": "masked_lm"} if argparse_task else task_cfg,
+                               criterion_cfg)
     criterion_name = ""
     if criterion_cfg is not None:
         criterion_name = CRITERION_REGISTRY[cfg.criterion._name].__name__
@@ -143,6 +153,8 @@ def write_checkpoint(path, model_cfg, task_cfg, state_dict: Mapping[str, torch.T
         container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     except OmegaConfBaseException as e:
         raise ElectraUsageError(f"cannot resolve the checkpoint config: {first_line(e)}")
+    if argparse_task:
+        container["task"] = task_cfg
     state = {
         "args": None,  # legacy argparse slot; fairseq reads "cfg" when this is None
         "cfg": container,
@@ -167,8 +179,16 @@ def write_checkpoint(path, model_cfg, task_cfg, state_dict: Mapping[str, torch.T
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with written_whole(path) as partial, open(partial, "wb") as f:
         torch.save(state, f)  # into Python's file: a full disk keeps its errno
-    logger.info(f"wrote {path} ({cfg.model._name}, task {cfg.task._name})")
+    logger.info(f"wrote {path} ({cfg.model._name}, task {task_name(container['task'])})")
     return path
+
+
+def task_name(task_cfg) -> Optional[str]:
+    """The ``_name`` of a checkpoint's task config: a dict, DictConfig or, for fairseq's
+    argparse tasks, a Namespace."""
+    if isinstance(task_cfg, argparse.Namespace):
+        return getattr(task_cfg, "_name", None)
+    return task_cfg.get("_name", None) if task_cfg is not None else None
 
 
 def is_electra_model_cfg(model_cfg) -> bool:

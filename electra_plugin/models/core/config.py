@@ -3,7 +3,8 @@
 No network code: the model, the converter, the FLOPs count and the benchmark read sizes from
 here. The options are one choice per axis (``--objective``, ``--generator``,
 ``--embedding-sharing``); what each choice needs of the others is checked by its own class
-(:mod:`electra_plugin.models.generators`, :mod:`electra_plugin.models.objectives`) when the model is built.
+(:mod:`electra_plugin.models.generators`, :mod:`electra_plugin.models.objectives`) when the
+model is built.
 """
 
 import logging
@@ -35,8 +36,6 @@ SIZE_FIELDS = ("num_layers", "hidden_size", "num_heads", "ffn_size", "embedding_
 # Checkpoint format. 1: the options before issue 27 (--tie-generator, --generator-training,
 # --untie-embeddings); 2: one choice per axis. Stored as the model's ``version`` buffer.
 CHECKPOINT_VERSION = 2
-OBJECTIVE_NAMES = ["electra", "electra_15", "replace_mlm", "all_tokens_mlm", "mlm"]
-GENERATOR_NAMES = ["masked_lm", "adversarial", "unigram", "tied", "two_stage", "fast_electra"]
 
 
 @dataclass(frozen=True)
@@ -72,15 +71,18 @@ class ElectraConfig(FairseqDataclass):
     attention_dropout: float = field(
         default=0.1, metadata={"help": "dropout probability on attention weights"})
     # --- the three axes of pre-training
-    objective: ChoiceEnum(OBJECTIVE_NAMES) = field(  # type: ignore
+    # (the choices are the registered objectives and generator kinds, checked when the
+    # model is built: models/objectives/, models/generators/)
+    objective: str = field(
         default="electra", metadata={"help": "pre-training objective: electra (replaced token "
                                              "detection on every token), electra_15 (only at "
                                              "the masked positions), replace_mlm (MLM on "
                                              "generator samples instead of <mask>), "
                                              "all_tokens_mlm (replace_mlm predicting every "
                                              "token, with a copy mechanism), mlm (BERT: no "
-                                             "generator)"})
-    generator: ChoiceEnum(GENERATOR_NAMES) = field(  # type: ignore
+                                             "generator), electric (Electric's energy-based "
+                                             "cloze objective, with --generator two_tower)"})
+    generator: str = field(
         default="masked_lm", metadata={"help": "where the replacements come from: masked_lm "
                                                "(a small masked LM trained with the "
                                                "discriminator, official), adversarial "
@@ -92,7 +94,9 @@ class ElectraConfig(FairseqDataclass):
                                                "frozen, the discriminator initialised from "
                                                "it), fast_electra (an existing masked LM, "
                                                "--generator-checkpoint, frozen, sampled at a "
-                                               "decaying temperature)"})
+                                               "decaying temperature), uniform (every token "
+                                               "equally likely), two_tower (Electric's "
+                                               "two-tower cloze model)"})
     embedding_sharing: Optional[ChoiceEnum(["shared", "untied", "gdes"])] = field(  # type: ignore
         default=None, metadata={"help": "how generator and discriminator share embeddings: "
                                         "shared (one block, official), untied (each its own), "
@@ -117,6 +121,11 @@ class ElectraConfig(FairseqDataclass):
         default=1.0, metadata={"help": "generator sampling temperature (fast_electra: the "
                                        "final one); 0 takes the argmax (deterministic, for "
                                        "debugging)"})
+    disallow_correct: bool = field(
+        default=False, metadata={"help": "never sample the original token: its probability "
+                                         "is set to 0 before sampling, so every masked "
+                                         "position is replaced (official disallow_correct, "
+                                         "which subtracts 1000 from its logit)"})
     two_stage_updates: int = field(
         default=0, metadata={"help": "two_stage: updates of the generator alone before the "
                                      "discriminator starts"})
@@ -164,12 +173,9 @@ class ElectraConfig(FairseqDataclass):
                                         "else off"})
 
 
-# The options only some generators read, with their defaults (a generator refuses the
-# ones it does not read when they differ from these).
-GENERATOR_OPTIONS = {name: ElectraConfig.__dataclass_fields__[name].default for name in (
-    "generator_size", "generator_layers", "temperature", "two_stage_updates",
-    "generator_checkpoint", "temperature_start", "temperature_decay_updates",
-    "temperature_schedule")}
+def option_default(name: str):
+    """The default of one of :class:`ElectraConfig`'s options."""
+    return ElectraConfig.__dataclass_fields__[name].default
 
 
 def complete_config(cfg):

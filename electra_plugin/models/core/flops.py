@@ -102,7 +102,7 @@ def paper_train_flops(disc: EncoderSize, gen: Optional[EncoderSize], vocab: int,
     ``predicted`` is the number of positions with a generator output over all the sequences
     (default: the official fraction 0.15625 of every sequence); ``gen`` None when no network
     generates. Multiply by the number of updates for a whole run. The other objectives and
-    generators count their own parts (``paper_head_flops``, ``Generator.paper_flops``).
+    generators count their own parts (``paper_head_flops``, ``GeneratorKind.paper_flops``).
     """
     if predicted is None:
         predicted = PAPER_OUTPUT_FRACTION * length * sequences

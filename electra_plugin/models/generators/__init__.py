@@ -1,17 +1,30 @@
 """Where the replacements come from: one class per generator variant, one file each
 (``--generator``); :class:`.base.Generator` is what the step calls."""
 
+from ...errors import ElectraUsageError
 from ..core.config import discriminator_size
-from .base import GENERATORS, Generator, register_generator  # noqa: F401
-from . import adversarial, fast_electra, masked_lm, tied, two_stage, unigram  # noqa: F401,E402
+from ..objectives import objective_named
+from .base import (GENERATOR_KINDS, GeneratorKind, generator_kind,  # noqa: F401
+                   generator_options, register_generator_kind)
+from . import (adversarial, fast_electra, masked_lm, tied, two_stage, two_tower,  # noqa: F401,E402
+               unigram, uniform)
 
 
-def build_generator(cfg, objective):
+def build_generator_kind(cfg, objective):
     """The generator variant of a completed model config, checked; None when the objective
     keeps ``<mask>`` (``mlm``)."""
+    kind = generator_kind(cfg.generator)
     if not objective.corrupts:
+        given = [option for option, default in dict(
+            generator_options(), generator="masked_lm", embedding_sharing=None).items()
+            if cfg.get(option, default) != default]
+        if given:
+            raise ElectraUsageError(
+                f"--objective {objective.name} has no generator, so "
+                f"--{given[0].replace('_', '-')} does not apply; drop it or pick another "
+                f"--objective")
         return None
-    generator = GENERATORS[cfg.generator](cfg)
+    generator = kind(cfg)
     generator.check(objective)
     return generator
 
@@ -19,5 +32,6 @@ def build_generator(cfg, objective):
 def model_sizes(cfg):
     """(discriminator, generator or None) sizes of a completed model config: what the FLOPs
     counts and the benchmark need."""
-    generator = GENERATORS[cfg.generator](cfg)
-    return discriminator_size(cfg), None if cfg.objective == "mlm" else generator.size()
+    corrupts = objective_named(cfg.objective).corrupts
+    return discriminator_size(cfg), generator_kind(cfg.generator)(cfg).size() if corrupts \
+        else None

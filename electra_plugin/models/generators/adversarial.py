@@ -5,11 +5,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..objectives import masked_mean
-from .base import register_generator
+from .base import register_generator_kind
 from .masked_lm import MaskedLMGenerator
 
 
-@register_generator("adversarial")
+@register_generator_kind("adversarial")
 class AdversarialGenerator(MaskedLMGenerator):
     """The generator maximises ``r_t``, the discriminator's BCE on its sample at t, against a
     baseline ``b_t = -log sigmoid(w . h_G(t))`` fitted to ``r_t`` by cross-entropy against

@@ -10,32 +10,58 @@ loading, and its share of the training FLOPs.
 from typing import Dict, Optional, Type
 
 from ...errors import ElectraUsageError
+from ..core.config import EncoderSize, discriminator_size, option_default
 from ..core.flops import paper_encoder_flops, paper_generator_output
-from ..core.config import GENERATOR_OPTIONS, EncoderSize, discriminator_size
 
-GENERATORS: Dict[str, Type["Generator"]] = {}
+GENERATOR_KINDS: Dict[str, Type["GeneratorKind"]] = {}
 
 
-def register_generator(name):
+def register_generator_kind(name):
+    """Class decorator: ``--generator name`` builds this kind."""
     def register(cls):
         cls.name = name
-        GENERATORS[name] = cls
+        GENERATOR_KINDS[name] = cls
         return cls
 
     return register
+
+
+def generator_kind(name: str) -> Type["GeneratorKind"]:
+    if name not in GENERATOR_KINDS:
+        raise ElectraUsageError(f"--generator {name} is not a generator kind; pick one of "
+                                f"{', '.join(GENERATOR_KINDS)}")
+    return GENERATOR_KINDS[name]
+
+
+def generator_options() -> Dict[str, object]:
+    """{option: default} of the options some registered kind reads (the others refuse
+    them when they differ from the default)."""
+    return {option: option_default(option)
+            for kind in (GeneratorKind, *GENERATOR_KINDS.values()) for option in kind.reads}
 
 
 def _flag(option: str) -> str:
     return "--" + option.replace("_", "-")
 
 
-class Generator:
+class GeneratorKind:
     """The default behaviour: a network generator trained with the discriminator."""
 
     name: str
-    reads = ("temperature",)  # the options of GENERATOR_OPTIONS this variant uses
+    # the model options this kind uses (others refuse them); every kind samples, so every
+    # kind also reads the base's: the sampling options
+    reads = ("temperature", "disallow_correct")
     embedding_sharing = ("shared",)  # --embedding-sharing values it allows; first: default
     binary_only = False  # defined for replaced token detection only
+    objectives = ()  # the only objectives it is defined for (empty: any)
+    # a cloze model (Electric's noise): ``propose`` reads the original tokens, not the
+    # masked input, and gives q(x_t | the other tokens) at every token
+    cloze = False
+    # what its losses log: per-batch values averaged over batches, counts summed over
+    # batches, and rates (name, numerator count, denominator count) derived from them
+    logged_means = ()
+    logged_counts = ()
+    logged_rates = ()
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -44,8 +70,9 @@ class Generator:
 
     def check(self, objective) -> None:
         """Raise one line for an option this variant does not read or cannot honour."""
-        for option, default in GENERATOR_OPTIONS.items():
-            if option not in self.reads and self.cfg.get(option, default) != default:
+        reads = self.reads + GeneratorKind.reads
+        for option, default in generator_options().items():
+            if option not in reads and self.cfg.get(option, default) != default:
                 raise ElectraUsageError(
                     f"{_flag(option)} does not apply to --generator {self.name}; drop it or "
                     f"pick a generator that reads it")
@@ -59,6 +86,10 @@ class Generator:
             raise ElectraUsageError(
                 f"--generator {self.name} is defined for replaced token detection, not "
                 f"--objective {objective.name}; use --objective electra or electra_15")
+        if self.objectives and objective.name not in self.objectives:
+            raise ElectraUsageError(
+                f"--generator {self.name} is defined for --objective "
+                f"{' or '.join(self.objectives)}, not {objective.name}")
 
     @property
     def sharing(self) -> str:
@@ -81,7 +112,8 @@ class Generator:
 
     def propose(self, model, src_tokens, attn_mask, positions, token_types=None):
         """-> (M x V fp32 log-probabilities at the M masked positions, M baseline logits or
-        None); ``token_types``: B x T segments (None: type 0)."""
+        None); ``token_types``: B x T segments (None: type 0). A ``cloze`` kind is given the
+        original tokens and no positions, and gives B x T x V: every token's."""
         raise NotImplementedError
 
     def temperature(self) -> float:

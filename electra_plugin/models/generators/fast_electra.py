@@ -16,18 +16,20 @@ from omegaconf import open_dict
 from ..core.checkpoint import load_checkpoint
 from ...errors import ElectraUsageError
 from ..core.config import complete_config, discriminator_size, scaled_size
-from .base import GENERATORS, frozen, register_generator
+from ..objectives import objective_named
+from .base import frozen, generator_kind, register_generator_kind
 from .masked_lm import MaskedLMGenerator
 
 # where a checkpoint keeps a masked LM: (encoder prefix, head prefix), generator first
 MASKED_LM_PARTS = (("generator.", "generator_head."), ("discriminator.", "mlm_head."))
 
 
-@register_generator("fast_electra")
+@register_generator_kind("fast_electra")
 class FastElectraGenerator(MaskedLMGenerator):
     reads = ("generator_size", "generator_layers", "temperature", "generator_checkpoint",
              "temperature_start", "temperature_decay_updates", "temperature_schedule")
     embedding_sharing = ("untied",)
+    logged_means = ("gen_loss", "gen_temperature")
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -63,15 +65,16 @@ class FastElectraGenerator(MaskedLMGenerator):
         return source, state["model"]
 
     def source_size(self, source):
-        if source.objective == "mlm":
+        if not objective_named(source.objective).corrupts:  # BERT's: the network is the LM
             return discriminator_size(source)
-        if source.generator not in ("masked_lm", "adversarial", "tied", "two_stage",
-                                    "fast_electra"):
+        kind = generator_kind(source.generator)
+        size = None if kind.cloze else kind(source).size()  # a cloze model is no masked LM
+        if size is None:
             raise ElectraUsageError(
                 f"--generator-checkpoint {self.cfg.generator_checkpoint} has no masked LM "
                 f"(its generator is {source.generator}); give an electra or --objective mlm "
                 f"checkpoint")
-        return GENERATORS[source.generator](source).size()
+        return size
 
     def fractions(self, size):
         """(generator_size, generator_layers) that give ``size`` under this discriminator."""

@@ -9,13 +9,16 @@ import torch.nn.functional as F
 from ..core.config import arch_generator_size, scaled_size
 from ..core.heads import ElectraGeneratorPredictions
 from ..objectives import masked_mean
-from .base import Generator, register_generator
+from .base import GeneratorKind, register_generator_kind
 
 
-@register_generator("masked_lm")
-class MaskedLMGenerator(Generator):
+@register_generator_kind("masked_lm")
+class MaskedLMGenerator(GeneratorKind):
     reads = ("generator_size", "generator_layers", "temperature")
     embedding_sharing = ("shared", "untied", "gdes")
+    logged_means = ("gen_loss",)
+    logged_counts = ("gen_correct",)
+    logged_rates = (("gen_acc", "gen_correct", "masked"),)
 
     def size(self):
         fraction = self.cfg.get("generator_size", None) or arch_generator_size(self.cfg)

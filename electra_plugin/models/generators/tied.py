@@ -1,10 +1,10 @@
 """The paper's weight-sharing ablation (section 3.2): the generator is the discriminator."""
 
-from .base import register_generator
+from .base import register_generator_kind
 from .masked_lm import MaskedLMGenerator
 
 
-@register_generator("tied")
+@register_generator_kind("tied")
 class TiedGenerator(MaskedLMGenerator):
     """Every weight shared: the discriminator's encoder also predicts the masked tokens,
     through a generator head of its own."""

@@ -7,13 +7,13 @@ import torch
 
 from ...errors import ElectraUsageError
 from ...run_config import TORCH_DDP, master_copies, set_logged
-from .base import register_generator
+from .base import register_generator_kind
 from .masked_lm import MaskedLMGenerator
 
 logger = logging.getLogger(__name__)
 
 
-@register_generator("two_stage")
+@register_generator_kind("two_stage")
 class TwoStageGenerator(MaskedLMGenerator):
     """Stage 1 (``--two-stage-updates`` updates): the generator alone runs and learns.
     Stage 2: the discriminator, a copy of the generator, learns; the generator only samples.

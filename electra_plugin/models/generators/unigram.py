@@ -3,7 +3,7 @@
 import torch
 
 from ..core.fixed_dtype import FixedDtypeBuffers
-from .base import Generator, register_generator
+from .base import GeneratorKind, register_generator_kind
 
 
 class UnigramTable(FixedDtypeBuffers):
@@ -23,8 +23,8 @@ class UnigramTable(FixedDtypeBuffers):
                              persistent=False)
 
 
-@register_generator("unigram")
-class UnigramGenerator(Generator):
+@register_generator_kind("unigram")
+class UnigramGenerator(GeneratorKind):
     def build(self, model, dictionary, shared_embeddings):
         model.unigram = UnigramTable(dictionary, dictionary.index("<mask>"))
 

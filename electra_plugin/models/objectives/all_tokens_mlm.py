@@ -19,6 +19,8 @@ class AllTokensMLM(Objective):
     heads = ("mlm_head", "discriminator_head")
     binary = False
     loss_name = "mlm_loss"
+    logged_counts = ("mlm_correct", "mlm_tokens")
+    logged_rates = (("mlm_acc", "mlm_correct", "mlm_tokens"),)
 
     def paper_head_flops(self, disc, vocab, positions, predicted):
         return positions * (paper_generator_output(disc, vocab)

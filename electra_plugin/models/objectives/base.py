@@ -17,6 +17,7 @@ from typing import Dict, NamedTuple, Optional
 
 import torch
 
+from ...errors import ElectraUsageError
 from ..core.flops import paper_discriminator_output
 from ..core.heads import ElectraDiscriminatorPredictions, ElectraGeneratorPredictions
 
@@ -24,12 +25,20 @@ OBJECTIVES: Dict[str, "Objective"] = {}
 
 
 def register_objective(name):
+    """Class decorator: ``--objective name`` uses (one instance of) this class."""
     def register(cls):
         cls.name = name
         OBJECTIVES[name] = cls()
         return cls
 
     return register
+
+
+def objective_named(name: str) -> "Objective":
+    if name not in OBJECTIVES:
+        raise ElectraUsageError(f"--objective {name} is not an objective; pick one of "
+                                f"{', '.join(OBJECTIVES)}")
+    return OBJECTIVES[name]
 
 
 def masked_mean(values: torch.Tensor) -> torch.Tensor:
@@ -57,6 +66,9 @@ class PretrainingOutput(NamedTuple):
     main: Optional[torch.Tensor]  # the objective's prediction (see its predict)
     copy: Optional[torch.Tensor]  # B x T copy logits (all_tokens_mlm)
     disc_hidden: Optional[torch.Tensor] = None  # B x T x H discriminator's last layer
+    # B x T x V fp32 log q(. | the other tokens) at every token: a cloze generator's
+    # (two_tower, Electric's noise distribution); None for every other kind
+    noise_log_probs: Optional[torch.Tensor] = None
     main_loss: Optional[torch.Tensor] = None  # the objective's (None: no discriminator ran)
     generator_loss: Optional[torch.Tensor] = None  # None: the generator learns nothing
     logs: Optional[dict] = None  # the losses and counts the batch logs
@@ -67,7 +79,11 @@ class Objective:
     corrupts = True
     heads = ("discriminator_head",)
     binary = True  # the main loss is a replaced/original loss, weighted by --disc-weight
-    loss_name = "disc_loss"
+    loss_name = "disc_loss"  # the main loss's name in the log
+    # what main_loss counts (summed over batches) and the rates (name, numerator count,
+    # denominator count) derived from them; "masked" is the step's own count
+    logged_counts = ()
+    logged_rates = ()
 
     def check(self, cfg) -> None:
         """Raise one line for model options this objective cannot honour."""

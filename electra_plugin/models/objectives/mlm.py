@@ -4,8 +4,6 @@ import torch
 import torch.nn.functional as F
 
 from ..core.flops import paper_generator_output
-from ..core.config import GENERATOR_OPTIONS
-from ...errors import ElectraUsageError
 from .base import Objective, masked_mean, register_objective
 
 
@@ -17,15 +15,8 @@ class MaskedLM(Objective):
     heads = ("mlm_head",)
     binary = False
     loss_name = "mlm_loss"
-
-    def check(self, cfg):
-        given = [option for option, default in dict(
-            GENERATOR_OPTIONS, generator="masked_lm", embedding_sharing=None).items()
-            if cfg.get(option, default) != default]
-        if given and not self.corrupts:
-            raise ElectraUsageError(
-                f"--objective mlm has no generator, so --{given[0].replace('_', '-')} does not "
-                f"apply; drop it or pick another --objective")
+    logged_counts = ("mlm_correct", "mlm_tokens")
+    logged_rates = (("mlm_acc", "mlm_correct", "mlm_tokens"),)
 
     def paper_head_flops(self, disc, vocab, positions, predicted):
         return predicted * paper_generator_output(disc, vocab)

@@ -11,6 +11,13 @@ from .base import Objective, register_objective
 class ReplacedTokenDetection(Objective):
     """ELECTRA: the discriminator labels every token original or replaced."""
 
+    logged_counts = ("tokens", "replaced", "predicted_replaced", "true_replaced",
+                     "disc_correct", "disc_auc_pairs")
+    logged_rates = (("disc_acc", "disc_correct", "tokens"),
+                    ("disc_precision", "true_replaced", "predicted_replaced"),
+                    ("disc_recall", "true_replaced", "replaced"),
+                    ("replaced_frac", "replaced", "masked"))
+
     def predict(self, model, hidden, positions):
         return model.discriminator_head(hidden), None
 

@@ -1,0 +1,154 @@
+"""Multiple choice for the plugin through fairseq's sentence_ranking task: preprocess, evaluate.
+
+Subcommands:
+  preprocess  SWAG CSV, RACE JSON or a generic JSONL ({"context", "choices", "label"}) ->
+              binarized input0/ (contexts), input1..N/ (options), label/ for
+              ``--task sentence_ranking``; text is tokenized with the pre-training data
+              directory's tokenizer and binarized with its dict.txt. Each example is cut to
+              fit ``<s> option </s> </s> context </s>`` in ``--max-seq-len`` tokens, the
+              longer of the longest option and the context first.
+  evaluate    a fine-tuned checkpoint's accuracy on a labelled split, and its chosen option
+              per example for any split (the model run once per option, the best score
+              chosen, as fairseq's sentence_ranking criterion does)
+
+Example:
+  electra-choice preprocess --pretrain-data data-bin/news --train swag/train.csv \\
+      --valid swag/val.csv --destdir data-bin/swag
+  fairseq-train data-bin/swag --user-dir electra_plugin --task sentence_ranking \\
+      --criterion sentence_ranking --num-classes 4 --init-token 0 --separator-token 2 \\
+      --max-positions 512 --arch electra_small --finetune-from-model ck.pt ...
+  electra-choice evaluate --checkpoint checkpoints/checkpoint_best.pt \\
+      --data data-bin/swag --split valid [--predictions valid.txt] [--cpu]
+"""
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from electra_plugin.data import multiple_choice as mc
+from electra_plugin.data.binarize import writable_destdir
+from electra_plugin.data.dictionary import load_dictionary
+from electra_plugin.data.tokenizer import load_tokenizer
+from electra_plugin.errors import ElectraUsageError, command_line
+from electra_plugin.output_dir import refuse_existing
+from electra_plugin.partial_output import removed_on_failure, written_whole
+
+logger = logging.getLogger(__name__)
+MAX_POSITIONS = 512
+DEFAULT_HEAD = "sentence_classification_head"  # sentence_ranking's --ranking-head-name
+
+
+def preprocess(args):
+    inputs = {name: path for name, path in (("train", args.train), ("valid", args.valid),
+                                            ("test", args.test)) if path}
+    if not inputs:
+        raise ElectraUsageError("give at least one of --train, --valid, --test")
+    if not mc.SPECIALS + 2 <= args.max_seq_len <= MAX_POSITIONS:
+        raise ElectraUsageError(f"--max-seq-len {args.max_seq_len} must be between "
+                                f"{mc.SPECIALS + 2} and {MAX_POSITIONS}, the model's positions")
+    dictionary = load_dictionary(args.pretrain_data)
+    tokenizer = load_tokenizer(args.pretrain_data)
+    data = {name: mc.read_examples(path, args.format) for name, path in inputs.items()}
+    first = next(iter(inputs))
+    choices = len(data[first][0].options)
+    for name, examples in data.items():
+        if len(examples[0].options) != choices:
+            raise ElectraUsageError(
+                f"{inputs[name]} has {len(examples[0].options)} choices per example, "
+                f"{inputs[first]} {choices}; the model ranks one number of options")
+    writable_destdir(args.destdir)
+    refuse_existing(args.destdir, args.force)
+    with removed_on_failure(args.destdir):
+        cut = mc.write_data_dir(args.destdir, data, tokenizer, dictionary,
+                                os.path.join(args.pretrain_data, "dict.txt"), args.max_seq_len)
+        tokenizer.save_to(args.destdir)  # the hub interface encodes text with it
+    for name, examples in data.items():
+        logger.info(f"{name}: {len(examples)} examples"
+                    f"{'' if examples[0].label is not None else ' (unlabelled)'}, "
+                    f"{cut[name]} cut to {args.max_seq_len} tokens")
+    logger.info(f"wrote {args.destdir}: train with --task sentence_ranking --criterion "
+                f"sentence_ranking --num-classes {choices} --init-token 0 "
+                f"--separator-token 2 --max-positions {args.max_seq_len}")
+
+
+def evaluate(args):
+    """Prints the split's accuracy (labelled) as JSON and returns it (None: unlabelled)."""
+    from fairseq.tasks.sentence_ranking import SentenceRankingTask
+
+    from electra_plugin.data.evaluation import inference_device
+    from electra_plugin.finetuning.evaluate import load_finetuned
+
+    if args.data and not os.path.isfile(os.path.join(args.data, "input0", "dict.txt")):
+        raise ElectraUsageError(f"{args.data} has no input0/dict.txt; pass a directory "
+                                f"that electra-choice preprocess wrote")
+    model, task = load_finetuned(args.checkpoint, args.data, SentenceRankingTask,
+                                 "sentence_ranking")
+    if task.args.num_classes is None:  # an imported ElectraForMultipleChoice: the data's
+        task.args.num_classes = mc.choices_in(task.args.data)
+    if not mc.check_split(task.args.data, args.split, task.args.num_classes) and \
+            not args.predictions:
+        raise ElectraUsageError(f"the {args.split} split of {task.args.data} has no labels to "
+                                f"score; pass --predictions to write its chosen options")
+    head = args.head or getattr(task.args, "ranking_head_name", DEFAULT_HEAD)
+    device = inference_device(args.cpu)
+    scores, gold = mc.option_scores(model.to(device), task, args.split, head, device,
+                                    args.batch_size)
+    chosen = scores.argmax(dim=1).tolist()
+    if args.predictions:
+        with written_whole(args.predictions) as partial, open(partial, "w") as f:
+            f.writelines(f"{c}\n" for c in chosen)
+        logger.info(f"wrote {args.predictions}")
+    result = {"split": args.split, "examples": len(chosen)}
+    if gold is not None:
+        result["accuracy"] = 100.0 * sum(c == g for c, g in zip(chosen, gold)) / len(gold)
+    print(json.dumps(result))
+    return result.get("accuracy")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="electra-choice", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    sub = p.add_subparsers(dest="command", required=True)
+    pp = sub.add_parser("preprocess", help="multiple choice files -> data for sentence_ranking")
+    pp.add_argument("--pretrain-data", required=True,
+                    help="pre-training data directory (dict.txt and the tokenizer)")
+    pp.add_argument("--train", help="training file (RACE: also a directory of articles)")
+    pp.add_argument("--valid", help="validation file")
+    pp.add_argument("--test", help="test file (labels optional)")
+    pp.add_argument("--format", choices=mc.FORMATS,
+                    help="default: from the suffix (.csv swag, .jsonl jsonl, .json/.txt race)")
+    pp.add_argument("--destdir", required=True)
+    pp.add_argument("--max-seq-len", type=int, default=MAX_POSITIONS,
+                    help="tokens of <s> option </s> </s> context </s>; longer examples are cut")
+    pp.add_argument("--force", action="store_true", help="write into a non-empty --destdir")
+    pp.set_defaults(run=preprocess)
+    ev = sub.add_parser("evaluate", help="a checkpoint's accuracy and chosen options")
+    ev.add_argument("--checkpoint", required=True, help="a checkpoint of --task sentence_ranking")
+    ev.add_argument("--data", help="electra-choice preprocess output (default: the checkpoint's)")
+    ev.add_argument("--split", default="valid")
+    ev.add_argument("--head", help="the ranking head (default: the checkpoint's "
+                                   f"--ranking-head-name, else {DEFAULT_HEAD})")
+    ev.add_argument("--predictions", help="write the chosen option (0..N-1) per example here")
+    ev.add_argument("--batch-size", type=int, default=32)
+    ev.add_argument("--cpu", action="store_true",
+                    help="run on the CPU (default: the GPU when there is one)")
+    ev.set_defaults(run=evaluate)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    args.run(args)
+    return 0
+
+
+def cli():
+    """The console script: :func:`main` with its usage errors as one line."""
+    sys.exit(command_line(main))
+
+
+if __name__ == "__main__":
+    cli()
