@@ -298,6 +298,9 @@ def test_sentence_ranking_train_and_evaluate(tmp_path, spm_data):
                        "--split", "valid", "--predictions", tmp_path / "again.txt", "--cpu"))
     assert proc.returncode == 0, failure("electra-choice evaluate (imported)", proc)
     assert (tmp_path / "again.txt").read_text() == (tmp_path / "valid.txt").read_text()
+    further = [tmp_path / "further" if a == save else a for a in train]
+    proc = run([*further, "--max-update", "2", "--finetune-from-model", imported])
+    assert proc.returncode == 0, failure("fairseq-train from the import", proc)
     convert.main(["export", str(imported), "--out", str(tmp_path / "hf2")])
     first, second = (load_file(tmp_path / d / "model.safetensors") for d in ("hf", "hf2"))
     assert sorted(first) == sorted(second)

@@ -697,6 +697,8 @@ def test_squad_11_head_served_by_transformers_and_back(tmp_path, squad_bin, pret
     assert all(torch.equal(back[k], original[k]) for k in original)
     again, _ = squad_predictions(str(imported), str(data), "valid", cpu=True)
     assert {q: p.answer for q, p in again.items()} == {q: p.answer for q, p in predicted.items()}
+    proc = run(finetune_cmd(data, tmp_path / "further", imported))  # and fine-tunes further
+    assert proc.returncode == 0, proc.stderr[-3000:]
     convert.main(["export", str(imported), "--out", str(tmp_path / "hf2")])
     first, second = (load_file(tmp_path / d / "model.safetensors") for d in ("hf", "hf2"))
     assert sorted(first) == sorted(second)

@@ -172,8 +172,9 @@ def test_english_ner_end_to_end(tmp_path, spm_data, pretrained, capsys):
     # and back: the import is the fine-tuned token_tagging checkpoint, bit for bit
     from safetensors.torch import load_file
 
-    convert.main(["import", "--discriminator", str(tmp_path / "hf"),
-                  "--out", str(tmp_path / "imported")])
+    from electra_plugin.convert import from_hf
+
+    result = from_hf(tmp_path / "hf", out_dir=tmp_path / "imported")
     imported = tmp_path / "imported" / "checkpoint.pt"
     original = torch.load(ck, map_location="cpu", weights_only=True)["model"]
     back = torch.load(imported, map_location="cpu", weights_only=True)
@@ -190,6 +191,9 @@ def test_english_ner_end_to_end(tmp_path, spm_data, pretrained, capsys):
     first, second = (load_file(tmp_path / d / "model.safetensors") for d in ("hf", "hf2"))
     assert sorted(first) == sorted(second)
     assert all(torch.equal(first[k], second[k]) for k in first)
+    # and it fine-tunes further with token_tagging, from the options the import gives
+    (tmp_path / "further").mkdir()
+    finetune_and_predict(tmp_path / "further", data, imported, *result.cli_args)
 
 
 @pytest.mark.slow
