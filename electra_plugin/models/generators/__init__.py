@@ -1,19 +1,24 @@
-"""Where the replacements come from: one class per generator variant, one file each
-(``--generator``); :class:`.base.Generator` is what the step calls."""
+"""Where the replacements come from: one generator kind per file (``--generator``);
+:class:`.base.GeneratorKind` is what the step calls."""
 
 from ...errors import ElectraUsageError
 from ..core.config import discriminator_size
 from ..objectives import objective_named
 from .base import (GENERATOR_KINDS, GeneratorKind, generator_kind,  # noqa: F401
                    generator_options, register_generator_kind)
-from . import (adversarial, fast_electra, masked_lm, tied, two_stage, two_tower,  # noqa: F401,E402
-               unigram, uniform)
+from . import (adversarial, fast_electra, masked_lm, tied, two_stage,  # noqa: F401,E402
+               two_tower, unigram, uniform)
 
 
 def build_generator_kind(cfg, objective):
-    """The generator variant of a completed model config, checked; None when the objective
+    """The generator kind of a completed model config, checked; None when the objective
     keeps ``<mask>`` (``mlm``)."""
     kind = generator_kind(cfg.generator)
+    if objective.needs_cloze and not kind.cloze:
+        cloze = ", ".join(name for name, k in GENERATOR_KINDS.items() if k.cloze)
+        raise ElectraUsageError(
+            f"--objective {objective.name} contrasts the data with a cloze model's noise at "
+            f"every token; use --generator {cloze}, not {cfg.generator}")
     if not objective.corrupts:
         given = [option for option, default in dict(
             generator_options(), generator="masked_lm", embedding_sharing=None).items()

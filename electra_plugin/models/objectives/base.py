@@ -80,6 +80,7 @@ class Objective:
     heads = ("discriminator_head",)
     binary = True  # the main loss is a replaced/original loss, weighted by --disc-weight
     loss_name = "disc_loss"  # the main loss's name in the log
+    needs_cloze = False  # reads the noise log-probabilities at every token (a cloze kind)
     # what main_loss counts (summed over batches) and the rates (name, numerator count,
     # denominator count) derived from them; "masked" is the step's own count
     logged_counts = ()

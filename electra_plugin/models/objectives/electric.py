@@ -5,7 +5,6 @@ import torch
 import torch.nn.functional as F
 
 from ...auc import auc_pair_counts
-from ...errors import ElectraUsageError
 from .base import Objective, register_objective
 
 
@@ -23,17 +22,12 @@ class Electric(Objective):
     (the noise tokens are the picked ones: ``masked``).
     """
 
+    needs_cloze = True  # log q at every token: a cloze generator kind (two_tower)
     logged_counts = ("tokens", "disc_correct", "disc_auc_pairs", "predicted_noise",
                      "true_noise")
     logged_rates = (("disc_acc", "disc_correct", "tokens"),
                     ("noise_precision", "true_noise", "predicted_noise"),
                     ("noise_recall", "true_noise", "masked"))
-
-    def check(self, cfg):
-        if cfg.generator != "two_tower":
-            raise ElectraUsageError(
-                f"--objective electric contrasts the data with the two-tower cloze model's "
-                f"noise; use --generator two_tower, not {cfg.generator}")
 
     def predict(self, model, hidden, positions):
         # the energy and the prior log-odds of noise: the NCE logit but for log q, which
