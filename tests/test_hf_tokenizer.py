@@ -327,12 +327,15 @@ def test_exported_classifier_in_a_transformers_pipeline(spm_model, spm_dir, tmp_
     classify = pipeline("text-classification", model=str(tmp_path / "hf"), top_k=None)
     rows = [line.split("\t") for line in (rte / "dev.tsv").read_text().splitlines()[1:]]
     rows += [["0", KOREAN[0], KOREAN[1], "-"]]
+    largest = 0.0
     for _, premise, hypothesis, _ in rows:
         got = {g["label"]: g["score"] for g in classify({"text": premise, "text_pair": hypothesis})}
         ours = hub.predict("sentence_classification_head",
                            hub.encode(premise, hypothesis)).exp()[0]
         assert sorted(got) == sorted(names)
         assert np.allclose([got[n] for n in names], ours.tolist(), atol=1e-5), (got, ours)
+        largest = max(largest, max(abs(got[n] - p) for n, p in zip(names, ours.tolist())))
+    print(f"ElectraForSequenceClassification: largest probability difference {largest:.1e}")
 
 
 # ------------------------------------------------------------ import: non-WordPiece checkpoints
