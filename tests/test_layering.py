@@ -29,7 +29,8 @@ LAYERS = [
     # its variants, one file each
     ("electra_plugin.models.generators", "electra_plugin.models.objectives"),
     # what every model is built from and stored as; the optimizer and the speed work
-    ("electra_plugin.models.core", "electra_plugin.optim", "electra_plugin.speed"),
+    ("electra_plugin.models.core", "electra_plugin.models.bodies", "electra_plugin.optim",
+     "electra_plugin.speed"),
     # data (never the models) and the run settings checked before the trainer is built
     ("electra_plugin.data", "electra_plugin.glue", "electra_plugin.run_config"),
     # the base everything may use

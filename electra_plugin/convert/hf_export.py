@@ -176,6 +176,11 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
     checkpoint, out_dir = os.fspath(checkpoint), os.fspath(out_dir)
     state = load_checkpoint(checkpoint)
     cfg = complete_config(OmegaConf.create(OmegaConf.to_container(state["cfg"].model)))
+    body = cfg.get("encoder_body", "bert")
+    if body != "bert":
+        raise ElectraUsageError(f"{checkpoint} has the {body} encoder body; the transformers "
+                                f"export serves the BERT body (ELECTRA's classes) only: keep "
+                                f"the fairseq checkpoint")
     weights = dict(state["model"])
     for key in BOOKKEEPING_KEYS:  # the FLOPs count and the checkpoint format
         weights.pop(key, None)

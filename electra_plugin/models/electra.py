@@ -23,9 +23,9 @@ from ..run_config import complete_for_model, run_config
 from .collapse import warn_if_collapsed
 from .core.config import (ARCH_SIZES, CHECKPOINT_VERSION, SIZE_FIELDS, ElectraConfig,
                           EncoderSize, complete_config, discriminator_size)
-from .core.encoder import (DisentangledEmbedding, ElectraEmbeddings, ElectraTransformer,
-                           attention_mask)
-from .core.flops import FlopsCounter, paper_encoder_flops
+from .bodies import body_named
+from .core.encoder import DisentangledEmbedding, attention_mask
+from .core.flops import FlopsCounter
 from .core.heads import ElectraClassificationHead, ElectraTokenClassificationHead
 from .core.span_head import SpanHead, answer_context
 from .generators import build_generator_kind
@@ -58,6 +58,9 @@ class ElectraModel(BaseFairseqModel):
         self.objective = objective_named(cfg.get("objective", "electra"))
         # where the step's replacements come from (generators/); None: BERT's mlm keeps <mask>
         self.generator_kind = build_generator_kind(cfg, self.objective) if pretraining else None
+        # what the encoders are (bodies/): generator and discriminator are of the same kind
+        self.body = body_named(cfg.get("encoder_body", "bert"))(cfg, self.vocab_size,
+                                                                self.padding_idx)
         shared = self.make_embeddings()  # the generator's; the discriminator's too unless GDES
         disc_embed = shared
         if self.generator_kind is not None and self.generator_kind.sharing == "gdes":
@@ -79,17 +82,15 @@ class ElectraModel(BaseFairseqModel):
         self.apply(init_bert_params)
         self.tag_parameters()
 
-    def make_embeddings(self, word_embeddings=None) -> ElectraEmbeddings:
-        cfg = self.cfg
-        return ElectraEmbeddings(self.vocab_size, cfg.embedding_size, cfg.max_positions,
-                                 cfg.type_vocab_size, self.padding_idx, cfg.dropout,
-                                 word_embeddings)
+    def make_embeddings(self, word_embeddings=None) -> nn.Module:
+        """An embedding block of the model's body (``word_embeddings``: that token table)."""
+        return self.body.embeddings(word_embeddings)
 
-    def make_encoder(self, embeddings, size: EncoderSize) -> ElectraTransformer:
-        return ElectraTransformer(embeddings, size, self.cfg.dropout,
-                                  self.cfg.attention_dropout, self.padding_idx)
+    def make_encoder(self, embeddings, size: EncoderSize) -> nn.Module:
+        """An encoder of the model's body over ``embeddings``."""
+        return self.body.encoder(embeddings, size)
 
-    def fresh_discriminator(self) -> ElectraTransformer:
+    def fresh_discriminator(self) -> nn.Module:
         """A randomly initialised discriminator of this model's size (the collapse check's
         reference)."""
         return self.make_encoder(self.make_embeddings(), self._disc_size).apply(
@@ -101,6 +102,9 @@ class ElectraModel(BaseFairseqModel):
         def layer_of(name):
             if name.startswith("discriminator.embeddings"):
                 return 0
+            if name.startswith("discriminator.encoder.") and \
+                    not name.startswith("discriminator.encoder.layer."):
+                return 0  # what every layer reads (DeBERTa's relative embeddings)
             if name.startswith("discriminator.encoder.layer."):
                 return int(name.split(".")[3]) + 1
             return None
@@ -274,7 +278,7 @@ class ElectraModel(BaseFairseqModel):
         flops = 0.0
         generator = self.generator_kind
         if generator is None or generator.runs_discriminator(self):
-            flops = 2 * (paper_encoder_flops(disc, vocab, length, positions)
+            flops = 2 * (self.body.paper_encoder_flops(disc, vocab, length, positions)
                          + self.objective.paper_head_flops(disc, vocab, positions, predicted))
         if generator is not None:
             flops += generator.paper_flops(self, vocab, length, positions, predicted)

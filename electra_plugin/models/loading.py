@@ -31,9 +31,9 @@ VERSION_KEY = "version"
 BOOKKEEPING_KEYS = (FlopsCounter.KEY, VERSION_KEY)
 
 # The settings that decide what a checkpoint's weights mean: sizes decide their shapes;
-# heads, objective and generator what tensors of the same shapes compute. The
+# the encoder body, heads, objective and generator what tensors of the same shapes compute. The
 # discriminator's are compared for any model, the rest when this model pre-trains.
-DISCRIMINATOR_SETTINGS = ("num_layers", "hidden_size", "num_heads", "ffn_size",
+DISCRIMINATOR_SETTINGS = ("encoder_body", "num_layers", "hidden_size", "num_heads", "ffn_size",
                           "embedding_size", "max_positions", "type_vocab_size")
 PRETRAINING_SETTINGS = ("objective", "generator", "generator_size", "generator_layers",
                         "embedding_sharing", "two_stage_updates")
@@ -90,6 +90,8 @@ def _effective(cfg, name):
     value = cfg.get(name, None)
     if name == "generator_size" and value is None:
         return arch_generator_size(cfg)
+    if name == "encoder_body" and value is None:
+        return "bert"  # a checkpoint from before --encoder-body
     return value
 
 

@@ -67,6 +67,13 @@ class ElectraConfig(FairseqDataclass):
         default=512, metadata={"help": "number of learned position embeddings"})
     type_vocab_size: int = field(
         default=2, metadata={"help": "token type (segment) embeddings; 0 disables them"})
+    encoder_body: str = field(
+        default="bert", metadata={"help": "the encoders' body, the generator's and the "
+                                          "discriminator's alike: bert (ELECTRA's post-LN "
+                                          "Transformer with learned absolute positions, "
+                                          "official), deberta (DeBERTa-v2/v3's: no absolute "
+                                          "positions, disentangled attention over "
+                                          "log-bucketed relative positions)"})
     dropout: float = field(default=0.1, metadata={"help": "dropout probability"})
     attention_dropout: float = field(
         default=0.1, metadata={"help": "dropout probability on attention weights"})

@@ -11,7 +11,7 @@ from typing import Dict, Optional, Type
 
 from ...errors import ElectraUsageError
 from ..core.config import EncoderSize, discriminator_size, option_default
-from ..core.flops import paper_encoder_flops, paper_generator_output
+from ..core.flops import paper_generator_output
 
 GENERATOR_KINDS: Dict[str, Type["GeneratorKind"]] = {}
 
@@ -153,7 +153,7 @@ class GeneratorKind:
         if size is None:
             return 0.0
         passes = 2 if self.trains(model) else 1
-        return passes * (paper_encoder_flops(size, vocab, length, positions)
+        return passes * (model.body.paper_encoder_flops(size, vocab, length, positions)
                          + predicted * paper_generator_output(size, vocab))
 
     def disc_size(self) -> EncoderSize:

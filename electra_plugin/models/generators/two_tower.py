@@ -13,7 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..core.flops import paper_encoder_flops, paper_generator_output
+from ..core.flops import paper_generator_output
 from ..core.heads import ElectraGeneratorPredictions
 from .base import register_generator_kind
 from .masked_lm import MaskedLMGenerator
@@ -93,5 +93,5 @@ class TwoTowerGenerator(MaskedLMGenerator):
         """Both towers and the cloze head at every position, forward and backward."""
         size = self.size()
         head = dataclasses.replace(size, hidden=2 * size.hidden)  # reads both towers
-        return 2 * (2 * paper_encoder_flops(size, vocab, length, positions)
+        return 2 * (2 * model.body.paper_encoder_flops(size, vocab, length, positions)
                     + positions * paper_generator_output(head, vocab))

@@ -1,0 +1,58 @@
+"""What an encoder body is: the embedding block and the Transformer that the generator and
+the discriminator are built from (``--encoder-body``; both networks get the same kind)."""
+
+from typing import Dict, Type
+
+import torch.nn as nn
+
+from ...errors import ElectraUsageError
+from ..core.config import EncoderSize
+from ..core.flops import paper_encoder_flops
+
+BODIES: Dict[str, Type["EncoderBody"]] = {}
+
+
+def register_body(name):
+    """Class decorator: ``--encoder-body name`` builds this body."""
+    def register(cls):
+        cls.name = name
+        BODIES[name] = cls
+        return cls
+
+    return register
+
+
+def body_named(name: str) -> Type["EncoderBody"]:
+    if name not in BODIES:
+        raise ElectraUsageError(f"--encoder-body {name} is not an encoder body; pick one of "
+                                f"{', '.join(BODIES)}")
+    return BODIES[name]
+
+
+class EncoderBody:
+    """Builds one model's embedding blocks and encoders from its completed config.
+
+    ``embeddings`` returns a module mapping ``(tokens, token_types)`` to B x T x E (with a
+    ``word_embeddings`` attribute, which GDES and the tied heads read; ``word_embeddings``
+    given: that table instead of a new one). ``encoder`` returns a module with
+    ``encode(tokens, attn_mask, token_types, return_all_hiddens)`` and
+    ``forward(tokens, token_types, padding_mask, return_all_hiddens)``, each giving
+    ``(B x T x H, states)``, whose Transformer layers are ``encoder.layer``.
+    """
+
+    name: str = None
+
+    def __init__(self, cfg, vocab_size: int, padding_idx: int):
+        self.cfg, self.vocab_size, self.padding_idx = cfg, vocab_size, padding_idx
+
+    def embeddings(self, word_embeddings=None) -> nn.Module:
+        raise NotImplementedError
+
+    def encoder(self, embeddings: nn.Module, size: EncoderSize) -> nn.Module:
+        raise NotImplementedError
+
+    def paper_encoder_flops(self, size: EncoderSize, vocab: int, length: int,
+                            positions: int) -> float:
+        """Forward FLOPs of one encoder over ``positions`` positions of length-``length``
+        sequences, by the paper's rules (:mod:`..core.flops`; this: BERT's encoder)."""
+        return paper_encoder_flops(size, vocab, length, positions)

@@ -1,0 +1,229 @@
+"""DeBERTa-v2/v3's encoder: no absolute positions; each layer's attention adds to the
+content-to-content scores the disentangled content-to-position (c2p) and position-to-content
+(p2c) terms over log-bucketed relative positions, scaled by ``sqrt(3 d)``.
+
+As transformers' ``DebertaV2Model`` with DeBERTa-v3's settings (``relative_attention``,
+``pos_att_type = p2c|c2p``, ``share_att_key``: the relative embeddings go through the layer's
+own query and key projections, ``norm_rel_ebd = layer_norm``, ``position_biased_input``
+false, ``position_buckets`` 256 over ``max_positions``, LayerNorm eps 1e-7), with its
+module names (``encoder.layer.N.attention.self.query_proj`` ..., ``encoder.rel_embeddings``,
+``encoder.LayerNorm``). One difference: an embedding size other than the hidden size is
+projected as ELECTRA does (each encoder's ``embeddings_project`` after the embedding
+LayerNorm, so that generator and discriminator of different widths share one block), where
+``DebertaV2Embeddings`` projects before its LayerNorm. Outputs at padded positions are not
+HF's either (HF lets a padded query attend nowhere and zeroes its embedding); every real
+token's are.
+"""
+
+import math
+from typing import List, Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ...speed import Dropout
+from ..core.config import EncoderSize
+from ..core.encoder import attention_mask
+from ..core.flops import _DROPOUT, _LAYER_NORM, paper_encoder_flops
+from .base import EncoderBody, register_body
+
+LAYER_NORM_EPS = 1e-7  # DeBERTa-v2/v3's layer_norm_eps
+POSITION_BUCKETS = 256  # DeBERTa-v3's position_buckets
+
+
+def relative_positions(length: int, buckets: int, max_position: int, device=None):
+    """T x T bucketed ``i - j`` (query i, key j), as transformers' ``build_relative_position``
+    with ``make_log_bucket_position``: exact within ``buckets // 2``, logarithmic beyond up
+    to ``max_position``."""
+    ids = torch.arange(length, dtype=torch.long, device=device)
+    rel = ids[:, None] - ids[None, :]
+    sign = torch.sign(rel)
+    mid = buckets // 2
+    abs_pos = torch.where((rel < mid) & (rel > -mid), torch.tensor(mid - 1).type_as(rel),
+                          torch.abs(rel))
+    log_pos = torch.ceil(torch.log(abs_pos / mid)
+                         / torch.log(torch.tensor((max_position - 1) / mid))
+                         * (mid - 1)) + mid
+    return torch.where(abs_pos <= mid, rel.type_as(log_pos), log_pos * sign).long()
+
+
+class DebertaEmbeddings(nn.Module):
+    """Token (+ token type) embeddings, LayerNorm, dropout: no absolute positions."""
+
+    def __init__(self, vocab_size, embedding_size, type_vocab_size, padding_idx, dropout,
+                 word_embeddings: Optional[nn.Module] = None):
+        super().__init__()
+        if word_embeddings is None:
+            word_embeddings = nn.Embedding(vocab_size, embedding_size, padding_idx=padding_idx)
+        self.word_embeddings = word_embeddings
+        self.token_type_embeddings = (
+            nn.Embedding(type_vocab_size, embedding_size) if type_vocab_size > 0 else None)
+        self.LayerNorm = nn.LayerNorm(embedding_size, eps=LAYER_NORM_EPS)
+        self.dropout = Dropout(dropout)
+
+    def forward(self, tokens: torch.Tensor, token_types: Optional[torch.Tensor] = None):
+        x = self.word_embeddings(tokens)
+        if self.token_type_embeddings is not None:
+            x = x + (self.token_type_embeddings.weight[0] if token_types is None
+                     else self.token_type_embeddings(token_types))
+        return self.dropout(self.LayerNorm(x))
+
+
+class DisentangledSelfAttention(nn.Module):
+    """Content-to-content + c2p + p2c scores; the relative embeddings share the content
+    query and key projections (``share_att_key``)."""
+
+    def __init__(self, hidden_size, num_heads, dropout, attention_dropout):
+        super().__init__()
+        self.num_heads = num_heads
+        self.query_proj = nn.Linear(hidden_size, hidden_size)
+        self.key_proj = nn.Linear(hidden_size, hidden_size)
+        self.value_proj = nn.Linear(hidden_size, hidden_size)
+        self.pos_dropout = Dropout(dropout)
+        self.dropout = Dropout(attention_dropout)
+
+    def heads(self, x):
+        """... x T x H -> ... x heads x T x d."""
+        return x.unflatten(-1, (self.num_heads, -1)).transpose(-2, -3)
+
+    def forward(self, x, attn_mask, rel_pos, rel_embeddings):
+        """x: B x T x H; attn_mask: bool B x 1 x 1 x T (True = attend) or None; rel_pos:
+        T x T bucketed relative positions; rel_embeddings: 2S x H (normalised) -> B x T x H."""
+        q, k, v = (self.heads(proj(x)) for proj in (self.query_proj, self.key_proj,
+                                                    self.value_proj))
+        span = rel_embeddings.size(0) // 2
+        scale = math.sqrt(q.size(-1) * 3)  # three terms: c2c, c2p, p2c
+        scores = q @ (k.transpose(-1, -2) / scale)
+        rel = self.pos_dropout(rel_embeddings)
+        pos_q, pos_k = self.heads(self.query_proj(rel)), self.heads(self.key_proj(rel))
+        index = (rel_pos + span).clamp(0, 2 * span - 1).expand(*q.shape[:2], -1, -1)
+        c2p = torch.gather(q @ pos_k.transpose(-1, -2), -1, index)  # q_i . k_r(i-j)
+        p2c_index = (span - rel_pos).clamp(0, 2 * span - 1).expand(*q.shape[:2], -1, -1)
+        p2c = torch.gather(k @ pos_q.transpose(-1, -2), -1, p2c_index).transpose(-1, -2)
+        scores = scores + (c2p / scale + p2c / scale)
+        if attn_mask is not None:
+            scores = scores.masked_fill(~attn_mask, torch.finfo(scores.dtype).min)
+        probs = self.dropout(scores.softmax(-1))
+        return (probs @ v).transpose(1, 2).flatten(2)
+
+
+class DebertaResidualOutput(nn.Module):
+    """dense -> dropout -> add residual -> LayerNorm."""
+
+    def __init__(self, in_size, hidden_size, dropout):
+        super().__init__()
+        self.dense = nn.Linear(in_size, hidden_size)
+        self.LayerNorm = nn.LayerNorm(hidden_size, eps=LAYER_NORM_EPS)
+        self.dropout = Dropout(dropout)
+
+    def forward(self, x, residual):
+        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
+
+
+class DebertaAttention(nn.Module):
+    def __init__(self, hidden_size, num_heads, dropout, attention_dropout):
+        super().__init__()
+        setattr(self, "self", DisentangledSelfAttention(hidden_size, num_heads, dropout,
+                                                        attention_dropout))
+        self.output = DebertaResidualOutput(hidden_size, hidden_size, dropout)
+
+    def forward(self, x, attn_mask, rel_pos, rel_embeddings):
+        return self.output(getattr(self, "self")(x, attn_mask, rel_pos, rel_embeddings), x)
+
+
+class DebertaIntermediate(nn.Module):
+    def __init__(self, hidden_size, ffn_size):
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, ffn_size)
+
+    def forward(self, x):
+        return F.gelu(self.dense(x))
+
+
+class DebertaLayer(nn.Module):
+    def __init__(self, hidden_size, num_heads, ffn_size, dropout, attention_dropout):
+        super().__init__()
+        self.attention = DebertaAttention(hidden_size, num_heads, dropout, attention_dropout)
+        self.intermediate = DebertaIntermediate(hidden_size, ffn_size)
+        self.output = DebertaResidualOutput(ffn_size, hidden_size, dropout)
+
+    def forward(self, x, attn_mask, rel_pos, rel_embeddings):
+        x = self.attention(x, attn_mask, rel_pos, rel_embeddings)
+        return self.output(self.intermediate(x), x)
+
+
+class DebertaEncoder(nn.Module):
+    """transformers' ``DebertaV2Encoder``: the layers and the shared relative embeddings."""
+
+    def __init__(self, num_layers, position_buckets, **layer_kwargs):
+        super().__init__()
+        hidden = layer_kwargs["hidden_size"]
+        self.layer = nn.ModuleList(DebertaLayer(**layer_kwargs) for _ in range(num_layers))
+        self.rel_embeddings = nn.Embedding(2 * position_buckets, hidden)
+        self.LayerNorm = nn.LayerNorm(hidden, eps=LAYER_NORM_EPS)
+
+
+class DebertaTransformer(nn.Module):
+    """Embeddings (possibly shared) -> optional projection -> DeBERTa-v2 layers; the
+    interface of :class:`..core.encoder.ElectraTransformer`."""
+
+    def __init__(self, embeddings, size: EncoderSize, dropout, attention_dropout, padding_idx,
+                 max_positions, position_buckets=POSITION_BUCKETS):
+        super().__init__()
+        self.embeddings = embeddings
+        self.embeddings_project = (
+            nn.Linear(size.embedding, size.hidden) if size.embedding != size.hidden else None)
+        self.encoder = DebertaEncoder(
+            size.layers, position_buckets, hidden_size=size.hidden, num_heads=size.heads,
+            ffn_size=size.ffn, dropout=dropout, attention_dropout=attention_dropout)
+        self.padding_idx = padding_idx
+        self.max_positions, self.position_buckets = max_positions, position_buckets
+
+    def forward(self, tokens, token_types=None, padding_mask=None, return_all_hiddens=False):
+        if padding_mask is None:
+            padding_mask = tokens.eq(self.padding_idx)
+        return self.encode(tokens, attention_mask(padding_mask), token_types, return_all_hiddens)
+
+    def encode(self, tokens, attn_mask, token_types=None, return_all_hiddens=False):
+        x = self.embeddings(tokens, token_types)
+        if self.embeddings_project is not None:
+            x = self.embeddings_project(x)
+        rel_pos = relative_positions(tokens.size(1), self.position_buckets, self.max_positions,
+                                     tokens.device)
+        rel_embeddings = self.encoder.LayerNorm(self.encoder.rel_embeddings.weight)
+        states: List[torch.Tensor] = [x] if return_all_hiddens else []
+        for layer in self.encoder.layer:
+            x = layer(x, attn_mask, rel_pos, rel_embeddings)
+            if return_all_hiddens:
+                states.append(x)
+        return x, states
+
+
+@register_body("deberta")
+class DebertaBody(EncoderBody):
+    position_buckets = POSITION_BUCKETS
+
+    def embeddings(self, word_embeddings=None) -> DebertaEmbeddings:
+        cfg = self.cfg
+        return DebertaEmbeddings(self.vocab_size, cfg.embedding_size, cfg.type_vocab_size,
+                                 self.padding_idx, cfg.dropout, word_embeddings)
+
+    def encoder(self, embeddings, size) -> DebertaTransformer:
+        cfg = self.cfg
+        return DebertaTransformer(embeddings, size, cfg.dropout, cfg.attention_dropout,
+                                  self.padding_idx, cfg.max_positions, self.position_buckets)
+
+    def paper_encoder_flops(self, size, vocab, length, positions):
+        """BERT's count by the paper's rules without the position lookup and its add, plus
+        per layer the c2p and p2c scores against all 2S relative embeddings, their scaling
+        and adds, and, once per sequence, the relative embeddings' LayerNorm and, per layer,
+        their dropout and query/key projections."""
+        e, h, n, span = size.embedding, size.hidden, size.heads, 2 * self.position_buckets
+        positions_lookup = 2 * e * length + e
+        per_layer = (2 * 2 * h * span  # q . k_r and k . q_r for every relative embedding
+                     + 4 * length * n  # the two terms' 1/sqrt(3d) and their adds
+                     + (2 * (2 * h * h + h) + _DROPOUT * h) * span / length)  # per sequence
+        per_encoder = _LAYER_NORM * h * span / length  # the relative embeddings' LayerNorm
+        return paper_encoder_flops(size, vocab, length, positions) + positions * (
+            size.layers * per_layer + per_encoder - positions_lookup)

@@ -1,0 +1,142 @@
+"""Encoder bodies (``--encoder-body``): DeBERTa-v2/v3's body against transformers'
+``DebertaV2Model`` on random weights, trained through fairseq-train, and the registry's
+one-line refusal of an unknown body."""
+
+import math
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from electra_plugin.errors import ElectraUsageError
+from electra_plugin.models.bodies import BODIES, body_named
+from electra_plugin.models.core.config import EncoderSize
+from electra_plugin.models.electra import init_bert_params
+from electra_plugin.models.generators import model_sizes
+from helpers import (assert_main_error, assert_usage_error, masked_batch, records, run, tiny_model,
+                     train_cmd)
+
+VOCAB, PAD = 100, 1
+HIDDEN, LAYERS, HEADS, FFN, MAX_POSITIONS = 64, 2, 4, 128, 64
+
+
+def deberta_pair(buckets, type_vocab_size):
+    """(the plugin's DeBERTa encoder, transformers' DebertaV2Model) with the same random
+    weights, LayerNorms and biases moved off their init."""
+    transformers = pytest.importorskip("transformers")
+    cfg = OmegaConf.create(dict(embedding_size=HIDDEN, max_positions=MAX_POSITIONS,
+                                type_vocab_size=type_vocab_size, dropout=0.0,
+                                attention_dropout=0.0))
+    body = body_named("deberta")(cfg, VOCAB, PAD)
+    body.position_buckets = buckets
+    torch.manual_seed(0)
+    ours = body.encoder(body.embeddings(), EncoderSize(LAYERS, HIDDEN, HEADS, FFN, HIDDEN))
+    ours.apply(init_bert_params)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in ours.named_parameters():
+            if name.endswith("LayerNorm.weight"):
+                p.add_(0.1 * torch.randn(p.shape, generator=gen))
+            elif name.endswith("bias"):
+                p.add_(0.02 * torch.randn(p.shape, generator=gen))
+    config = transformers.DebertaV2Config(
+        vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, intermediate_size=FFN, hidden_act="gelu",
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        max_position_embeddings=MAX_POSITIONS, type_vocab_size=type_vocab_size,
+        layer_norm_eps=1e-7, relative_attention=True, max_relative_positions=-1,
+        position_buckets=buckets, pos_att_type=["p2c", "c2p"], share_att_key=True,
+        norm_rel_ebd="layer_norm", position_biased_input=False, pad_token_id=PAD)
+    hf = transformers.DebertaV2Model(config).eval()
+    # the plugin's names are HF's (embedding size = hidden size: no projection)
+    hf.load_state_dict(ours.state_dict(), strict=True)
+    return ours.eval(), hf
+
+
+@pytest.mark.parametrize("buckets,type_vocab_size", [(16, 0), (256, 2)])
+def test_deberta_body_matches_transformers(buckets, type_vocab_size):
+    """16 buckets over 64 positions: distances beyond 8 fall in the log buckets; 256
+    (DeBERTa-v3's): every distance of 40 tokens is exact. Padding in the batch; the
+    comparison is over the real tokens (padded positions are no one's output)."""
+    ours, hf = deberta_pair(buckets, type_vocab_size)
+    gen = torch.Generator().manual_seed(2)
+    tokens = torch.randint(3, VOCAB, (3, 40), generator=gen)
+    tokens[1, 31:] = PAD
+    tokens[2, 12:] = PAD
+    real = tokens.ne(PAD)
+    types = None
+    if type_vocab_size:
+        types = (torch.arange(40) >= 20).long().expand(3, -1) * real
+    with torch.no_grad():
+        x, states = ours(tokens, types, return_all_hiddens=True)
+        out = hf(input_ids=tokens, attention_mask=real.long(), token_type_ids=types,
+                 output_hidden_states=True)
+    assert len(states) == len(out.hidden_states) == LAYERS + 1
+    diffs = [(a - b)[real].abs().max().item() for a, b in zip(states, out.hidden_states)]
+    diffs.append((x - out.last_hidden_state)[real].abs().max().item())
+    print(f"\nbuckets {buckets}: largest difference vs transformers {max(diffs):.2e}")
+    assert max(diffs) <= 1e-5, diffs
+
+
+@pytest.mark.parametrize("sharing", ["shared", "gdes"])
+def test_deberta_body_builds_both_encoders_steps_and_counts_its_flops(sharing):
+    model, task = tiny_model(encoder_body="deberta", embedding_sharing=sharing)
+    for encoder in (model.generator, model.discriminator):
+        assert not hasattr(encoder.embeddings, "position_embeddings")
+        assert encoder.encoder.rel_embeddings.weight.shape == (2 * 256, encoder.encoder.layer[
+            0].attention.self.query_proj.in_features)
+    src, target, _, _ = masked_batch(task)
+    out = model(src, target=target)
+    (out.main_loss + out.generator_loss).backward()
+    assert model.discriminator.encoder.rel_embeddings.weight.grad.abs().sum() > 0
+    assert model.generator.encoder.rel_embeddings.weight.grad.abs().sum() > 0
+    # the relative embeddings are below every layer for layer-wise lr decay
+    tags = model.discriminator.encoder.rel_embeddings.weight.optim_overrides
+    assert next(iter(tags.values()))["depth"] == 0
+    # FLOPs: BERT's count without the position lookup, plus the relative attention
+    bert, _ = tiny_model(task, embedding_sharing=sharing)
+    length, rows, span = 20, 3, 512
+    expected = 0.0
+    for size in model_sizes(model.cfg):
+        h, e = size.hidden, size.embedding
+        layer = 4 * h * span + 4 * length * size.heads + (4 * h * h + 6 * h) * span / length
+        expected += 2 * length * rows * (size.layers * layer + 5 * h * span / length
+                                         - 2 * e * length - e)
+    assert model.train_flops(length, rows, 10) - bert.train_flops(length, rows, 10) == \
+        pytest.approx(expected)
+
+
+@pytest.mark.slow
+def test_deberta_body_trains_through_fairseq_train(data_bin, tmp_path):
+    save = tmp_path / "ck"
+    result = run(train_cmd(data_bin, save, "--max-update", "2", "--no-epoch-checkpoints",
+                           "--disable-validation", "--encoder-body", "deberta",
+                           "--objective", "electra"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    logs = records(result.stdout)
+    assert [r["num_updates"] for r in logs] == [1, 2]
+    assert all(math.isfinite(r[key]) for r in logs
+               for key in ("loss", "gen_loss", "disc_loss", "train_flops"))
+    # its checkpoint, resumed with the default body: the setting named, in one line
+    assert_usage_error(train_cmd(data_bin, save, "--max-update", "3"),
+                       "does not fit this model",
+                       "--encoder-body deberta where this command gives --encoder-body bert")
+    # an unknown body through fairseq-train
+    assert_usage_error(train_cmd(data_bin, tmp_path / "other", "--max-update", "1",
+                                 "--encoder-body", "no_such_body"),
+                       "--encoder-body no_such_body is not an encoder body", "bert, deberta")
+    # the transformers export serves the BERT body only: one line, not a key mismatch
+    from electra_plugin.cli import convert
+
+    assert_main_error(convert.main, ["export", save / "checkpoint_last.pt", "--out",
+                                     tmp_path / "hf"],
+                      "has the deberta encoder body", "keep the fairseq checkpoint")
+
+
+def test_unknown_body_is_a_one_line_error_that_lists_the_registered_ones():
+    assert {"bert", "deberta"} <= set(BODIES)
+    with pytest.raises(ElectraUsageError) as error:
+        body_named("no_such_body")
+    message = str(error.value)
+    assert "\n" not in message and "--encoder-body no_such_body" in message
+    assert all(name in message for name in BODIES)
