@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from ...speed import Dropout
 from ..core.config import EncoderSize
-from ..core.encoder import attention_mask
+from ..core.encoder import ElectraResidualOutput, attention_mask
 from ..core.flops import _DROPOUT, _LAYER_NORM, paper_encoder_flops
 from .base import EncoderBody, register_body
 
@@ -108,25 +108,12 @@ class DisentangledSelfAttention(nn.Module):
         return (probs @ v).transpose(1, 2).flatten(2)
 
 
-class DebertaResidualOutput(nn.Module):
-    """dense -> dropout -> add residual -> LayerNorm."""
-
-    def __init__(self, in_size, hidden_size, dropout):
-        super().__init__()
-        self.dense = nn.Linear(in_size, hidden_size)
-        self.LayerNorm = nn.LayerNorm(hidden_size, eps=LAYER_NORM_EPS)
-        self.dropout = Dropout(dropout)
-
-    def forward(self, x, residual):
-        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
-
-
 class DebertaAttention(nn.Module):
     def __init__(self, hidden_size, num_heads, dropout, attention_dropout):
         super().__init__()
         setattr(self, "self", DisentangledSelfAttention(hidden_size, num_heads, dropout,
                                                         attention_dropout))
-        self.output = DebertaResidualOutput(hidden_size, hidden_size, dropout)
+        self.output = ElectraResidualOutput(hidden_size, hidden_size, dropout, LAYER_NORM_EPS)
 
     def forward(self, x, attn_mask, rel_pos, rel_embeddings):
         return self.output(getattr(self, "self")(x, attn_mask, rel_pos, rel_embeddings), x)
@@ -146,7 +133,7 @@ class DebertaLayer(nn.Module):
         super().__init__()
         self.attention = DebertaAttention(hidden_size, num_heads, dropout, attention_dropout)
         self.intermediate = DebertaIntermediate(hidden_size, ffn_size)
-        self.output = DebertaResidualOutput(ffn_size, hidden_size, dropout)
+        self.output = ElectraResidualOutput(ffn_size, hidden_size, dropout, LAYER_NORM_EPS)
 
     def forward(self, x, attn_mask, rel_pos, rel_embeddings):
         x = self.attention(x, attn_mask, rel_pos, rel_embeddings)

@@ -95,10 +95,10 @@ class ElectraSelfAttention(nn.Module):
 class ElectraResidualOutput(nn.Module):
     """dense -> dropout -> add residual -> LayerNorm (BERT's post-LN sublayer exit)."""
 
-    def __init__(self, in_size, hidden_size, dropout):
+    def __init__(self, in_size, hidden_size, dropout, eps=LAYER_NORM_EPS):
         super().__init__()
         self.dense = nn.Linear(in_size, hidden_size)
-        self.LayerNorm = nn.LayerNorm(hidden_size, eps=LAYER_NORM_EPS)
+        self.LayerNorm = nn.LayerNorm(hidden_size, eps=eps)
         self.dropout = Dropout(dropout)
 
     def forward(self, x, residual):
