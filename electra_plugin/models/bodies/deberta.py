@@ -20,11 +20,10 @@ from typing import List, Optional
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from ...speed import Dropout
 from ..core.config import EncoderSize
-from ..core.encoder import ElectraResidualOutput, attention_mask
+from ..core.encoder import ElectraIntermediate, ElectraResidualOutput, attention_mask
 from ..core.flops import _DROPOUT, _LAYER_NORM, paper_encoder_flops
 from .base import EncoderBody, register_body
 
@@ -119,20 +118,11 @@ class DebertaAttention(nn.Module):
         return self.output(getattr(self, "self")(x, attn_mask, rel_pos, rel_embeddings), x)
 
 
-class DebertaIntermediate(nn.Module):
-    def __init__(self, hidden_size, ffn_size):
-        super().__init__()
-        self.dense = nn.Linear(hidden_size, ffn_size)
-
-    def forward(self, x):
-        return F.gelu(self.dense(x))
-
-
 class DebertaLayer(nn.Module):
     def __init__(self, hidden_size, num_heads, ffn_size, dropout, attention_dropout):
         super().__init__()
         self.attention = DebertaAttention(hidden_size, num_heads, dropout, attention_dropout)
-        self.intermediate = DebertaIntermediate(hidden_size, ffn_size)
+        self.intermediate = ElectraIntermediate(hidden_size, ffn_size)
         self.output = ElectraResidualOutput(ffn_size, hidden_size, dropout, LAYER_NORM_EPS)
 
     def forward(self, x, attn_mask, rel_pos, rel_embeddings):
