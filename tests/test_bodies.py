@@ -26,9 +26,8 @@ def deberta_pair(buckets, type_vocab_size):
     transformers = pytest.importorskip("transformers")
     cfg = OmegaConf.create(dict(embedding_size=HIDDEN, max_positions=MAX_POSITIONS,
                                 type_vocab_size=type_vocab_size, dropout=0.0,
-                                attention_dropout=0.0))
+                                attention_dropout=0.0, position_buckets=buckets))
     body = body_named("deberta")(cfg, VOCAB, PAD)
-    body.position_buckets = buckets
     torch.manual_seed(0)
     ours = body.encoder(body.embeddings(), EncoderSize(LAYERS, HIDDEN, HEADS, FFN, HIDDEN))
     ours.apply(init_bert_params)
@@ -131,6 +130,76 @@ def test_deberta_body_trains_through_fairseq_train(data_bin, tmp_path):
     assert_main_error(convert.main, ["export", save / "checkpoint_last.pt", "--out",
                                      tmp_path / "hf"],
                       "has the deberta encoder body", "keep the fairseq checkpoint")
+
+
+def modern_pair(window, every):
+    """(the plugin's ModernBERT encoder, transformers' ModernBertModel) with the same random
+    weights (norms off their init)."""
+    transformers = pytest.importorskip("transformers")
+    cfg = OmegaConf.create(dict(embedding_size=HIDDEN, dropout=0.0, attention_dropout=0.0,
+                                global_attn_every_n_layers=every, local_attention=window,
+                                global_rope_theta=160000.0, local_rope_theta=10000.0))
+    body = body_named("modern")(cfg, VOCAB, PAD)
+    torch.manual_seed(0)
+    ours = body.encoder(body.embeddings(), EncoderSize(4, HIDDEN, HEADS, 96, HIDDEN)).eval()
+    with torch.no_grad():
+        for name, p in ours.named_parameters():
+            p.add_(0.1 * torch.randn_like(p)) if "norm" in name else p.normal_(0, 0.1)
+    config = transformers.ModernBertConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=4, num_attention_heads=HEADS,
+        intermediate_size=96, local_attention=window, global_attn_every_n_layers=every,
+        pad_token_id=PAD, bos_token_id=0, eos_token_id=2, cls_token_id=0, sep_token_id=2,
+        max_position_embeddings=MAX_POSITIONS, attn_implementation="sdpa")
+    hf = transformers.ModernBertModel(config).eval()
+    renamed = {k.replace("embeddings.word_embeddings", "embeddings.tok_embeddings")
+               .replace("encoder.layer.", "layers."): v for k, v in ours.state_dict().items()}
+    hf.load_state_dict(renamed, strict=True)
+    return ours, hf
+
+
+@pytest.mark.parametrize("speed", ["1", "0"])
+@pytest.mark.parametrize("window,every", [(16, 3), (128, 2)])
+def test_modern_body_matches_transformers_padded_and_unpadded(window, every, speed,
+                                                               monkeypatch):
+    """A 16-token window over 40 positions: the local layers see part of the sequence;
+    ELECTRA_SPEED=0 runs the layers on the padded grid, 1 on the real tokens alone."""
+    monkeypatch.setenv("ELECTRA_SPEED", speed)
+    ours, hf = modern_pair(window, every)
+    gen = torch.Generator().manual_seed(2)
+    tokens = torch.randint(3, VOCAB, (3, 40), generator=gen)
+    tokens[1, 31:] = PAD
+    tokens[2, 12:] = PAD
+    real = tokens.ne(PAD)
+    with torch.no_grad():
+        x, states = ours(tokens, return_all_hiddens=True)
+        out = hf(input_ids=tokens, attention_mask=real.long(), output_hidden_states=True)
+    assert len(states) == len(out.hidden_states) == 5
+    diffs = [(a - b)[real].abs().max().item() for a, b in zip(states, out.hidden_states)]
+    diffs.append((x - out.last_hidden_state)[real].abs().max().item())
+    print(f"\nwindow {window}: largest difference vs transformers {max(diffs):.2e}")
+    assert max(diffs) <= 1e-5, diffs
+    assert x[~real].abs().max() == 0 if speed == "1" else torch.isfinite(x).all()
+
+
+def test_modern_body_steps_without_token_types_and_counts_local_attention():
+    model, task = tiny_model(encoder_body="modern", num_layers=4)
+    assert model.cfg.type_vocab_size == 0 and not model.cfg.segment_token_types
+    layers = model.discriminator.encoder.layer
+    assert [layer.attn.window for layer in layers] == [None, 64, 64, None]
+    assert isinstance(layers[0].attn_norm, torch.nn.Identity)
+    assert all(m.bias is None for m in model.discriminator.encoder.modules()
+               if isinstance(m, (torch.nn.Linear, torch.nn.LayerNorm)))
+    src, target, _, _ = masked_batch(task)
+    out = model(src, target=target)
+    (out.main_loss + out.generator_loss).backward()
+    assert all(p.grad is not None for p in model.discriminator.parameters())
+    # the FLOPs of a local layer's scores stop at the window: 300 tokens vs 129 keys
+    body = model.body
+    disc = model_sizes(model.cfg)[0]
+    wide = body.paper_encoder_flops(disc, 50, 300, 1)
+    model.cfg.local_attention = 1000
+    assert body.paper_encoder_flops(disc, 50, 300, 1) - wide == pytest.approx(
+        2 * (2 * 2 * disc.hidden + 10 * disc.heads) * (300 - 129))
 
 
 def test_unknown_body_is_a_one_line_error_that_lists_the_registered_ones():

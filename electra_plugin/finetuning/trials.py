@@ -93,12 +93,14 @@ class Start:
 def from_checkpoint(path: str, label: str = "pre-trained") -> Start:
     """A Start that fine-tunes ``path``, with the model options it was trained with."""
     # reads the config, runs nothing of the file
+    from ..models.bodies import body_named
     from ..models.core.checkpoint import load_checkpoint
 
     model_cfg = load_checkpoint(path)["cfg"]["model"]
     args = ["--arch", model_cfg.get("arch", None) or model_cfg.get("_name")]
+    body = body_named(model_cfg.get("encoder_body", None) or "bert")
     for name in ("num_layers", "hidden_size", "num_heads", "ffn_size", "embedding_size",
-                 "max_positions", "type_vocab_size"):
+                 "max_positions", "type_vocab_size", "encoder_body", *body.options):
         if model_cfg.get(name) is not None:
             args += ["--" + name.replace("_", "-"), str(model_cfg[name])]
     if model_cfg.get("segment_token_types"):

@@ -59,7 +59,7 @@ class ElectraModel(BaseFairseqModel):
         # where the step's replacements come from (generators/); None: BERT's mlm keeps <mask>
         self.generator_kind = build_generator_kind(cfg, self.objective) if pretraining else None
         # what the encoders are (bodies/): generator and discriminator are of the same kind
-        self.body = body_named(cfg.get("encoder_body", "bert"))(cfg, self.vocab_size,
+        self.body = body_named(cfg.get("encoder_body", None) or "bert")(cfg, self.vocab_size,
                                                                 self.padding_idx)
         shared = self.make_embeddings()  # the generator's; the discriminator's too unless GDES
         disc_embed = shared
@@ -127,6 +127,7 @@ class ElectraModel(BaseFairseqModel):
                     f"--shorten-method truncate) or use a model with more positions")
         pretraining = getattr(task, "builds_pretraining_model", False)
         if pretraining and getattr(task.cfg, "sample_break_mode", None) == "segment_pairs" \
+                and body_named(cfg.encoder_body).token_types \
                 and not (cfg.segment_token_types and cfg.type_vocab_size > 1):
             raise ElectraUsageError(
                 "--sample-break-mode segment_pairs gives the second segment token type 1: add "

@@ -16,7 +16,7 @@ import torch
 from omegaconf import OmegaConf, open_dict
 
 from ..errors import ElectraUsageError
-from .core.config import CHECKPOINT_VERSION, arch_generator_size
+from .core.config import CHECKPOINT_VERSION, arch_generator_layers, arch_generator_size
 from .core.flops import FlopsCounter
 
 logger = logging.getLogger(__name__)
@@ -90,6 +90,8 @@ def _effective(cfg, name):
     value = cfg.get(name, None)
     if name == "generator_size" and value is None:
         return arch_generator_size(cfg)
+    if name == "generator_layers" and value is None:
+        return arch_generator_layers(cfg)
     if name == "encoder_body" and value is None:
         return "bert"  # a checkpoint from before --encoder-body
     return value

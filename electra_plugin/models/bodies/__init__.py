@@ -2,4 +2,4 @@
 the model calls to build its embeddings and encoders."""
 
 from .base import BODIES, EncoderBody, body_named, register_body  # noqa: F401
-from . import bert, deberta  # noqa: F401,E402
+from . import bert, deberta, modern  # noqa: F401,E402

@@ -1,7 +1,7 @@
 """What an encoder body is: the embedding block and the Transformer that the generator and
 the discriminator are built from (``--encoder-body``; both networks get the same kind)."""
 
-from typing import Dict, Type
+from typing import Dict, Tuple, Type
 
 import torch.nn as nn
 
@@ -41,6 +41,8 @@ class EncoderBody:
     """
 
     name: str = None
+    options: Tuple[str, ...] = ()  # the config fields this body reads besides the sizes
+    token_types = True  # False: the body reads no token types (segment pairs go without)
 
     def __init__(self, cfg, vocab_size: int, padding_idx: int):
         self.cfg, self.vocab_size, self.padding_idx = cfg, vocab_size, padding_idx

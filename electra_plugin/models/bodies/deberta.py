@@ -179,7 +179,11 @@ class DebertaTransformer(nn.Module):
 
 @register_body("deberta")
 class DebertaBody(EncoderBody):
-    position_buckets = POSITION_BUCKETS
+    options = ("position_buckets",)
+
+    @property
+    def position_buckets(self) -> int:
+        return self.cfg.get("position_buckets", POSITION_BUCKETS)
 
     def embeddings(self, word_embeddings=None) -> DebertaEmbeddings:
         cfg = self.cfg

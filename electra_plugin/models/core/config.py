@@ -31,7 +31,24 @@ ARCH_SIZES = {
                          embedding_size=768, generator_size=1 / 3),
     "electra_large": dict(num_layers=24, hidden_size=1024, num_heads=16, ffn_size=4096,
                           embedding_size=1024, generator_size=0.25),
+    # the other bodies: DeBERTa-v3's generator (the discriminator's width, half its depth),
+    # so that one embedding block of the hidden size serves both, as their HF classes hold it
+    "electra_deberta_small": dict(num_layers=12, hidden_size=256, num_heads=4, ffn_size=1024,
+                                  embedding_size=256, generator_size=1.0,
+                                  generator_layers=0.5, encoder_body="deberta"),
+    "electra_deberta_base": dict(num_layers=12, hidden_size=768, num_heads=12, ffn_size=3072,
+                                 embedding_size=768, generator_size=1.0, generator_layers=0.5,
+                                 encoder_body="deberta"),
+    # ModernBERT-base's shape (22 layers, GeGLU inner size 1.5 x hidden); small: ELECTRA-Small's
+    "electra_modern_small": dict(num_layers=12, hidden_size=256, num_heads=4, ffn_size=384,
+                                 embedding_size=256, generator_size=1.0, generator_layers=0.5,
+                                 encoder_body="modern"),
+    "electra_modern_base": dict(num_layers=22, hidden_size=768, num_heads=12, ffn_size=1152,
+                                embedding_size=768, generator_size=1.0, generator_layers=0.5,
+                                encoder_body="modern"),
 }
+# what an --arch fills besides the sizes when the option is unset
+ARCH_DEFAULTS = {"encoder_body": "bert"}
 SIZE_FIELDS = ("num_layers", "hidden_size", "num_heads", "ffn_size", "embedding_size")
 # Checkpoint format. 1: the options before issue 27 (--tie-generator, --generator-training,
 # --untie-embeddings); 2: one choice per axis. Stored as the model's ``version`` buffer.
@@ -67,13 +84,30 @@ class ElectraConfig(FairseqDataclass):
         default=512, metadata={"help": "number of learned position embeddings"})
     type_vocab_size: int = field(
         default=2, metadata={"help": "token type (segment) embeddings; 0 disables them"})
-    encoder_body: str = field(
-        default="bert", metadata={"help": "the encoders' body, the generator's and the "
-                                          "discriminator's alike: bert (ELECTRA's post-LN "
-                                          "Transformer with learned absolute positions, "
-                                          "official), deberta (DeBERTa-v2/v3's: no absolute "
-                                          "positions, disentangled attention over "
-                                          "log-bucketed relative positions)"})
+    encoder_body: Optional[str] = field(
+        default=None, metadata={"help": "the encoders' body, the generator's and the "
+                                        "discriminator's alike: bert (ELECTRA's post-LN "
+                                        "Transformer with learned absolute positions, "
+                                        "official), deberta (DeBERTa-v2/v3's: no absolute "
+                                        "positions, disentangled attention over "
+                                        "log-bucketed relative positions), modern "
+                                        "(ModernBERT's: RoPE, GeGLU, pre-LN without biases, "
+                                        "local/global attention, unpadded); unset: the "
+                                        "--arch's (bert)"})
+    position_buckets: int = field(
+        default=256, metadata={"help": "deberta: relative-position buckets on either side "
+                                       "(DeBERTa-v3's 256; exact within half of them, "
+                                       "logarithmic beyond)"})
+    global_attn_every_n_layers: int = field(
+        default=3, metadata={"help": "modern: every n-th layer (from the first) attends "
+                                     "globally, the others within --local-attention"})
+    local_attention: int = field(
+        default=128, metadata={"help": "modern: the sliding window of the local layers, in "
+                                       "tokens (half on either side)"})
+    global_rope_theta: float = field(
+        default=160000.0, metadata={"help": "modern: RoPE theta of the global layers"})
+    local_rope_theta: float = field(
+        default=10000.0, metadata={"help": "modern: RoPE theta of the local layers"})
     dropout: float = field(default=0.1, metadata={"help": "dropout probability"})
     attention_dropout: float = field(
         default=0.1, metadata={"help": "dropout probability on attention weights"})
@@ -202,9 +236,11 @@ def complete_config(cfg):
             k: v for k, v in cfg.items() if k in ElectraConfig.__dataclass_fields__})
         for k, v in full.items():
             cfg[k] = v
-        for k in SIZE_FIELDS:
+        for k in SIZE_FIELDS + tuple(ARCH_DEFAULTS):
             if cfg[k] is None:
-                cfg[k] = ARCH_SIZES.get(arch, {}).get(k)
+                cfg[k] = ARCH_SIZES.get(arch, {}).get(k, ARCH_DEFAULTS.get(k))
+        if cfg.encoder_body == "modern":  # ModernBERT has no token types
+            cfg.type_vocab_size, cfg.segment_token_types = 0, False
         missing = [k for k in SIZE_FIELDS if cfg[k] is None]
         if missing:
             raise ElectraUsageError(
@@ -220,6 +256,12 @@ def arch_generator_size(cfg) -> float:
     """The --arch's generator_size (1/4 for an arch of one's own)."""
     arch = cfg.get("arch", None) or cfg.get("_name", None)
     return ARCH_SIZES.get(arch, {}).get("generator_size", 0.25)
+
+
+def arch_generator_layers(cfg) -> Optional[float]:
+    """The --arch's generator_layers (None: the discriminator's depth)."""
+    arch = cfg.get("arch", None) or cfg.get("_name", None)
+    return ARCH_SIZES.get(arch, {}).get("generator_layers", None)
 
 
 def _upgrade_options(cfg) -> None:

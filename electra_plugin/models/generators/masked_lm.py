@@ -6,7 +6,7 @@ from contextlib import nullcontext
 import torch
 import torch.nn.functional as F
 
-from ..core.config import arch_generator_size, scaled_size
+from ..core.config import arch_generator_layers, arch_generator_size, scaled_size
 from ..core.heads import ElectraGeneratorPredictions
 from ..objectives import masked_mean
 from .base import GeneratorKind, register_generator_kind
@@ -22,7 +22,8 @@ class MaskedLMGenerator(GeneratorKind):
 
     def size(self):
         fraction = self.cfg.get("generator_size", None) or arch_generator_size(self.cfg)
-        return scaled_size(self.disc_size(), fraction, self.cfg.get("generator_layers", None))
+        layers = self.cfg.get("generator_layers", None) or arch_generator_layers(self.cfg)
+        return scaled_size(self.disc_size(), fraction, layers)
 
     def build(self, model, dictionary, shared_embeddings):
         embeddings = model.make_embeddings() if self.sharing == "untied" else shared_embeddings

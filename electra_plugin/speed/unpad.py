@@ -1,0 +1,83 @@
+"""Unpadded batches: the position-wise work of a layer (projections, feed-forward, norms) on
+the batch's real tokens only, N x C rows instead of B x T x C.
+
+Part of :mod:`electra_plugin.speed`; with ``ELECTRA_SPEED=0`` (or a batch without padding)
+every tensor stays on the padded B x T grid. Attention needs each sequence's keys: it
+re-pads q, k and v and runs ``F.scaled_dot_product_attention`` with the padding (and
+sliding-window) mask as its boolean block mask, or, on CUDA in half precision with the
+``flash_attn`` package installed (an optional extra), flash attention's variable-length
+kernel straight on the rows.
+"""
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from .switch import enabled
+
+try:  # optional: the variable-length CUDA kernel
+    from flash_attn import flash_attn_varlen_func
+except ImportError:  # pragma: no cover - the CPU and CI case
+    flash_attn_varlen_func = None
+
+
+class Layout:
+    """Where a batch's tokens are: the B x T grid (``rows`` None) or the rows of the real
+    tokens (``rows``: their flat B*T indices), and their positions within the sequence."""
+
+    def __init__(self, padding_mask: Optional[torch.Tensor], batch: int, length: int,
+                 device):
+        self.batch, self.length = batch, length
+        self.padding_mask = padding_mask if padding_mask is not None and \
+            bool(padding_mask.any()) else None
+        positions = torch.arange(length, device=device)
+        self.rows = None
+        if self.padding_mask is not None and enabled():
+            real = ~self.padding_mask.flatten()
+            self.rows = real.nonzero().squeeze(1)
+            self.positions = self.rows % length
+            lengths = (~self.padding_mask).sum(1, dtype=torch.int32)
+            self.cu_seqlens = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
+            self.max_length = int(lengths.max())
+        else:
+            self.positions = positions
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """B x T x C -> this layout (N x C unpadded)."""
+        return x if self.rows is None else x.flatten(0, 1)[self.rows]
+
+    def unpack(self, x: torch.Tensor) -> torch.Tensor:
+        """This layout -> B x T x C, zeros at the padded positions."""
+        if self.rows is None:
+            return x
+        out = x.new_zeros(self.batch * self.length, *x.shape[1:])
+        out[self.rows] = x
+        return out.view(self.batch, self.length, *x.shape[1:])
+
+    def mask(self, window: Optional[int]) -> Optional[torch.Tensor]:
+        """bool B x 1 x T x T (or 1 x 1 x T x T) "may attend": real keys within ``window``
+        positions of the query (None: any distance), or None when everything may. A padded
+        query attends to itself too, so that no row of scores is empty (NaN)."""
+        mask = None
+        ids = torch.arange(self.length, device=self.positions.device)
+        if window is not None and window < self.length - 1:
+            mask = ((ids[:, None] - ids[None, :]).abs() <= window)[None, None]
+        if self.padding_mask is not None:
+            keys = (~self.padding_mask)[:, None, None, :]
+            mask = keys if mask is None else mask & keys
+            mask = mask | (ids[:, None] == ids[None, :])
+        return mask
+
+    def attention(self, q, k, v, window: Optional[int], dropout_p: float) -> torch.Tensor:
+        """Softmax attention of rows q, k, v (this layout x heads x d) -> this layout x
+        heads x d."""
+        if self.rows is not None and flash_attn_varlen_func is not None and q.is_cuda and \
+                q.dtype in (torch.float16, torch.bfloat16):
+            side = -1 if window is None else window
+            return flash_attn_varlen_func(q, k, v, self.cu_seqlens, self.cu_seqlens,
+                                          self.max_length, self.max_length, dropout_p,
+                                          window_size=(side, side))
+        q, k, v = (self.unpack(t).transpose(1, 2) for t in (q, k, v))  # B x heads x T x d
+        out = F.scaled_dot_product_attention(q, k, v, self.mask(window), dropout_p)
+        return self.pack(out.transpose(1, 2))
