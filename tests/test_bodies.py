@@ -209,3 +209,21 @@ def test_unknown_body_is_a_one_line_error_that_lists_the_registered_ones():
     message = str(error.value)
     assert "\n" not in message and "--encoder-body no_such_body" in message
     assert all(name in message for name in BODIES)
+
+
+@pytest.mark.parametrize("body", ["deberta", "modern"])
+@pytest.mark.parametrize("size", ["small", "base"])
+def test_body_presets_compose_to_the_body_arch_and_its_generator(body, size):
+    from helpers import CONFIG_DIR, composed
+
+    from electra_plugin.models.core.config import complete_config
+
+    cfg = composed(CONFIG_DIR, f"electra_{body}_{size}", "task.data=/nonexistent")
+    official = composed(CONFIG_DIR, f"electra_{size}", "task.data=/nonexistent")
+    model = complete_config(cfg.model)
+    assert model.encoder_body == body and model._name == f"electra_{body}_{size}"
+    assert model.embedding_size == model.hidden_size  # no projection: HF's classes hold it
+    generator = model_sizes(model)[1]
+    assert (generator.hidden, generator.layers) == (model.hidden_size, model.num_layers // 2)
+    assert cfg.optimization.lr == official.optimization.lr  # the official recipe of the size
+    assert (cfg.model.get("embedding_sharing") == "gdes") == (body == "deberta")
