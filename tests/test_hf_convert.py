@@ -634,7 +634,7 @@ def edit_weights(path, fn):
 
 
 BAD_DISCRIMINATORS = {
-    "bert config": (lambda d: edit_config(d, model_type="bert"), ["'bert' model, not ELECTRA"]),
+    "bert config": (lambda d: edit_config(d, model_type="bert"), ["'bert' model", "the conversion reads electra, deberta-v2, modernbert"]),
     "relu": (lambda d: edit_config(d, hidden_act="relu"), ["hidden_act 'relu'"]),
     "eps": (lambda d: edit_config(d, layer_norm_eps=1e-5), ["layer_norm_eps"]),
     "no config": (lambda d: (d / "config.json").unlink(), ["no config.json"]),

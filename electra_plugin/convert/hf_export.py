@@ -19,8 +19,9 @@ from ..partial_output import removed_on_failure
 from ..models.generators import GENERATOR_KINDS
 from ..models.core.config import complete_config
 from ..models.loading import BOOKKEEPING_KEYS, fold_embedding_delta
-from .keys import (COMPONENT_PREFIXES, CONFIG_TABLE, HF_ARCHITECTURES, HeadKind, component_of,
-                   expand, head_keys, head_kind, permute_rows, rename, symbols)
+from .families import BERT, family_of_body
+from .keys import (COMPONENT_PREFIXES, CONFIG_TABLE, HeadKind, component_of, expand, head_keys,
+                   head_kind, permute_rows, rename, symbols)
 from .hf_files import (EXPORT_FILES, HF_COPY, HF_ORDER, HF_TOKENIZER_FILES, SPECIAL_ROLES,
                        check_dictionary, encoder_fields, hf_config, prepare_out_dir, read_json,
                        transformers_module)
@@ -176,11 +177,7 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
     checkpoint, out_dir = os.fspath(checkpoint), os.fspath(out_dir)
     state = load_checkpoint(checkpoint)
     cfg = complete_config(OmegaConf.create(OmegaConf.to_container(state["cfg"].model)))
-    body = cfg.get("encoder_body", "bert")
-    if body != "bert":
-        raise ElectraUsageError(f"{checkpoint} has the {body} encoder body; the transformers "
-                                f"export serves the BERT body (ELECTRA's classes) only: keep "
-                                f"the fairseq checkpoint")
+    family = family_of_body(cfg.get("encoder_body", None))
     weights = dict(state["model"])
     for key in BOOKKEEPING_KEYS:  # the FLOPs count and the checkpoint format
         weights.pop(key, None)
@@ -195,6 +192,17 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
     by_component: Dict[str, Dict[str, torch.Tensor]] = {}
     for key, value in weights.items():
         by_component.setdefault(component_of(key), {})[key] = value
+    fields = {ours: cfg[ours] for ours, _ in CONFIG_TABLE + family.config_table}
+    gen_fields = encoder_fields(fields, GENERATOR_KINDS[cfg.generator](cfg).size()) \
+        if "generator" in by_component else None
+    for encoder in (fields, gen_fields):
+        if family is not BERT and encoder and encoder["hidden_size"] != fields["embedding_size"]:
+            raise ElectraUsageError(
+                f"{checkpoint}: an encoder {encoder['hidden_size']} wide reads "
+                f"{fields['embedding_size']}-dim embeddings through a projection, which "
+                f"{family.prefix}'s classes have no slot for; pre-train with --embedding-size "
+                f"equal to the hidden size and a generator as wide (the electra_{family.body}_* "
+                f"archs), or keep the fairseq checkpoint")
     kind = head_kind(task=task_name(state["cfg"].get("task", None)))
     head = _pick_head(checkpoint, by_component.get("classification_head", {}), kind, head)
     heads = sorted({k.split(".")[1] for k in by_component.get("classification_head", {})})
@@ -236,8 +244,8 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
                                 f"gives {len(dictionary)} (with <mask>); pass the dictionary the "
                                 f"model was trained with (--data)")
 
-    fields = {ours: cfg[ours] for ours, _ in CONFIG_TABLE}
-    if fields["type_vocab_size"] == 0:  # HF always adds a token type row: make it zero
+    if fields["type_vocab_size"] == 0 and family.always_token_types:
+        # ELECTRA's HF embeddings always add a token type row: make it zero
         fields["type_vocab_size"] = 1
         for prefix in ("discriminator", "generator"):
             if f"{prefix}.embeddings.word_embeddings.weight" in weights:
@@ -246,18 +254,28 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
     dtype = weights["discriminator.embeddings.word_embeddings.weight"].dtype
 
     if head is not None:
-        architecture = kind.architecture
+        architecture = family.head_architecture(kind)
+        if architecture not in family.architectures:
+            raise ElectraUsageError(
+                f"{checkpoint}'s {kind.task} head has no {family.prefix} class: ModernBERT's "
+                f"heads put a dense layer and a norm before the classifier, the plugin's do "
+                f"not; export the discriminator alone (electra-extract), or keep the fairseq "
+                f"checkpoint")
         dropped = [c for c in ("discriminator_head",) if c in by_component]
-    elif "discriminator_head" in by_component:
-        architecture, dropped = "ElectraForPreTraining", []
+    elif "discriminator_head" in by_component and \
+            family.prefix + "ForPreTraining" in family.architectures:
+        architecture, dropped = family.prefix + "ForPreTraining", []
     else:
-        architecture, dropped = "ElectraModel", []
+        architecture = family.prefix + "Model"
+        dropped = ["the replaced-token head (no transformers class of this body holds it: "
+                   "it stays in the fairseq checkpoint)"] if "discriminator_head" in \
+            by_component else []
     for name in heads:
         if name != head:
             dropped.append(f"classification head '{name}'")
     if dropped:
         logger.info(f"not exported: {', '.join(dropped)}")
-    components = HF_ARCHITECTURES[architecture]
+    components = family.architectures[architecture]
     num_classes, labels = 0, None
     disc_state = {}
     for component in components:
@@ -269,11 +287,12 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
                 labels = _label_names(dict_dir, num_classes)
         disc_state.update(part)
     sizes = {c: symbols(fields, len(dictionary), num_classes) for c in components}
-    params = expand(components, sizes, head)
+    params = expand(components, sizes, head, family.rows)
     hf_state = rename(disc_state, params, to_hf=True, where=checkpoint)
     permute_rows(hf_state, params, to_hf=True, fairseq_index=index)
-    if architecture == "ElectraModel":
-        hf_state = {k[len("electra."):]: v for k, v in hf_state.items()}
+    if architecture == family.prefix + "Model":  # the base class: no prefix
+        hf_state = {k[len(family.base):]: v for k, v in hf_state.items()}
+    ids = _special_ids(dictionary, index) if family is not BERT else {}
 
     gen_dir = os.path.join(out_dir, "generator") if "generator" in by_component else None
     prepare_out_dir(out_dir, overwrite, EXPORT_FILES)
@@ -285,23 +304,23 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
     with removed_on_failure(out_dir):  # a failed export leaves no directory that looks whole
         _write_model_dir(out_dir, hf_state,
                          hf_config(fields, architecture, len(dictionary), pad_token_id, dtype,
-                                   labels, **_head_config(architecture, cfg)),
+                                   labels, family, **ids, **_head_config(architecture, cfg)),
                          vocab_path, tokenizer_settings, dict_dir, spm_path, fast, hf_tok_dir)
         if gen_dir is not None:
-            gen_fields = encoder_fields(fields, GENERATOR_KINDS[cfg.generator](cfg).size())
-            components = HF_ARCHITECTURES["ElectraForMaskedLM"]
+            gen_class = family.prefix + "ForMaskedLM"
+            components = family.architectures[gen_class]
             sizes = {c: symbols(gen_fields, len(dictionary)) for c in components}
-            params = expand(components, sizes)
+            params = expand(components, sizes, rows=family.rows)
             gen_state = {**by_component["generator"], **by_component.get("generator_head", {})}
             gen_hf = rename(gen_state, params, to_hf=True, where=checkpoint)
             permute_rows(gen_hf, params, to_hf=True, fairseq_index=index)
             _write_model_dir(gen_dir, gen_hf,
-                             hf_config(gen_fields, "ElectraForMaskedLM", len(dictionary),
-                                        pad_token_id, dtype),
+                             hf_config(gen_fields, gen_class, len(dictionary),
+                                       pad_token_id, dtype, family=family, **ids),
                              vocab_path, tokenizer_settings, dict_dir, spm_path, fast,
                              hf_tok_dir)
     logger.info(f"exported {checkpoint} -> {out_dir} ({architecture})"
-                f"{' + generator/ (ElectraForMaskedLM)' if gen_dir else ''}")
+                f"{f' + generator/ ({family.prefix}ForMaskedLM)' if gen_dir else ''}")
     return ExportResult(out_dir, architecture, gen_dir, vocab_path is not None,
                         vocab_path is not None or fast is not None or hf_tok_dir is not None)
 
@@ -356,6 +375,13 @@ _NO_SLOT = {"span_head": " (SQuAD 2.0's no-answer classifier, or the joint end o
                          "answerable layers of the official decoding; fine-tune with "
                          "--squad-version 1.1 and the plain span head to serve it through "
                          "transformers)"}
+
+
+def _special_ids(dictionary, index: Optional[torch.Tensor]) -> dict:
+    """The HF ids of the sequence start and separator (ModernBERT's config names them)."""
+    rows = index.tolist() if index is not None else list(range(len(dictionary)))
+    bos, eos = rows.index(dictionary.bos()), rows.index(dictionary.eos())
+    return dict(bos_token_id=bos, cls_token_id=bos, eos_token_id=eos, sep_token_id=eos)
 
 
 def _head_config(architecture: str, cfg) -> dict:

@@ -20,7 +20,6 @@ from ..errors import ElectraUsageError, first_line
 from ..output_dir import refuse_existing
 from ..partial_output import unusable_destination
 from ..models.core.config import EncoderSize
-from .keys import CONFIG_TABLE
 
 logger = logging.getLogger(__name__)
 
@@ -51,9 +50,11 @@ def read_json(path: str) -> dict:
     return value
 
 
-def read_hf_config(model_dir: str) -> dict:
-    """config.json of an HF ELECTRA directory, with defaults filled and unsupported settings
-    rejected."""
+def read_hf_config(model_dir: str):
+    """(config.json of an HF directory with defaults filled and unsupported settings
+    rejected, the model family of the body that computes it)."""
+    from .families import BERT, check_config, family_of_model_type
+
     if not os.path.isdir(model_dir):
         raise ElectraUsageError(f"{model_dir} is not a directory (expected a Hugging Face model "
                                 f"directory written by save_pretrained)")
@@ -62,13 +63,16 @@ def read_hf_config(model_dir: str) -> dict:
         raise ElectraUsageError(f"{model_dir} has no config.json; is it a Hugging Face model "
                                 f"directory (written by save_pretrained)?")
     config = read_json(path)
-    if config.get("model_type") != "electra":
-        raise ElectraUsageError(f"{path} describes a '{config.get('model_type')}' model, not "
-                                f"ELECTRA (model_type must be 'electra')")
+    family = family_of_model_type(config.get("model_type"), path)
     try:  # transformers fills in its defaults (and id2label from num_labels)
-        config = transformers_module().ElectraConfig.from_dict(config).to_dict()
+        config = family.config_class().from_dict(config).to_dict()
     except (TypeError, ValueError) as e:
         raise ElectraUsageError(f"{path}: {first_line(e)}")
+    if config.get("is_decoder") or config.get("add_cross_attention"):
+        raise ElectraUsageError(f"{path}: decoder models (is_decoder / add_cross_attention) "
+                                f"are not supported")
+    if family is not BERT:
+        return check_config(family, config, path), family
     if config["hidden_act"] != HIDDEN_ACT:
         raise ElectraUsageError(f"{path}: hidden_act '{config['hidden_act']}' is not supported; "
                                 f"the plugin's ELECTRA uses '{HIDDEN_ACT}' (exact GELU)")
@@ -79,17 +83,7 @@ def read_hf_config(model_dir: str) -> dict:
         raise ElectraUsageError(f"{path}: position_embedding_type "
                                 f"'{config['position_embedding_type']}' is not supported "
                                 f"(only 'absolute')")
-    if config.get("is_decoder") or config.get("add_cross_attention"):
-        raise ElectraUsageError(f"{path}: decoder ELECTRA models (is_decoder / "
-                                f"add_cross_attention) are not supported")
-    if config["hidden_size"] % config["num_attention_heads"]:
-        raise ElectraUsageError(f"{path}: hidden_size {config['hidden_size']} is not divisible "
-                                f"by num_attention_heads {config['num_attention_heads']}")
-    return config
-
-
-def fields_from_hf(config: dict) -> Dict[str, float]:
-    return {ours: config[theirs] for ours, theirs in CONFIG_TABLE}
+    return check_config(family, config, path), family
 
 
 def transformers_module():
@@ -98,15 +92,19 @@ def transformers_module():
 
 
 def hf_config(fields: dict, architecture: str, vocab_size: int, pad_token_id: int,
-              dtype: torch.dtype, labels: Optional[Sequence[str]] = None, **extra):
-    """The transformers ``ElectraConfig`` of one encoder (``extra``: its head's fields)."""
+              dtype: torch.dtype, labels: Optional[Sequence[str]] = None, family=None,
+              **extra):
+    """The transformers config of one encoder of ``family`` (default ELECTRA's; ``extra``:
+    its head's fields)."""
+    from .families import BERT, hf_config_values
+
+    family = family or BERT
     if labels is not None:
         extra = {**extra, "id2label": dict(enumerate(labels)),
                  "label2id": {label: i for i, label in enumerate(labels)}}
-    return transformers_module().ElectraConfig(
+    return family.config_class()(
         architectures=[architecture], vocab_size=vocab_size, pad_token_id=pad_token_id,
-        dtype=dtype, hidden_act=HIDDEN_ACT, layer_norm_eps=LAYER_NORM_EPS,
-        **{theirs: fields[ours] for ours, theirs in CONFIG_TABLE}, **extra)
+        dtype=dtype, **hf_config_values(family, fields), **extra)
 
 
 def encoder_fields(fields: dict, size: EncoderSize) -> dict:

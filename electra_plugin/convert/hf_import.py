@@ -19,11 +19,12 @@ from ..data.wordpiece import BERT_SPECIAL_TOKENS, load_vocab, vocab_to_fairseq_i
 from ..data.wordpiece import write_fairseq_dict
 from ..errors import ElectraUsageError, first_line
 from ..models.core.config import SIZE_FIELDS, EncoderSize, scaled_size
-from .keys import (CONFIG_TABLE, HEAD_KINDS, HF_ARCHITECTURES, HeadKind, expand, head_kind,
-                   permute_rows, rename, symbols)
+from .families import BERT, LEGACY_NAMES, TIED_OUTPUT, Family, fields_from_hf
+from .keys import (CONFIG_TABLE, HEAD_KINDS, HeadKind, expand, head_kind, permute_rows, rename,
+                   symbols)
 from .hf_files import (HF_BUFFERS, HF_COPY, HF_ORDER, HF_TOKENIZER_FILES,
-                       SHARED_ENCODER_FIELDS, TIED_LM_WEIGHT, check_dictionary, encoder_fields,
-                       fields_from_hf, hf_fast_tokenizer, pair_token_type, prepare_out_dir,
+                       SHARED_ENCODER_FIELDS, check_dictionary, encoder_fields,
+                       hf_fast_tokenizer, pair_token_type, prepare_out_dir,
                        read_hf_config, read_hf_weights, read_tokenizer_settings,
                        transformers_module)
 
@@ -71,45 +72,53 @@ def _fit_generator_layers(fields: dict, gen_fields: dict, where: str) -> Optiona
     return layers / disc_layers
 
 
-# the HF classes an import reads (a token classifier is exported, not yet imported)
-IMPORTED = list(HF_ARCHITECTURES)
-# what tells the classes apart when config.json names none (first match wins)
-_MARKERS = (("ElectraForMaskedLM", "generator_predictions."),
-            ("ElectraForMaskedLM", "generator_lm_head."),
-            ("ElectraForPreTraining", "discriminator_predictions."),
-            ("ElectraForMultipleChoice", "sequence_summary."),
-            ("ElectraForQuestionAnswering", "qa_outputs."),
-            ("ElectraForSequenceClassification", "classifier.dense."),
-            ("ElectraForTokenClassification", "classifier."))
+# what tells the classes apart when config.json names none (first match wins): the class
+# name's suffix and a key prefix only it has
+_MARKERS = (("ForMaskedLM", "generator_predictions."), ("ForMaskedLM", "generator_lm_head."),
+            ("ForMaskedLM", "lm_predictions."), ("ForMaskedLM", "cls.predictions."),
+            ("ForMaskedLM", "decoder."),
+            ("ForPreTraining", "discriminator_predictions."),
+            ("ForMultipleChoice", "sequence_summary."),
+            ("ForQuestionAnswering", "qa_outputs."),
+            ("ForSequenceClassification", "classifier.dense."),
+            ("ForSequenceClassification", "pooler."),
+            ("ForTokenClassification", "classifier."))
 
 
-def _detect_architecture(config: dict, weights: Dict[str, torch.Tensor], where: str) -> str:
+def _detect_architecture(family: Family, config: dict, weights: Dict[str, torch.Tensor],
+                         where: str) -> str:
+    imported = list(family.architectures)
     archs = [a for a in config.get("architectures") or [] if a]
-    if archs and archs[0] not in IMPORTED:
+    if archs and archs[0] not in imported:
         raise ElectraUsageError(f"{where}: {archs[0]} is not supported; convert one of "
-                                f"{', '.join(IMPORTED)}")
-    for arch, marker in _MARKERS:
+                                f"{', '.join(imported)}")
+    if archs:
+        return archs[0]
+    for suffix, marker in _MARKERS:
         if any(k.startswith(marker) for k in weights):
-            return arch
-    return "ElectraModel"
+            return family.prefix + suffix
+    return family.prefix + "Model"
 
 
 @dataclass
 class _HFModel:
     path: str
     config: dict
-    weights: Dict[str, torch.Tensor]  # keys with the "electra." prefix, buffers dropped
+    weights: Dict[str, torch.Tensor]  # keys with the base prefix ("electra." ...), no buffers
     architecture: str
+    family: Family
 
     @classmethod
     def read(cls, model_dir: str) -> "_HFModel":
-        config = read_hf_config(model_dir)
-        weights = read_hf_weights(model_dir)
-        architecture = _detect_architecture(config, weights, model_dir)
-        if architecture == "ElectraModel" and not any(k.startswith("electra.") for k in weights):
-            weights = {"electra." + k: v for k, v in weights.items()}  # base model: no prefix
-        weights = {k: v for k, v in weights.items() if k not in HF_BUFFERS}
-        return cls(model_dir, config, weights, architecture)
+        config, family = read_hf_config(model_dir)
+        weights = {LEGACY_NAMES(k): v for k, v in read_hf_weights(model_dir).items()}
+        architecture = _detect_architecture(family, config, weights, model_dir)
+        if architecture == family.prefix + "Model" and \
+                not any(k.startswith(family.base) for k in weights):
+            weights = {family.base + k: v for k, v in weights.items()}  # base model: no prefix
+        weights = {k: v for k, v in weights.items()
+                   if k not in HF_BUFFERS and not k.endswith(".position_ids")}
+        return cls(model_dir, config, weights, architecture, family)
 
 
 def _read_vocab(model_dir: str) -> Tuple[List[str], torch.Tensor]:
@@ -191,9 +200,13 @@ class ImportResult:
 def model_cli_args(model_cfg) -> List[str]:
     """fairseq-train options that build the model of ``model_cfg`` (to continue training)."""
     args = ["--arch", "electra"]
+    from ..models.bodies import body_named
+
+    body = model_cfg.get("encoder_body") or "bert"
     for field in ("num_layers", "hidden_size", "num_heads", "ffn_size", "embedding_size",
                   "generator_size", "generator_layers", "max_positions", "type_vocab_size",
-                  "dropout", "attention_dropout", "embedding_sharing"):
+                  "dropout", "attention_dropout", "embedding_sharing", "encoder_body",
+                  *body_named(body).options):
         if model_cfg.get(field) is not None:
             args += ["--" + field.replace("_", "-"), str(model_cfg[field])]
     if model_cfg.get("segment_token_types"):
@@ -230,10 +243,12 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
     """
     discriminator_dir, out_dir = os.fspath(discriminator_dir), os.fspath(out_dir)
     disc = _HFModel.read(discriminator_dir)
-    if disc.architecture == "ElectraForMaskedLM":
+    family = disc.family
+    if disc.architecture == family.prefix + "ForMaskedLM":
         raise ElectraUsageError(
-            f"{discriminator_dir} is a generator (ElectraForMaskedLM); give the discriminator "
-            f"(ElectraForPreTraining) first and the generator as the generator")
+            f"{discriminator_dir} is a generator ({disc.architecture}); give the discriminator "
+            f"({family.prefix}ForPreTraining or {family.prefix}Model) first and the generator "
+            f"as the generator")
     other = _renumbered_tokenizer(discriminator_dir)  # None: WordPiece
     if other is None:
         tokens, index = _read_vocab(discriminator_dir)
@@ -244,19 +259,19 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
     if disc.config["vocab_size"] != vocab_size:
         raise ElectraUsageError(f"{discriminator_dir}: config.json has vocab_size "
                                 f"{disc.config['vocab_size']} but vocab.txt {vocab_size} entries")
-    fields = fields_from_hf(disc.config)
-    components = HF_ARCHITECTURES[disc.architecture]
+    fields = fields_from_hf(family, disc.config)
+    components = family.architectures[disc.architecture]
     kind = head_kind(architecture=disc.architecture) if len(components) > 1 and \
         components[1] in {k.component for k in HEAD_KINDS} else None
     head_name = head_name or (kind.head_name if kind else HEAD_KINDS[0].head_name)
     labels = _labels(disc.config) if kind and kind.component in (
         "classification_head", "token_head") else None
     sizes = {c: symbols(fields, vocab_size, len(labels) if labels else 0) for c in components}
-    params = expand(components, sizes, head_name)
+    params = expand(components, sizes, head_name, family.rows)
     state = rename(disc.weights, params, to_hf=False, where=discriminator_dir)
     permute_rows(state, params, to_hf=False, fairseq_index=index)
 
-    model_cfg = dict(_name="electra", **fields,
+    model_cfg = dict(_name="electra", **fields, encoder_body=family.body,
                      generator_size=_default_generator_size(fields["num_heads"]),
                      generator_layers=None, embedding_sharing=None,
                      load_checkpoint_heads=kind is not None and kind.task != "token_tagging",
@@ -265,14 +280,20 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
                      segment_token_types=fields["type_vocab_size"] > 1 and
                      pair_token_type(discriminator_dir) != 0)
     if generator_dir is not None:
-        if disc.architecture != "ElectraForPreTraining":
+        pretraining_class = family.prefix + ("ForPreTraining" if family is BERT else "Model")
+        if disc.architecture != pretraining_class:
             raise ElectraUsageError(
-                f"{discriminator_dir} is an {disc.architecture}, not ElectraForPreTraining; a "
-                f"pre-training checkpoint (with a generator) needs the replaced-token head")
+                f"{discriminator_dir} is an {disc.architecture}, not {pretraining_class}; a "
+                f"pre-training checkpoint (with a generator) needs "
+                f"{'the replaced-token head' if family is BERT else 'the bare discriminator'}")
         generator_dir = os.fspath(generator_dir)
         gen_state, model_cfg["generator_size"], model_cfg["generator_layers"], untied = \
             _import_generator(generator_dir, disc, fields, tokens, index)
         model_cfg["embedding_sharing"] = "untied" if untied else None
+        if "discriminator_head.dense.weight" not in state:
+            state.update(_fresh_discriminator_head(fields["hidden_size"]))
+            logger.info(f"{family.prefix} has no replaced-token head: the checkpoint gets a new "
+                        f"one, initialised as pre-training initialises it")
         if not untied:  # one shared block: store its tensors once
             gen_state.update({k: state["discriminator" + k[len("generator"):]]
                               for k in gen_state if k.startswith("generator.embeddings.")})
@@ -321,6 +342,16 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
     return ImportResult(checkpoint, dict_path, model_cfg, task_name(task_cfg))
 
 
+def _fresh_discriminator_head(hidden: int) -> Dict[str, torch.Tensor]:
+    """The replaced-token head's tensors as BERT initialises them (N(0, 0.02), zero bias)."""
+    gen = torch.Generator().manual_seed(0)
+    return {"discriminator_head.dense.weight": torch.randn(hidden, hidden, generator=gen) * 0.02,
+            "discriminator_head.dense.bias": torch.zeros(hidden),
+            "discriminator_head.dense_prediction.weight":
+                torch.randn(1, hidden, generator=gen) * 0.02,
+            "discriminator_head.dense_prediction.bias": torch.zeros(1)}
+
+
 def _keep_hf_order(model_dir: str, out_dir: str, index: torch.Tensor) -> None:
     """Store what an export needs to give back HF's ids: the rows' HF order, its tokenizer."""
     with open(os.path.join(out_dir, HF_ORDER), "w", encoding="utf-8") as f:
@@ -334,9 +365,14 @@ def _import_generator(generator_dir, disc: _HFModel, fields: dict, tokens, index
     """(fairseq state, generator_size, generator_layers, untied embeddings) of an HF
     generator."""
     gen = _HFModel.read(generator_dir)
-    if gen.architecture != "ElectraForMaskedLM":
+    family = disc.family
+    if gen.family is not family:
+        raise ElectraUsageError(f"{generator_dir} is a {gen.family.model_type} model, the "
+                                f"discriminator a {family.model_type} one; both must be the same "
+                                f"body")
+    if gen.architecture != family.prefix + "ForMaskedLM":
         raise ElectraUsageError(f"{generator_dir} is an {gen.architecture}, not a generator "
-                                f"(ElectraForMaskedLM)")
+                                f"({family.prefix}ForMaskedLM)")
     if any(os.path.isfile(os.path.join(generator_dir, name))
            for name in ("vocab.txt", "tokenizer.json")):
         other = _renumbered_tokenizer(generator_dir)
@@ -348,7 +384,7 @@ def _import_generator(generator_dir, disc: _HFModel, fields: dict, tokens, index
     if gen.config["vocab_size"] != len(tokens):
         raise ElectraUsageError(f"{generator_dir}: vocab_size {gen.config['vocab_size']} differs "
                                 f"from the discriminator's {len(tokens)}")
-    gen_fields = fields_from_hf(gen.config)
+    gen_fields = fields_from_hf(family, gen.config)
     for field in SHARED_ENCODER_FIELDS:
         if gen_fields[field] != fields[field]:
             theirs = dict(CONFIG_TABLE)[field]
@@ -362,20 +398,21 @@ def _import_generator(generator_dir, disc: _HFModel, fields: dict, tokens, index
     generator_size = _fit_generator_size(fields, gen_fields, generator_dir)
     generator_layers = _fit_generator_layers(fields, gen_fields, generator_dir)
     weights = dict(gen.weights)
-    lm_weight = weights.pop(TIED_LM_WEIGHT[0], None)
-    embeddings = weights.get(TIED_LM_WEIGHT[1])
+    tied_output, tied_to = TIED_OUTPUT[family.body]
+    lm_weight = weights.pop(tied_output, None)
+    embeddings = weights.get(tied_to)
     if lm_weight is not None and embeddings is not None and not (
             lm_weight.shape == embeddings.shape and torch.equal(lm_weight, embeddings)):
         raise ElectraUsageError(
-            f"{generator_dir}: generator_lm_head.weight differs from the word embeddings; the "
+            f"{generator_dir}: {tied_output} differs from the word embeddings; the "
             f"plugin's generator output layer is tied to them (tie_word_embeddings)")
-    shared = [k for k in disc.weights if k.startswith("electra.embeddings.")]
+    shared = [k for k in disc.weights if k.startswith(family.base + "embeddings.")]
     tied = all(k in weights and weights[k].shape == disc.weights[k].shape
                and torch.equal(weights[k], disc.weights[k]) for k in shared)
     gen_fields = _generator_fields(fields, generator_size, generator_layers)
-    components = HF_ARCHITECTURES[gen.architecture]
+    components = family.architectures[gen.architecture]
     sizes = {c: symbols(gen_fields, len(tokens)) for c in components}
-    params = expand(components, sizes)
+    params = expand(components, sizes, rows=family.rows)
     state = rename(weights, params, to_hf=False, where=generator_dir)
     permute_rows(state, params, to_hf=False, fairseq_index=index)
     logger.info(f"generator size {generator_size:g}, {gen_fields['num_layers']} layers, "

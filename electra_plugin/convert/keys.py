@@ -40,42 +40,46 @@ class Row(NamedTuple):
     fairseq: str
     hf: str
     # Symbols: V vocabulary, E embedding size, H hidden size of that encoder, F its FFN size,
-    # P positions, T token types, C classes, 1 and 2 themselves. A leading V marks rows the
+    # P positions, T token types, C classes, R relative embeddings, 3H and 2F those
+    # multiples, 1 and 2 themselves. A leading V marks rows the
     # vocabulary permutes.
     shape: Tuple[str, ...]
-    when: Optional[str] = None  # "projected": only if E != H; "token_types": only if T > 0
+    # "projected": only if E != H; "token_types": only if T > 0; "after_first": not layer 0
+    when: Optional[str] = None
 
 
-def _encoder_rows(component: str, prefix: str) -> List[Row]:
-    """One encoder (embeddings, projection, layers) under ``prefix`` on the fairseq side."""
-    rows = [
-        ("embeddings.word_embeddings.weight", ("V", "E"), None),
-        ("embeddings.position_embeddings.weight", ("P", "E"), None),
-        ("embeddings.token_type_embeddings.weight", ("T", "E"), "token_types"),
-        ("embeddings.LayerNorm.weight", ("E",), None),
-        ("embeddings.LayerNorm.bias", ("E",), None),
-        ("embeddings_project.weight", ("H", "E"), "projected"),
-        ("embeddings_project.bias", ("H",), "projected"),
-        ("encoder.layer.{n}.attention.self.query.weight", ("H", "H"), None),
-        ("encoder.layer.{n}.attention.self.query.bias", ("H",), None),
-        ("encoder.layer.{n}.attention.self.key.weight", ("H", "H"), None),
-        ("encoder.layer.{n}.attention.self.key.bias", ("H",), None),
-        ("encoder.layer.{n}.attention.self.value.weight", ("H", "H"), None),
-        ("encoder.layer.{n}.attention.self.value.bias", ("H",), None),
-        ("encoder.layer.{n}.attention.output.dense.weight", ("H", "H"), None),
-        ("encoder.layer.{n}.attention.output.dense.bias", ("H",), None),
-        ("encoder.layer.{n}.attention.output.LayerNorm.weight", ("H",), None),
-        ("encoder.layer.{n}.attention.output.LayerNorm.bias", ("H",), None),
-        ("encoder.layer.{n}.intermediate.dense.weight", ("F", "H"), None),
-        ("encoder.layer.{n}.intermediate.dense.bias", ("F",), None),
-        ("encoder.layer.{n}.output.dense.weight", ("H", "F"), None),
-        ("encoder.layer.{n}.output.dense.bias", ("H",), None),
-        ("encoder.layer.{n}.output.LayerNorm.weight", ("H",), None),
-        ("encoder.layer.{n}.output.LayerNorm.bias", ("H",), None),
-    ]
-    # Our encoder modules carry HF's names, so only the prefix differs.
-    return [Row(component, prefix + name, "electra." + name, shape, when)
-            for name, shape, when in rows]
+_BERT_ENCODER = [
+    ("embeddings.word_embeddings.weight", ("V", "E"), None),
+    ("embeddings.position_embeddings.weight", ("P", "E"), None),
+    ("embeddings.token_type_embeddings.weight", ("T", "E"), "token_types"),
+    ("embeddings.LayerNorm.weight", ("E",), None),
+    ("embeddings.LayerNorm.bias", ("E",), None),
+    ("embeddings_project.weight", ("H", "E"), "projected"),
+    ("embeddings_project.bias", ("H",), "projected"),
+    *((f"encoder.layer.{{n}}.{name}.{p}", shape if p == "weight" else shape[:1], None)
+      for name, shape in (("attention.self.query", ("H", "H")),
+                          ("attention.self.key", ("H", "H")),
+                          ("attention.self.value", ("H", "H")),
+                          ("attention.output.dense", ("H", "H")),
+                          ("attention.output.LayerNorm", ("H",)),
+                          ("intermediate.dense", ("F", "H")),
+                          ("output.dense", ("H", "F")),
+                          ("output.LayerNorm", ("H",)))
+      for p in ("weight", "bias")),
+]
+
+
+def _encoder_rows(component: str, prefix: str, hf_prefix: str = "electra.",
+                  rows=tuple(_BERT_ENCODER), renamed=()) -> List[Row]:
+    """One encoder (embeddings, projection, layers) under ``prefix`` on the fairseq side;
+    ``renamed``: (our name part, HF's) where HF's module names differ from ours."""
+    out = []
+    for name, shape, when in rows:
+        theirs = name
+        for ours, hf in renamed:
+            theirs = theirs.replace(ours, hf)
+        out.append(Row(component, prefix + name, hf_prefix + theirs, shape, when))
+    return out
 
 
 KEY_TABLE: Tuple[Row, ...] = (
@@ -157,9 +161,10 @@ HEAD_KINDS = (
 
 
 def head_kind(task: Optional[str] = None, architecture: Optional[str] = None) -> HeadKind:
-    """The head kind of a fairseq task (a sentence head for any other task) or an HF class."""
+    """The head kind of a fairseq task (a sentence head for any other task) or an HF class
+    (of any family: the class name's suffix)."""
     for kind in HEAD_KINDS:
-        if task == kind.task or architecture == kind.architecture:
+        if task == kind.task or (architecture or "").endswith(kind.architecture[len("Electra"):]):
             return kind
     return HEAD_KINDS[0]
 
@@ -189,10 +194,11 @@ class Param(NamedTuple):
 
 
 def expand(components: Iterable[str], sizes: Dict[str, Dict[str, int]],
-            head: Optional[str] = None) -> List[Param]:
-    """The concrete parameters of ``components``; ``sizes[component]`` gives its symbols."""
+           head: Optional[str] = None, rows: Iterable[Row] = KEY_TABLE) -> List[Param]:
+    """The concrete parameters of ``components``; ``sizes[component]`` gives its symbols;
+    ``rows``: a model family's table (default ELECTRA's)."""
     params = []
-    for row in KEY_TABLE:
+    for row in rows:
         if row.component not in components:
             continue
         s = dict(sizes[row.component], **{"1": 1, "2": 2})
@@ -202,6 +208,8 @@ def expand(components: Iterable[str], sizes: Dict[str, Dict[str, int]],
             continue
         shape = tuple(s[d] for d in row.shape)
         for n in range(s["L"]) if "{n}" in row.fairseq else [None]:
+            if row.when == "after_first" and n == 0:  # ModernBERT's first layer: no attn_norm
+                continue
             params.append(Param(row.fairseq.format(n=n, head=head), row.hf.format(n=n, head=head),
                                  shape, row.shape[0] == "V"))
     return params
@@ -266,7 +274,9 @@ def symbols(fields: dict, vocab_size: int, num_classes: int = 0) -> Dict[str, in
     """The sizes the shape symbols of :data:`KEY_TABLE` stand for, from one encoder's fields."""
     return {"V": vocab_size, "E": fields["embedding_size"], "H": fields["hidden_size"],
             "F": fields["ffn_size"], "P": fields["max_positions"],
-            "T": fields["type_vocab_size"], "L": fields["num_layers"], "C": num_classes}
+            "T": fields["type_vocab_size"], "L": fields["num_layers"], "C": num_classes,
+            "3H": 3 * fields["hidden_size"], "2F": 2 * fields["ffn_size"],
+            "R": 2 * fields.get("position_buckets", 256)}
 
 
 def component_of(key: str) -> str:

@@ -8,6 +8,7 @@ import torch.nn as nn
 from ...errors import ElectraUsageError
 from ..core.config import EncoderSize
 from ..core.flops import paper_encoder_flops
+from ..core.heads import ElectraGeneratorPredictions
 
 BODIES: Dict[str, Type["EncoderBody"]] = {}
 
@@ -52,6 +53,10 @@ class EncoderBody:
 
     def encoder(self, embeddings: nn.Module, size: EncoderSize) -> nn.Module:
         raise NotImplementedError
+
+    def generator_head(self, hidden_size: int, embed_tokens) -> nn.Module:
+        """The generator's masked-LM head, as this body's transformers family has it."""
+        return ElectraGeneratorPredictions(hidden_size, self.cfg.embedding_size, embed_tokens)
 
     def paper_encoder_flops(self, size: EncoderSize, vocab: int, length: int,
                             positions: int) -> float:

@@ -24,6 +24,7 @@ import torch.nn as nn
 from ...speed import Dropout
 from ..core.config import EncoderSize
 from ..core.encoder import ElectraIntermediate, ElectraResidualOutput, attention_mask
+from ..core.heads import ElectraGeneratorPredictions
 from ..core.flops import _DROPOUT, _LAYER_NORM, paper_encoder_flops
 from .base import EncoderBody, register_body
 
@@ -194,6 +195,10 @@ class DebertaBody(EncoderBody):
         cfg = self.cfg
         return DebertaTransformer(embeddings, size, cfg.dropout, cfg.attention_dropout,
                                   self.padding_idx, cfg.max_positions, self.position_buckets)
+
+    def generator_head(self, hidden_size, embed_tokens):
+        return ElectraGeneratorPredictions(hidden_size, self.cfg.embedding_size, embed_tokens,
+                                           eps=LAYER_NORM_EPS)
 
     def paper_encoder_flops(self, size, vocab, length, positions):
         """BERT's count by the paper's rules without the position lookup and its add, plus

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from ...speed import Dropout
 from ...speed.unpad import Layout
 from ..core.config import EncoderSize
+from ..core.heads import ElectraGeneratorPredictions
 from ..core.flops import _DROPOUT, _GELU, _LAYER_NORM, _SOFTMAX
 from .base import EncoderBody, register_body
 
@@ -183,6 +184,11 @@ class ModernBody(EncoderBody):
                                  self.padding_idx, cfg.global_attn_every_n_layers,
                                  cfg.local_attention, cfg.global_rope_theta,
                                  cfg.local_rope_theta)
+
+    def generator_head(self, hidden_size, embed_tokens):
+        """ModernBERT's: dense and norm without biases, the tied decoder with its bias."""
+        return ElectraGeneratorPredictions(hidden_size, self.cfg.embedding_size, embed_tokens,
+                                           eps=NORM_EPS, biases=False)
 
     def paper_encoder_flops(self, size, vocab, length, positions):
         """The paper's rules on this body: the token lookup, norms without biases, no

@@ -28,10 +28,11 @@ class ElectraGeneratorPredictions(nn.Module):
     vocabulary projection costs M x V instead of B x T x V; that projection runs in fp32.
     """
 
-    def __init__(self, hidden_size, embedding_size, embed_tokens: nn.Embedding):
+    def __init__(self, hidden_size, embedding_size, embed_tokens: nn.Embedding,
+                 eps: float = LAYER_NORM_EPS, biases: bool = True):
         super().__init__()
-        self.dense = nn.Linear(hidden_size, embedding_size)
-        self.LayerNorm = nn.LayerNorm(embedding_size, eps=LAYER_NORM_EPS)
+        self.dense = nn.Linear(hidden_size, embedding_size, bias=biases)
+        self.LayerNorm = nn.LayerNorm(embedding_size, eps=eps, bias=biases)
         self.embed_tokens = [embed_tokens]  # a list keeps it out of this module's state_dict
         self.bias = nn.Parameter(torch.zeros(embed_tokens.num_embeddings))
 

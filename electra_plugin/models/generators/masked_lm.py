@@ -7,7 +7,6 @@ import torch
 import torch.nn.functional as F
 
 from ..core.config import arch_generator_layers, arch_generator_size, scaled_size
-from ..core.heads import ElectraGeneratorPredictions
 from ..objectives import masked_mean
 from .base import GeneratorKind, register_generator_kind
 
@@ -31,9 +30,8 @@ class MaskedLMGenerator(GeneratorKind):
         self.build_head(model)
 
     def build_head(self, model):
-        model.generator_head = ElectraGeneratorPredictions(
-            self.size().hidden, self.cfg.embedding_size,
-            model.generator.embeddings.word_embeddings)
+        model.generator_head = model.body.generator_head(
+            self.size().hidden, model.generator.embeddings.word_embeddings)
 
     def propose(self, model, src_tokens, attn_mask, positions, token_types=None):
         with nullcontext() if self.trains(model) else torch.no_grad():

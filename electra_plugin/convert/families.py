@@ -1,0 +1,239 @@
+"""The transformers model family that serves each encoder body: its classes, its tensor names
+and its config, and the config options the body does not implement (refused on import).
+
+=========  ===========  ====================================================================
+body       model_type   classes
+=========  ===========  ====================================================================
+bert       electra      Electra{Model, ForPreTraining, ForMaskedLM, ForSequenceClassification,
+                        ForTokenClassification, ForQuestionAnswering, ForMultipleChoice}
+deberta    deberta-v2   DebertaV2{Model, ForMaskedLM, ForSequenceClassification,
+                        ForTokenClassification, ForQuestionAnswering, ForMultipleChoice}
+modern     modernbert   ModernBert{Model, ForMaskedLM}
+=========  ===========  ====================================================================
+
+No DeBERTa or ModernBERT class holds the replaced-token head: it stays in the fairseq
+checkpoint, and the discriminator leaves as the family's base model. ModernBERT's task heads
+put a dense layer and a norm before their classifier, which the plugin's heads do not have.
+"""
+
+import math
+from typing import Callable, Dict, List, NamedTuple, Tuple
+
+from ..errors import ElectraUsageError
+from ..optional import require
+from .keys import _BERT_ENCODER, HEAD_KINDS, KEY_TABLE, HeadKind, Row, _encoder_rows
+
+# the components each class suffix holds
+CLASS_COMPONENTS = {
+    "Model": ("discriminator",),
+    "ForPreTraining": ("discriminator", "discriminator_head"),
+    "ForMaskedLM": ("generator", "generator_head"),
+    **{kind.architecture[len("Electra"):]: ("discriminator", kind.component)
+       for kind in HEAD_KINDS},
+}
+
+
+class Family(NamedTuple):
+    body: str
+    model_type: str
+    prefix: str  # of the class names
+    base: str  # the base model's attribute in the other classes, with its dot
+    rows: Tuple[Row, ...]
+    config_table: Tuple[Tuple[str, str], ...]  # our field <-> the HF config's
+    fixed: Dict[str, object]  # HF config values the body computes (anything else: refused)
+    always_token_types: bool  # the HF embeddings hold a token type table even with none
+
+    @property
+    def architectures(self) -> Dict[str, Tuple[str, ...]]:
+        present = {row.component for row in self.rows}
+        return {self.prefix + suffix: components for suffix, components in
+                CLASS_COMPONENTS.items() if set(components) <= present}
+
+    def head_architecture(self, kind: HeadKind) -> str:
+        return self.prefix + kind.architecture[len("Electra"):]
+
+    def config_class(self):
+        return getattr(require("converting to or from Hugging Face transformers"),
+                       self.prefix + "Config")
+
+
+_SHARED_FIELDS = (("num_layers", "num_hidden_layers"), ("hidden_size", "hidden_size"),
+                  ("num_heads", "num_attention_heads"), ("ffn_size", "intermediate_size"),
+                  ("max_positions", "max_position_embeddings"))
+
+BERT = Family("bert", "electra", "Electra", "electra.", KEY_TABLE, (
+    *_SHARED_FIELDS, ("embedding_size", "embedding_size"), ("type_vocab_size", "type_vocab_size"),
+    ("dropout", "hidden_dropout_prob"), ("attention_dropout", "attention_probs_dropout_prob")),
+    dict(hidden_act="gelu", layer_norm_eps=1e-12), True)
+
+
+def _deberta_encoder(component, prefix):
+    rows = [(name.replace("self.query.", "self.query_proj.").replace(
+        "self.key.", "self.key_proj.").replace("self.value.", "self.value_proj."), shape, when)
+        for name, shape, when in _BERT_ENCODER
+        if "position_embeddings" not in name and when != "projected"]
+    rows += [("encoder.rel_embeddings.weight", ("R", "H"), None),
+             ("encoder.LayerNorm.weight", ("H",), None), ("encoder.LayerNorm.bias", ("H",), None)]
+    return _encoder_rows(component, prefix, "deberta.", rows)  # the plugin's names are HF's
+
+
+def _head_rows(component, rows):
+    """(our part, HF name, shape) of a head, for every parameter."""
+    return [Row(component, f"{ours}.{p}" if ours.startswith("generator_head") else
+                f"classification_heads.{{head}}.{ours}.{p}", f"{theirs}.{p}",
+                shape if p == "weight" else shape[:1])
+            for ours, theirs, shape, parts in rows for p in parts]
+
+
+_WB = ("weight", "bias")
+DEBERTA = Family("deberta", "deberta-v2", "DebertaV2", "deberta.", (
+    *_deberta_encoder("discriminator", "discriminator."),
+    *_deberta_encoder("generator", "generator."),
+    *_head_rows("generator_head", [
+        ("generator_head.dense", "lm_predictions.lm_head.dense", ("E", "H"), _WB),
+        ("generator_head.LayerNorm", "lm_predictions.lm_head.LayerNorm", ("E",), _WB)]),
+    Row("generator_head", "generator_head.bias", "lm_predictions.lm_head.bias", ("V",)),
+    *_head_rows("classification_head", [("dense", "pooler.dense", ("H", "H"), _WB),
+                                        ("out_proj", "classifier", ("C", "H"), _WB)]),
+    *_head_rows("token_head", [("out_proj", "classifier", ("C", "H"), _WB)]),
+    *_head_rows("span_head", [("out_proj", "qa_outputs", ("2", "H"), _WB)]),
+    *_head_rows("choice_head", [("dense", "pooler.dense", ("H", "H"), _WB),
+                                ("out_proj", "classifier", ("1", "H"), _WB)]),
+), (*_SHARED_FIELDS, ("type_vocab_size", "type_vocab_size"), ("dropout", "hidden_dropout_prob"),
+    ("attention_dropout", "attention_probs_dropout_prob"),
+    ("position_buckets", "position_buckets")),
+    dict(hidden_act="gelu", layer_norm_eps=1e-7, relative_attention=True,
+         max_relative_positions=-1, pos_att_type=["p2c", "c2p"], share_att_key=True,
+         norm_rel_ebd="layer_norm", position_biased_input=False, conv_kernel_size=0,
+         legacy=False, pooler_hidden_act="gelu"), False)
+
+
+def _modern_encoder(component, prefix):
+    rows = [("embeddings.word_embeddings.weight", ("V", "E"), None),
+            ("embeddings.norm.weight", ("E",), None),
+            ("encoder.layer.{n}.attn_norm.weight", ("H",), "after_first"),
+            ("encoder.layer.{n}.attn.Wqkv.weight", ("3H", "H"), None),
+            ("encoder.layer.{n}.attn.Wo.weight", ("H", "H"), None),
+            ("encoder.layer.{n}.mlp_norm.weight", ("H",), None),
+            ("encoder.layer.{n}.mlp.Wi.weight", ("2F", "H"), None),
+            ("encoder.layer.{n}.mlp.Wo.weight", ("H", "F"), None),
+            ("final_norm.weight", ("H",), None)]
+    return _encoder_rows(component, prefix, "model.", rows, renamed=(
+        ("word_embeddings", "tok_embeddings"), ("encoder.layer.", "layers.")))
+
+
+MODERN = Family("modern", "modernbert", "ModernBert", "model.", (
+    *_modern_encoder("discriminator", "discriminator."),
+    *_modern_encoder("generator", "generator."),
+    Row("generator_head", "generator_head.dense.weight", "head.dense.weight", ("E", "H")),
+    Row("generator_head", "generator_head.LayerNorm.weight", "head.norm.weight", ("E",)),
+    Row("generator_head", "generator_head.bias", "decoder.bias", ("V",)),
+), (*_SHARED_FIELDS, ("dropout", "embedding_dropout"), ("dropout", "mlp_dropout"),
+    ("attention_dropout", "attention_dropout"),
+    ("global_attn_every_n_layers", "global_attn_every_n_layers"),
+    ("local_attention", "local_attention"), ("global_rope_theta", "global_rope_theta"),
+    ("local_rope_theta", "local_rope_theta")),
+    dict(hidden_activation="gelu", norm_eps=1e-5, norm_bias=False, attention_bias=False,
+         mlp_bias=False, decoder_bias=True, classifier_bias=False, tie_word_embeddings=True),
+    False)
+
+WRITTEN_ONLY = ("legacy",)  # read either way (LEGACY_NAMES), written as the newer layout
+FAMILIES = {family.body: family for family in (BERT, DEBERTA, MODERN)}
+
+
+def family_of_body(body) -> Family:
+    return FAMILIES[body or "bert"]
+
+
+def family_of_model_type(model_type, path: str) -> Family:
+    for family in FAMILIES.values():
+        if family.model_type == model_type:
+            return family
+    raise ElectraUsageError(
+        f"{path} describes a '{model_type}' model; the conversion reads "
+        f"{', '.join(f.model_type for f in FAMILIES.values())} (ELECTRA, DeBERTa-v2/v3, "
+        f"ModernBERT)")
+
+
+def _rope_theta(config: dict, kind: str, old: str):
+    """transformers 5 keeps ModernBERT's thetas in rope_parameters, older ones flat."""
+    params = (config.get("rope_parameters") or {}).get(kind) or {}
+    if params.get("rope_type", "default") != "default":
+        return None
+    return params.get("rope_theta", config.get(old))
+
+
+def _modern_checks(config: dict) -> List[Tuple[str, object, str]]:
+    every = config["global_attn_every_n_layers"]
+    expected = ["sliding_attention" if i % every else "full_attention"
+                for i in range(config["num_hidden_layers"])]
+    return [("layer_types", config.get("layer_types") or expected,
+             f"global attention every {every} layers from the first" if
+             (config.get("layer_types") or expected) != expected else None),
+            ("local_attention", config["local_attention"],
+             f"a window no wider than max_position_embeddings "
+             f"{config['max_position_embeddings']}" if config["local_attention"] >
+             config["max_position_embeddings"] else None),
+            ("rope_parameters", config.get("rope_parameters"), "the default RoPE, no scaling"
+             if None in (_rope_theta(config, "full_attention", "global_rope_theta"),
+                         _rope_theta(config, "sliding_attention", "local_rope_theta")) else None)]
+
+
+def check_config(family: Family, config: dict, path: str) -> dict:
+    """``config`` (a transformers ``to_dict()``) if the body computes what it describes; the
+    first option it does not implement is refused in one line, naming it."""
+    for name, value in family.fixed.items():
+        theirs = config.get(name, value)
+        same = math.isclose(float(theirs), float(value), rel_tol=1e-6) if \
+            isinstance(value, float) else (sorted(theirs) == sorted(value) if
+                                           isinstance(value, list) else theirs == value)
+        if not same and name not in WRITTEN_ONLY:
+            raise ElectraUsageError(f"{path}: {name} {theirs!r} is not supported; the plugin's "
+                                    f"{family.body} body computes {name} {value!r}")
+    if family is DEBERTA and config.get("embedding_size", config["hidden_size"]) != \
+            config["hidden_size"]:
+        raise ElectraUsageError(f"{path}: embedding_size {config['embedding_size']} differs from "
+                                f"hidden_size; DeBERTa's embedding projection is not supported")
+    if family is MODERN:
+        for name, value, needs in _modern_checks(config):
+            if needs:
+                raise ElectraUsageError(f"{path}: {name} {value!r} is not supported; the "
+                                        f"plugin's modern body needs {needs}")
+        config = dict(config, global_rope_theta=_rope_theta(
+            config, "full_attention", "global_rope_theta"), local_rope_theta=_rope_theta(
+            config, "sliding_attention", "local_rope_theta"))
+    if config["hidden_size"] % config["num_attention_heads"]:
+        raise ElectraUsageError(f"{path}: hidden_size {config['hidden_size']} is not divisible "
+                                f"by num_attention_heads {config['num_attention_heads']}")
+    return config
+
+
+def fields_from_hf(family: Family, config: dict) -> dict:
+    fields = {ours: config[theirs] for ours, theirs in family.config_table}
+    if family is not BERT:  # no projection: the embeddings are as wide as the layers
+        fields["embedding_size"] = fields["hidden_size"]
+    if family is MODERN:
+        fields["type_vocab_size"] = 0
+    return fields
+
+
+def hf_config_values(family: Family, fields: dict) -> dict:
+    """The HF config's fields of one encoder."""
+    values = {theirs: fields[ours] for ours, theirs in family.config_table}
+    if family is DEBERTA:
+        values.update(pooler_hidden_size=fields["hidden_size"], pooler_dropout=fields["dropout"])
+    return dict(values, **family.fixed)
+
+
+# the HF names of the tensors a generator class may hold twice (the tied output layer)
+TIED_OUTPUT: Dict[str, Tuple[str, str]] = {
+    "bert": ("generator_lm_head.weight", "electra.embeddings.word_embeddings.weight"),
+    "deberta": ("lm_predictions.lm_head.decoder.weight", "deberta.embeddings.word_embeddings.weight"),
+    "modern": ("decoder.weight", "model.embeddings.tok_embeddings.weight"),
+}
+
+# transformers' older DeBERTa masked-LM layout (``legacy``) -> today's names
+LEGACY_NAMES: Callable[[str], str] = lambda key: key.replace(  # noqa: E731
+    "cls.predictions.transform.", "lm_predictions.lm_head.").replace(
+    "cls.predictions.bias", "lm_predictions.lm_head.bias").replace(
+    "cls.predictions.decoder.", "lm_predictions.lm_head.decoder.")

@@ -1,0 +1,204 @@
+"""transformers conversion of the DeBERTa and ModernBERT bodies: every class each family
+serves, imported from random transformers models and checked against transformers' own
+forward on the same inputs, exported back bit for bit, and the config options the bodies do
+not implement refused in one line."""
+
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+from safetensors.torch import load_file  # noqa: E402
+
+from electra_plugin.convert import from_hf, to_hf  # noqa: E402
+from electra_plugin.errors import ElectraUsageError  # noqa: E402
+from test_hf_convert import (FAIRSEQ_INDEX, MASK_ID, VOCAB, assert_close,  # noqa: E402
+                             bert_batch, load_fairseq, randomize, save_hf)
+
+from transformers import BertTokenizer  # noqa: E402
+
+SIZES = dict(vocab_size=len(VOCAB), hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+             intermediate_size=96, max_position_embeddings=64, pad_token_id=0)
+FAMILIES = {
+    "deberta": (transformers.DebertaV2Config, "DebertaV2", dict(
+        type_vocab_size=2, relative_attention=True, position_buckets=16, pos_att_type=[
+            "p2c", "c2p"], share_att_key=True, norm_rel_ebd="layer_norm",
+        position_biased_input=False, layer_norm_eps=1e-7, hidden_act="gelu", legacy=False,
+        max_relative_positions=-1, pooler_hidden_size=64, pooler_hidden_act="gelu")),
+    "modern": (transformers.ModernBertConfig, "ModernBert", dict(
+        local_attention=16, global_attn_every_n_layers=3, bos_token_id=VOCAB.index("[CLS]"),
+        cls_token_id=VOCAB.index("[CLS]"), eos_token_id=VOCAB.index("[SEP]"),
+        sep_token_id=VOCAB.index("[SEP]"))),
+}
+HEADS = {"deberta": ["ForSequenceClassification", "ForTokenClassification",
+                     "ForQuestionAnswering", "ForMultipleChoice"], "modern": []}
+
+
+def hf_model(body, suffix, seed, **extra):
+    config_class, prefix, options = FAMILIES[body]
+    config = config_class(**{**SIZES, **options, **extra})
+    config.architectures = [prefix + suffix]
+    model = getattr(transformers, prefix + suffix)(config)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():  # norms near 1, everything else small and random
+        for name, p in model.named_parameters():
+            center = 1.0 if "norm" in name.lower() and name.endswith("weight") else 0.0
+            p.copy_(torch.randn(p.shape, generator=gen) * (0.1 if center else 0.05) + center)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory):
+    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    path.write_text("\n".join(VOCAB) + "\n")
+    return BertTokenizer(str(path), do_lower_case=True)
+
+
+def largest_difference(ours, theirs, mask):
+    return (ours - theirs)[mask].abs().max().item()
+
+
+@pytest.mark.parametrize("body", ["deberta", "modern"])
+def test_pretraining_pair_imports_equal_to_transformers_and_exports_bit_for_bit(
+        body, bert, tmp_path):
+    prefix = FAMILIES[body][1]
+    disc = hf_model(body, "Model", seed=1)
+    gen = hf_model(body, "ForMaskedLM", seed=2, num_hidden_layers=2)
+    getattr(gen, gen.base_model_prefix).embeddings.load_state_dict(disc.embeddings.state_dict())
+    disc_dir, gen_dir = save_hf(disc, tmp_path / "d"), save_hf(gen, tmp_path / "g")
+    result = from_hf(disc_dir, gen_dir, out_dir=tmp_path / "imported")
+    model, task = load_fairseq(result.checkpoint, tmp_path / "imported")
+    assert model.cfg.encoder_body == body and model.cfg.generator_layers == 0.5
+    assert model.generator.embeddings is model.discriminator.embeddings  # tied as HF's
+
+    ids, mask = bert_batch(bert)
+    assert not mask.all()
+    with torch.no_grad():
+        theirs = disc(ids, attention_mask=mask.long())
+        hidden, _ = model.discriminator(FAIRSEQ_INDEX[ids])
+    diff = largest_difference(hidden, theirs.last_hidden_state, mask)
+    picked = mask & (torch.arange(ids.size(1)) % 3 == 1) & ids.ne(VOCAB.index("[SEP]"))
+    masked = ids.masked_fill(picked, MASK_ID)
+    with torch.no_grad():
+        their_logits = gen(masked, attention_mask=mask.long()).logits[picked]
+        gen_hidden, _ = model.generator(FAIRSEQ_INDEX[masked])
+        our_logits = model.generator_head(gen_hidden[picked])[:, FAIRSEQ_INDEX]
+    gen_diff = (our_logits - their_logits).abs().max().item()
+    print(f"\n{body}: {prefix}Model {diff:.1e}, {prefix}ForMaskedLM {gen_diff:.1e}")
+    assert diff <= 1e-5 and gen_diff <= 1e-5
+
+    out = tmp_path / "hf"
+    exported = to_hf(result.checkpoint, out)
+    assert exported.architecture == prefix + "Model"
+    for original, written in ((disc_dir, out), (gen_dir, out / "generator")):
+        theirs, ours = load_file(original / "model.safetensors"), load_file(
+            written / "model.safetensors")
+        assert sorted(theirs) == sorted(ours)
+        assert all(torch.equal(theirs[k], ours[k]) for k in theirs)
+        config = json.loads((written / "config.json").read_text())
+        assert config["model_type"] == disc.config.model_type
+    reloaded = getattr(transformers, prefix + "ForMaskedLM").from_pretrained(out / "generator")
+    with torch.no_grad():
+        assert torch.equal(reloaded(masked, attention_mask=mask.long()).logits[picked],
+                           their_logits)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    assert tokenizer(["the cat"]).input_ids == bert(["the cat"]).input_ids
+
+
+@pytest.mark.parametrize("suffix", HEADS["deberta"])
+def test_deberta_heads_import_equal_to_transformers_and_export_back(suffix, bert, tmp_path):
+    labels = {"ForSequenceClassification": 3, "ForTokenClassification": 4}.get(suffix, 2)
+    hf = hf_model("deberta", suffix, seed=3, num_labels=labels)
+    hf_dir = save_hf(hf, tmp_path / "hf")
+    result = from_hf(hf_dir, out_dir=tmp_path / "imported")
+    if result.task in ("squad", "sentence_ranking"):  # tasks that read their own data files
+        from fairseq import checkpoint_utils, tasks
+        from omegaconf import OmegaConf
+
+        task = tasks.setup_task(OmegaConf.create({"_name": "masked_lm", "data": str(
+            tmp_path / "imported"), "tokens_per_sample": 64}))
+        model = checkpoint_utils.load_model_ensemble([str(result.checkpoint)],
+                                                     task=task)[0][0].eval()
+    else:
+        model, _ = load_fairseq(result.checkpoint, tmp_path / "imported")
+    ids, mask = bert_batch(bert)
+    head = next(iter(model.classification_heads.values()))
+    with torch.no_grad():
+        features, _ = model.discriminator(FAIRSEQ_INDEX[ids])
+        if suffix == "ForMultipleChoice":
+            theirs = hf(ids[None], attention_mask=mask.long()[None]).logits[0]
+            ours = head(features).squeeze(-1)
+        else:
+            out = hf(ids, attention_mask=mask.long())
+            ours = head(features)
+            if suffix == "ForQuestionAnswering":
+                theirs = torch.stack([out.start_logits, out.end_logits], -1)[mask]
+                ours = head.out_proj(features)[mask]  # the span head's layer, (start, end)
+            elif suffix == "ForTokenClassification":
+                theirs, ours = out.logits[mask], ours[mask]
+            else:
+                theirs = out.logits
+    print(f"\nDebertaV2{suffix}: {(ours - theirs).abs().max().item():.1e}")
+    assert_close(ours, theirs)
+    out_dir = tmp_path / "back"
+    assert to_hf(result.checkpoint, out_dir).architecture == "DebertaV2" + suffix
+    theirs, ours = load_file(hf_dir / "model.safetensors"), load_file(
+        out_dir / "model.safetensors")
+    assert sorted(theirs) == sorted(ours) and all(torch.equal(theirs[k], ours[k])
+                                                  for k in theirs)
+
+
+@pytest.mark.parametrize("body,option,value,named", [
+    ("deberta", "relative_attention", False, "relative_attention False"),
+    ("deberta", "position_biased_input", True, "position_biased_input True"),
+    ("deberta", "pos_att_type", ["c2p"], "pos_att_type ['c2p']"),
+    ("deberta", "share_att_key", False, "share_att_key False"),
+    ("modern", "local_attention", 256, "local_attention 256"),
+    ("modern", "norm_bias", True, "norm_bias True"),
+    ("modern", "layer_types", ["full_attention"] * 4, "layer_types"),
+])
+def test_unsupported_options_are_refused_in_one_line_naming_them(body, option, value, named,
+                                                                 tmp_path):
+    model = hf_model(body, "Model", seed=4)
+    hf_dir = save_hf(model, tmp_path / "hf")
+    config = json.loads((hf_dir / "config.json").read_text())
+    config[option] = value
+    (hf_dir / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ElectraUsageError) as error:
+        from_hf(hf_dir, out_dir=tmp_path / "imported")
+    message = str(error.value)
+    assert named in message and "not supported" in message and "\n" not in message, message
+    assert not (tmp_path / "imported" / "checkpoint.pt").exists()
+
+
+def test_modern_task_heads_and_projections_are_refused_in_one_line(tmp_path):
+    from helpers import tiny_model
+
+    from electra_plugin.models.core.checkpoint import load_checkpoint, write_checkpoint
+
+    model = hf_model("modern", "Model", seed=5)
+    hf_dir = save_hf(model, tmp_path / "hf")
+    imported = from_hf(hf_dir, out_dir=tmp_path / "imported")
+    # a projected model (embedding size != hidden size): no ModernBERT class has the slot
+    projected, _ = tiny_model(encoder_body="modern", embedding_size=32)
+    path = tmp_path / "projected.pt"
+    write_checkpoint(path, projected.cfg, {"_name": "masked_lm", "data": str(
+        tmp_path / "imported")}, {k: v for k, v in projected.state_dict().items()})
+    with pytest.raises(ElectraUsageError, match="have no slot for") as error:
+        to_hf(path, tmp_path / "out")
+    assert "\n" not in str(error.value)
+    # a sentence head: ModernBERT's classifiers read a dense layer and a norm first
+    state = load_checkpoint(imported.checkpoint)
+    weights = dict(state["model"], **{f"classification_heads.sst.{name}": torch.zeros(shape)
+                                      for name, shape in (("dense.weight", (64, 64)),
+                                                          ("dense.bias", (64,)),
+                                                          ("out_proj.weight", (2, 64)),
+                                                          ("out_proj.bias", (2,)))})
+    path = tmp_path / "head.pt"
+    write_checkpoint(path, state["cfg"].model, {"_name": "sentence_prediction", "data": str(
+        tmp_path / "imported"), "regression_target": False,
+                                                 "classification_head_name": "sst"}, weights)
+    with pytest.raises(ElectraUsageError, match="has no ModernBert class") as error:
+        to_hf(path, tmp_path / "out")
+    assert "\n" not in str(error.value) and not (tmp_path / "out" / "config.json").exists()
