@@ -31,8 +31,8 @@ FAMILIES = {
         cls_token_id=VOCAB.index("[CLS]"), eos_token_id=VOCAB.index("[SEP]"),
         sep_token_id=VOCAB.index("[SEP]"))),
 }
-HEADS = {"deberta": ["ForSequenceClassification", "ForTokenClassification",
-                     "ForQuestionAnswering", "ForMultipleChoice"], "modern": []}
+HEADS = ["ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering",
+         "ForMultipleChoice"]
 
 
 def hf_model(body, suffix, seed, **extra):
@@ -106,10 +106,14 @@ def test_pretraining_pair_imports_equal_to_transformers_and_exports_bit_for_bit(
     assert tokenizer(["the cat"]).input_ids == bert(["the cat"]).input_ids
 
 
-@pytest.mark.parametrize("suffix", HEADS["deberta"])
-def test_deberta_heads_import_equal_to_transformers_and_export_back(suffix, bert, tmp_path):
+@pytest.mark.parametrize("suffix", HEADS)
+@pytest.mark.parametrize("body", ["deberta", "modern"])
+def test_heads_import_equal_to_transformers_and_export_back(body, suffix, bert, tmp_path):
     labels = {"ForSequenceClassification": 3, "ForTokenClassification": 4}.get(suffix, 2)
-    hf = hf_model("deberta", suffix, seed=3, num_labels=labels)
+    extra = dict(classifier_pooling="mean") if body == "modern" and \
+        suffix == "ForSequenceClassification" else {}
+    hf = hf_model(body, suffix, seed=3, num_labels=labels, **extra)
+    prefix = FAMILIES[body][1]
     hf_dir = save_hf(hf, tmp_path / "hf")
     result = from_hf(hf_dir, out_dir=tmp_path / "imported")
     if result.task in ("squad", "sentence_ranking"):  # tasks that read their own data files
@@ -131,18 +135,23 @@ def test_deberta_heads_import_equal_to_transformers_and_export_back(suffix, bert
             ours = head(features).squeeze(-1)
         else:
             out = hf(ids, attention_mask=mask.long())
-            ours = head(features)
+            ours = head(features, ~mask) if suffix == "ForSequenceClassification" else \
+                head(features)
             if suffix == "ForQuestionAnswering":
                 theirs = torch.stack([out.start_logits, out.end_logits], -1)[mask]
+                if getattr(head, "transform", None) is not None:  # ModernBERT's ``head``
+                    features = head.transform(features)
                 ours = head.out_proj(features)[mask]  # the span head's layer, (start, end)
             elif suffix == "ForTokenClassification":
                 theirs, ours = out.logits[mask], ours[mask]
             else:
                 theirs = out.logits
-    print(f"\nDebertaV2{suffix}: {(ours - theirs).abs().max().item():.1e}")
+    print(f"\n{prefix}{suffix}: {(ours - theirs).abs().max().item():.1e}")
     assert_close(ours, theirs)
     out_dir = tmp_path / "back"
-    assert to_hf(result.checkpoint, out_dir).architecture == "DebertaV2" + suffix
+    assert to_hf(result.checkpoint, out_dir).architecture == prefix + suffix
+    config = json.loads((out_dir / "config.json").read_text())
+    assert config.get("classifier_pooling", "cls") == extra.get("classifier_pooling", "cls")
     theirs, ours = load_file(hf_dir / "model.safetensors"), load_file(
         out_dir / "model.safetensors")
     assert sorted(theirs) == sorted(ours) and all(torch.equal(theirs[k], ours[k])
@@ -172,10 +181,10 @@ def test_unsupported_options_are_refused_in_one_line_naming_them(body, option, v
     assert not (tmp_path / "imported" / "checkpoint.pt").exists()
 
 
-def test_modern_task_heads_and_projections_are_refused_in_one_line(tmp_path):
+def test_projected_models_are_refused_in_one_line(tmp_path):
     from helpers import tiny_model
 
-    from electra_plugin.models.core.checkpoint import load_checkpoint, write_checkpoint
+    from electra_plugin.models.core.checkpoint import write_checkpoint
 
     model = hf_model("modern", "Model", seed=5)
     hf_dir = save_hf(model, tmp_path / "hf")
@@ -188,17 +197,4 @@ def test_modern_task_heads_and_projections_are_refused_in_one_line(tmp_path):
     with pytest.raises(ElectraUsageError, match="have no slot for") as error:
         to_hf(path, tmp_path / "out")
     assert "\n" not in str(error.value)
-    # a sentence head: ModernBERT's classifiers read a dense layer and a norm first
-    state = load_checkpoint(imported.checkpoint)
-    weights = dict(state["model"], **{f"classification_heads.sst.{name}": torch.zeros(shape)
-                                      for name, shape in (("dense.weight", (64, 64)),
-                                                          ("dense.bias", (64,)),
-                                                          ("out_proj.weight", (2, 64)),
-                                                          ("out_proj.bias", (2,)))})
-    path = tmp_path / "head.pt"
-    write_checkpoint(path, state["cfg"].model, {"_name": "sentence_prediction", "data": str(
-        tmp_path / "imported"), "regression_target": False,
-                                                 "classification_head_name": "sst"}, weights)
-    with pytest.raises(ElectraUsageError, match="has no ModernBert class") as error:
-        to_hf(path, tmp_path / "out")
-    assert "\n" not in str(error.value) and not (tmp_path / "out" / "config.json").exists()
+

@@ -8,12 +8,14 @@ bert       electra      Electra{Model, ForPreTraining, ForMaskedLM, ForSequenceC
                         ForTokenClassification, ForQuestionAnswering, ForMultipleChoice}
 deberta    deberta-v2   DebertaV2{Model, ForMaskedLM, ForSequenceClassification,
                         ForTokenClassification, ForQuestionAnswering, ForMultipleChoice}
-modern     modernbert   ModernBert{Model, ForMaskedLM}
+modern     modernbert   ModernBert{Model, ForMaskedLM, ForSequenceClassification,
+                        ForTokenClassification, ForQuestionAnswering, ForMultipleChoice}
 =========  ===========  ====================================================================
 
 No DeBERTa or ModernBERT class holds the replaced-token head: it stays in the fairseq
 checkpoint, and the discriminator leaves as the family's base model. ModernBERT's task heads
-put a dense layer and a norm before their classifier, which the plugin's heads do not have.
+put a dense layer and a norm (``head``) before their classifier: the modern body's heads have
+them too (the body's ``head_transform``).
 """
 
 import math
@@ -128,6 +130,13 @@ MODERN = Family("modern", "modernbert", "ModernBert", "model.", (
     Row("generator_head", "generator_head.dense.weight", "head.dense.weight", ("E", "H")),
     Row("generator_head", "generator_head.LayerNorm.weight", "head.norm.weight", ("E",)),
     Row("generator_head", "generator_head.bias", "decoder.bias", ("V",)),
+    # the task heads: the body's transform (HF's ``head``), then the classifier
+    *(row for component, out in (("classification_head", "C"), ("token_head", "C"),
+                                 ("span_head", "2"), ("choice_head", "1"))
+      for row in _head_rows(component, [
+          ("transform.dense", "head.dense", ("H", "H"), ("weight",)),
+          ("transform.norm", "head.norm", ("H",), ("weight",)),
+          ("out_proj", "classifier", (out, "H"), _WB)])),
 ), (*_SHARED_FIELDS, ("dropout", "embedding_dropout"), ("dropout", "mlp_dropout"),
     ("attention_dropout", "attention_dropout"),
     ("global_attn_every_n_layers", "global_attn_every_n_layers"),

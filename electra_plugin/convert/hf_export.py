@@ -19,7 +19,7 @@ from ..partial_output import removed_on_failure
 from ..models.generators import GENERATOR_KINDS
 from ..models.core.config import complete_config
 from ..models.loading import BOOKKEEPING_KEYS, fold_embedding_delta
-from .families import BERT, family_of_body
+from .families import BERT, MODERN, family_of_body
 from .keys import (COMPONENT_PREFIXES, CONFIG_TABLE, HeadKind, component_of, expand, head_keys,
                    head_kind, permute_rows, rename, symbols)
 from .hf_files import (EXPORT_FILES, HF_COPY, HF_ORDER, HF_TOKENIZER_FILES, SPECIAL_ROLES,
@@ -204,10 +204,11 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
                 f"equal to the hidden size and a generator as wide (the electra_{family.body}_* "
                 f"archs), or keep the fairseq checkpoint")
     kind = head_kind(task=task_name(state["cfg"].get("task", None)))
-    head = _pick_head(checkpoint, by_component.get("classification_head", {}), kind, head)
+    head = _pick_head(checkpoint, by_component.get("classification_head", {}), kind, head,
+                      family.rows)
     heads = sorted({k.split(".")[1] for k in by_component.get("classification_head", {})})
     if head is not None and kind.component in ("classification_head", "choice_head") and \
-            cfg.get("classifier_pooling", "first") != "first":
+            cfg.get("classifier_pooling", "first") != "first" and family is not MODERN:
         raise ElectraUsageError(f"{checkpoint}'s classification head reads the mean of the "
                                 f"tokens (--classifier-pooling mean), HF's the first token; "
                                 f"export the discriminator alone (a checkpoint without the "
@@ -281,7 +282,8 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
     for component in components:
         part = by_component.get(component, {})
         if component == kind.component:
-            part = {k: by_component["classification_head"][k] for k in head_keys(kind, head)}
+            part = {k: by_component["classification_head"][k]
+                    for k in head_keys(kind, head, family.rows)}
             num_classes = part[f"classification_heads.{head}.out_proj.weight"].size(0)
             if component in ("classification_head", "token_head"):
                 labels = _label_names(dict_dir, num_classes)
@@ -304,7 +306,8 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
     with removed_on_failure(out_dir):  # a failed export leaves no directory that looks whole
         _write_model_dir(out_dir, hf_state,
                          hf_config(fields, architecture, len(dictionary), pad_token_id, dtype,
-                                   labels, family, **ids, **_head_config(architecture, cfg)),
+                                   labels, family, **ids,
+                                   **_head_config(architecture, cfg, family)),
                          vocab_path, tokenizer_settings, dict_dir, spm_path, fast, hf_tok_dir)
         if gen_dir is not None:
             gen_class = family.prefix + "ForMaskedLM"
@@ -343,7 +346,7 @@ def _label_names(dict_dir: str, num_classes: int) -> List[str]:
     return [f"LABEL_{i}" for i in range(num_classes)]
 
 
-def _pick_head(checkpoint: str, head_weights, kind: HeadKind, head: Optional[str]):
+def _pick_head(checkpoint: str, head_weights, kind: HeadKind, head: Optional[str], rows):
     """The head to export (None: the checkpoint has none of ``kind``): ``head``, or the only
     one. A head with parts the HF class has no slot for is refused, naming them."""
     heads = sorted({k.split(".")[1] for k in head_weights})
@@ -351,10 +354,10 @@ def _pick_head(checkpoint: str, head_weights, kind: HeadKind, head: Optional[str
         raise ElectraUsageError(f"{checkpoint} has no classification head '{head}' (it has "
                                 f"{', '.join(heads) or 'none'})")
     extra = {h: sorted({k.split(".")[2] for k in head_weights if k.startswith(
-        f"classification_heads.{h}.")} - {k.split(".")[2] for k in head_keys(kind, h)})
+        f"classification_heads.{h}.")} - {k.split(".")[2] for k in head_keys(kind, h, rows)})
         for h in heads}
     fitting = [h for h in heads if not extra[h] and
-               all(k in head_weights for k in head_keys(kind, h))]
+               all(k in head_weights for k in head_keys(kind, h, rows))]
     if head is not None and head not in fitting:
         slots = (f"holds {', '.join(extra[head])}, which {kind.architecture} has no slot for"
                  f"{_NO_SLOT.get(kind.component, '')}" if extra[head] else
@@ -366,7 +369,7 @@ def _pick_head(checkpoint: str, head_weights, kind: HeadKind, head: Optional[str
         raise ElectraUsageError(f"{checkpoint} has heads {', '.join(fitting)}; pick one to "
                                 f"export (--head)")
     if head is None and not fitting and heads:
-        return _pick_head(checkpoint, head_weights, kind, heads[0])  # says why it cannot
+        return _pick_head(checkpoint, head_weights, kind, heads[0], rows)  # says why it cannot
     return head if head is not None else (fitting[0] if fitting else None)
 
 
@@ -384,9 +387,13 @@ def _special_ids(dictionary, index: Optional[torch.Tensor]) -> dict:
     return dict(bos_token_id=bos, cls_token_id=bos, eos_token_id=eos, sep_token_id=eos)
 
 
-def _head_config(architecture: str, cfg) -> dict:
-    """ElectraConfig fields a head class reads: the multiple-choice summary is the
-    sentence_ranking head (first token, dense, GELU, dropout, one logit)."""
+def _head_config(architecture: str, cfg, family) -> dict:
+    """Config fields a head class reads: ELECTRA's multiple-choice summary is the
+    sentence_ranking head (first token, dense, GELU, dropout, one logit); ModernBERT's
+    heads pool as the plugin's head does (first token or mean)."""
+    if family is MODERN:
+        return dict(classifier_pooling="mean" if cfg.get("classifier_pooling") == "mean"
+                    else "cls", classifier_dropout=cfg.dropout)
     if architecture == "ElectraForMultipleChoice":
         return dict(summary_type="first", summary_use_proj=True, summary_activation="gelu",
                     summary_last_dropout=cfg.dropout)

@@ -169,9 +169,9 @@ def head_kind(task: Optional[str] = None, architecture: Optional[str] = None) ->
     return HEAD_KINDS[0]
 
 
-def head_keys(kind: HeadKind, head: str) -> List[str]:
-    """The state-dict keys a head of ``kind`` named ``head`` holds."""
-    return [row.fairseq.format(head=head) for row in KEY_TABLE if row.component == kind.component]
+def head_keys(kind: HeadKind, head: str, rows: Iterable[Row] = KEY_TABLE) -> List[str]:
+    """The state-dict keys a head of ``kind`` named ``head`` holds (in a family's ``rows``)."""
+    return [row.fairseq.format(head=head) for row in rows if row.component == kind.component]
 
 
 # fairseq state-dict prefixes of the components (classification heads: "...heads.NAME.").

@@ -319,14 +319,16 @@ class ElectraModel(BaseFairseqModel):
                 logger.warning(f"re-registering head '{name}' with {num_classes} classes "
                                f"(was {old.out_proj.out_features})")
         head = ElectraClassificationHead(self.cfg.hidden_size, inner_dim or self.cfg.hidden_size,
-                                  num_classes, self.cfg.dropout,
-                                  self.cfg.get("classifier_pooling", "first"))
+                                         num_classes, self.cfg.dropout,
+                                         self.cfg.get("classifier_pooling", "first"),
+                                         self.body.head_transform())
         self.add_head(name, head)
 
     def register_token_head(self, name, num_labels):
         """Adds (or replaces) a per-token tagging head (NER, chunking, POS)."""
         self.add_head(name, ElectraTokenClassificationHead(self.cfg.hidden_size, num_labels,
-                                                           self.cfg.dropout))
+                                                           self.cfg.dropout,
+                                                           self.body.head_transform()))
 
     def add_head(self, name, head):
         """A new task head, initialised: N(0, 0.02) and zero biases (HF's), the output layer
@@ -340,7 +342,8 @@ class ElectraModel(BaseFairseqModel):
     def register_span_head(self, name, answerable: bool, **options):
         """Adds (or replaces) a SQuAD start/end head, with a no-answer classifier for 2.0
         (``options``: the official decoding's, see :class:`SpanHead`)."""
-        head = SpanHead(self.cfg.hidden_size, answerable, self.cfg.dropout, **options)
+        head = SpanHead(self.cfg.hidden_size, answerable, self.cfg.dropout,
+                        transform=self.body.head_transform(), **options)
         head.apply(init_bert_params)
         self.classification_heads[name] = head
         self.tag_parameters()

@@ -1,7 +1,7 @@
 """What an encoder body is: the embedding block and the Transformer that the generator and
 the discriminator are built from (``--encoder-body``; both networks get the same kind)."""
 
-from typing import Dict, Tuple, Type
+from typing import Dict, Optional, Tuple, Type
 
 import torch.nn as nn
 
@@ -57,6 +57,10 @@ class EncoderBody:
     def generator_head(self, hidden_size: int, embed_tokens) -> nn.Module:
         """The generator's masked-LM head, as this body's transformers family has it."""
         return ElectraGeneratorPredictions(hidden_size, self.cfg.embedding_size, embed_tokens)
+
+    def head_transform(self) -> Optional[nn.Module]:
+        """A layer the body's task heads put before their own (None: BERT's heads)."""
+        return None
 
     def paper_encoder_flops(self, size: EncoderSize, vocab: int, length: int,
                             positions: int) -> float:

@@ -120,6 +120,19 @@ class ModernEncoder(nn.Module):
         self.layer = nn.ModuleList(layers)
 
 
+class ModernPredictionHead(nn.Module):
+    """What ModernBERT's task heads run before their classifier: dense -> GELU -> norm,
+    without biases (HF: ``head``)."""
+
+    def __init__(self, hidden_size):
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size, bias=False)
+        self.norm = layer_norm(hidden_size)
+
+    def forward(self, x):
+        return self.norm(F.gelu(self.dense(x)))
+
+
 class ModernTransformer(nn.Module):
     """Embeddings (possibly shared) -> optional projection -> ModernBERT layers -> final
     norm; the interface of :class:`..core.encoder.ElectraTransformer`."""
@@ -189,6 +202,9 @@ class ModernBody(EncoderBody):
         """ModernBERT's: dense and norm without biases, the tied decoder with its bias."""
         return ElectraGeneratorPredictions(hidden_size, self.cfg.embedding_size, embed_tokens,
                                            eps=NORM_EPS, biases=False)
+
+    def head_transform(self) -> "ModernPredictionHead":
+        return ModernPredictionHead(self.cfg.hidden_size)
 
     def paper_encoder_flops(self, size, vocab, length, positions):
         """The paper's rules on this body: the token lookup, norms without biases, no

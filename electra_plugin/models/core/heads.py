@@ -8,6 +8,8 @@ step (the discriminator head is 1/(12 L) of the encoder's matmuls, the generator
 projection runs at the masked positions only).
 """
 
+from typing import Optional
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -59,15 +61,20 @@ class ElectraDiscriminatorPredictions(nn.Module):
 class ElectraClassificationHead(nn.Module):
     """Sentence-level head, as HF's ELECTRA classifier on the first token (``<s>``/[CLS]).
 
-    dropout -> dense -> GELU -> dropout -> out_proj; keys map to HF's ``classifier.*``.
+    dropout -> dense -> GELU -> dropout -> out_proj; keys map to HF's ``classifier.*``. A
+    body's ``transform`` (ModernBERT's prediction head) takes the place of dense -> GELU.
     ``pooling="mean"`` reads the mean of the non-pad tokens' features instead: a
     discriminator pre-trained briefly leaves ``<s>`` (always "original") input-independent,
     while every other token had to be told apart.
     """
 
-    def __init__(self, hidden_size, inner_dim, num_classes, dropout, pooling="first"):
+    def __init__(self, hidden_size, inner_dim, num_classes, dropout, pooling="first",
+                 transform: Optional[nn.Module] = None):
         super().__init__()
-        self.dense = nn.Linear(hidden_size, inner_dim)
+        if transform is None:
+            self.dense = nn.Linear(hidden_size, inner_dim)
+        else:
+            self.transform, inner_dim = transform, hidden_size
         self.out_proj = nn.Linear(inner_dim, num_classes)
         self.dropout = nn.Dropout(dropout)
         self.pooling = pooling
@@ -80,18 +87,22 @@ class ElectraClassificationHead(nn.Module):
         else:
             x = features[:, 0]
         x = self.dropout(x)
-        x = self.dropout(F.gelu(self.dense(x)))
-        return self.out_proj(x)
+        x = self.transform(x) if hasattr(self, "transform") else F.gelu(self.dense(x))
+        return self.out_proj(self.dropout(x))
 
 
 class ElectraTokenClassificationHead(nn.Module):
     """Per-token head, as HF's ElectraForTokenClassification: dropout -> out_proj (HF's
-    ``classifier``) on every token's features; B x T x H -> B x T x C."""
+    ``classifier``) on every token's features (after a body's ``transform``, as
+    ModernBERT's); B x T x H -> B x T x C."""
 
-    def __init__(self, hidden_size, num_labels, dropout):
+    def __init__(self, hidden_size, num_labels, dropout, transform: Optional[nn.Module] = None):
         super().__init__()
+        self.transform = transform
         self.dropout = nn.Dropout(dropout)
         self.out_proj = nn.Linear(hidden_size, num_labels)
 
     def forward(self, features):
+        if self.transform is not None:
+            features = self.transform(features)
         return self.out_proj(self.dropout(features))

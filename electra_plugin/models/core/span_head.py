@@ -38,8 +38,10 @@ class SpanHead(nn.Module):
 
     def __init__(self, hidden_size: int, answerable: bool, dropout: float = 0.1,
                  joint_prediction: bool = False, beam_size: int = 20,
-                 answerable_uses_start_logits: bool = False):
+                 answerable_uses_start_logits: bool = False,
+                 transform: Optional[nn.Module] = None):
         super().__init__()
+        self.transform = transform  # a body's layer before the heads (ModernBERT's)
         self.joint = joint_prediction
         self.beam_size = beam_size
         self.out_proj = nn.Linear(hidden_size, 1 if joint_prediction else 2)
@@ -67,6 +69,8 @@ class SpanHead(nn.Module):
         """
         if context is None:  # no segments given: any position
             context = torch.ones(features.shape[:2], dtype=torch.bool, device=features.device)
+        if self.transform is not None:
+            features = self.transform(features)
         if not self.joint:
             start, end = self.out_proj(features).unbind(-1)
         else:
