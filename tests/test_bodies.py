@@ -3,6 +3,7 @@
 one-line refusal of an unknown body."""
 
 import math
+import sys
 
 import pytest
 import torch
@@ -20,16 +21,18 @@ VOCAB, PAD = 100, 1
 HIDDEN, LAYERS, HEADS, FFN, MAX_POSITIONS = 64, 2, 4, 128, 64
 
 
-def deberta_pair(buckets, type_vocab_size):
+def deberta_pair(buckets, type_vocab_size, enhanced_mask_decoder=False):
     """(the plugin's DeBERTa encoder, transformers' DebertaV2Model) with the same random
     weights, LayerNorms and biases moved off their init."""
     transformers = pytest.importorskip("transformers")
     cfg = OmegaConf.create(dict(embedding_size=HIDDEN, max_positions=MAX_POSITIONS,
                                 type_vocab_size=type_vocab_size, dropout=0.0,
-                                attention_dropout=0.0, position_buckets=buckets))
+                                attention_dropout=0.0, position_buckets=buckets,
+                                enhanced_mask_decoder=enhanced_mask_decoder))
     body = body_named("deberta")(cfg, VOCAB, PAD)
     torch.manual_seed(0)
-    ours = body.encoder(body.embeddings(), EncoderSize(LAYERS, HIDDEN, HEADS, FFN, HIDDEN))
+    ours = body.encoder(body.embeddings(), EncoderSize(LAYERS, HIDDEN, HEADS, FFN, HIDDEN),
+                        generator=enhanced_mask_decoder)
     ours.apply(init_bert_params)
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
@@ -48,7 +51,8 @@ def deberta_pair(buckets, type_vocab_size):
         norm_rel_ebd="layer_norm", position_biased_input=False, pad_token_id=PAD)
     hf = transformers.DebertaV2Model(config).eval()
     # the plugin's names are HF's (embedding size = hidden size: no projection)
-    hf.load_state_dict(ours.state_dict(), strict=True)
+    hf.load_state_dict({k: v for k, v in ours.state_dict().items()
+                        if not k.startswith("position_embeddings")}, strict=True)
     return ours.eval(), hf
 
 
@@ -228,3 +232,137 @@ def test_body_presets_compose_to_the_body_arch_and_its_generator(body, size):
     assert (generator.hidden, generator.layers) == (model.hidden_size, model.num_layers // 2)
     assert cfg.optimization.lr == official.optimization.lr  # the official recipe of the size
     assert (cfg.model.get("embedding_sharing") == "gdes") == (body == "deberta")
+
+
+def test_enhanced_mask_decoder_is_the_last_layer_twice_with_position_queries():
+    """The official EnhancedMaskDecoder (DeBERTa repo, position_biased_input false) composed
+    from transformers' own DebertaV2Layer with query_states: the states entering the last
+    layer as keys and values, queries from them plus the absolute position embeddings, then
+    from the first pass's output."""
+    ours, hf = deberta_pair(16, 0, enhanced_mask_decoder=True)
+    assert ours.position_embeddings.weight.shape == (MAX_POSITIONS, HIDDEN)
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        ours.position_embeddings.weight.normal_(0, 0.1, generator=gen)
+    tokens = torch.randint(3, VOCAB, (3, 40), generator=gen)
+    tokens[1, 31:] = PAD
+    real = tokens.ne(PAD)
+    with torch.no_grad():
+        x, _ = ours(tokens)
+        entering = hf(input_ids=tokens, attention_mask=real.long(),
+                      output_hidden_states=True).hidden_states[-2]
+        encoder = hf.encoder
+        query = entering + ours.position_embeddings.weight[:40]
+        for _ in range(2):
+            query = encoder.layer[-1](entering, encoder.get_attention_mask(real.long()),
+                                      query_states=query, relative_pos=encoder.get_rel_pos(
+                                          entering), rel_embeddings=encoder.get_rel_embedding())
+            query = query[0] if isinstance(query, tuple) else query
+    difference = (x - query)[real].abs().max().item()
+    print(f"\nenhanced mask decoder: largest difference {difference:.1e}")
+    assert difference <= 1e-5
+    # only the generator decodes so; its FLOPs count one more pass of the last layer
+    model, _ = tiny_model(encoder_body="deberta", enhanced_mask_decoder=True)
+    plain, _ = tiny_model(encoder_body="deberta")
+    assert model.generator.position_embeddings is not None
+    assert model.discriminator.position_embeddings is None
+    gen_size = model_sizes(model.cfg)[1]
+    body = model.body
+    extra = body.paper_encoder_flops(gen_size, 60, 20, 1, generator=True) - \
+        body.paper_encoder_flops(gen_size, 60, 20, 1)
+    layer = (body.paper_encoder_flops(EncoderSize(2, *[getattr(gen_size, f) for f in (
+        "hidden", "heads", "ffn", "embedding")]), 60, 20, 1) -
+        body.paper_encoder_flops(EncoderSize(1, *[getattr(gen_size, f) for f in (
+            "hidden", "heads", "ffn", "embedding")]), 60, 20, 1))
+    assert extra == pytest.approx(layer + 2 * gen_size.hidden * 20 + gen_size.hidden)
+    assert model.train_flops(20, 3, 10) - plain.train_flops(20, 3, 10) == \
+        pytest.approx(2 * 60 * extra)
+
+
+VARIANTS = [dict(), dict(objective="electra_15"), dict(objective="replace_mlm"),
+            dict(objective="all_tokens_mlm"), dict(objective="mlm"), dict(generator="unigram"),
+            dict(generator="uniform"), dict(generator="adversarial"), dict(generator="tied"),
+            dict(generator="two_stage", two_stage_updates=1), dict(embedding_sharing="untied"),
+            dict(embedding_sharing="gdes"), dict(generator_layers=0.5),
+            dict(generator="two_tower", objective="electric")]
+
+
+@pytest.mark.parametrize("body", ["deberta", "modern"])
+def test_every_generator_and_objective_trains_with_each_body(body):
+    """One criterion step of every variant on each body: finite losses, gradients everywhere
+    the step trains (the variants' code is the same for every body)."""
+    from electra_plugin.criterions.electra import ElectraCriterion
+    from helpers import sample_for
+
+    extra = [dict(embedding_sharing="gdes", enhanced_mask_decoder=True)] \
+        if body == "deberta" else []
+    for options in VARIANTS + extra:
+        model, task = tiny_model(encoder_body=body, **options)
+        loss, _, log = ElectraCriterion(task, 50.0)(model, sample_for(task))
+        loss.backward()
+        assert torch.isfinite(loss), options
+        learning = [n for n, p in model.named_parameters() if p.requires_grad and
+                    "classification_heads" not in n]
+        frozen = [n for n in learning if model.get_parameter(n).grad is None]
+        resting = {n for n, p in model.named_parameters()
+                   if any(p is q for q in model.resting_parameters())}
+        assert not set(frozen) - resting, (options, frozen[:3])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("body", ["deberta", "modern"])
+def test_body_resumes_exactly_fine_tunes_and_serves_through_transformers(body, spm_data,
+                                                                         tmp_path):
+    """Through fairseq-train with the body's small arch shrunk: 4 updates in one go == 2,
+    stop, 2 more (dropout and sampling on); then RTE fine-tuning from that checkpoint, and
+    the fine-tuned classifier exported to its transformers class, giving the plugin's
+    logits."""
+    from helpers import (PLUGIN, assert_same_params, checkpoint, failure, preprocess,
+                         write_rte)
+
+    sizes = ["--arch", f"electra_{body}_small", "--num-layers", "2", "--hidden-size", "64",
+             "--num-heads", "2", "--ffn-size", "96", "--embedding-size", "64",
+             "--max-positions", "64"]
+    once, twice = tmp_path / "once", tmp_path / "twice"
+    flags = ("--disable-validation", "--tokens-per-sample", "64", *sizes)
+    straight = run(train_cmd(spm_data, once, "--max-update", "4", *flags))
+    assert straight.returncode == 0, failure("fairseq-train", straight)
+    first = run(train_cmd(spm_data, twice, "--max-update", "2", *flags))
+    resumed = run(train_cmd(spm_data, twice, "--max-update", "4", *flags))
+    assert first.returncode == 0 and resumed.returncode == 0, failure("resume", resumed)
+    keys = ("num_updates", "loss", "disc_loss", "gen_loss", "train_flops")
+    assert [{k: r[k] for k in keys} for r in records(straight.stdout)] == \
+        [{k: r[k] for k in keys} for r in records(first.stdout) + records(resumed.stdout)]
+    assert_same_params(*(checkpoint(d / "checkpoint_last.pt")["model"] for d in (once, twice)),
+                       atol=0.0, what="resumed vs uninterrupted")
+
+    assert preprocess("RTE", write_rte(tmp_path / "glue"), spm_data,
+                      tmp_path / "rte").returncode == 0
+    tuned = tmp_path / "tuned"
+    result = run([sys.executable, "-m", "fairseq_cli.train", tmp_path / "rte", "--user-dir",
+                  PLUGIN, "--task", "sentence_prediction", "--criterion", "sentence_prediction",
+                  *sizes, "--num-classes", "2", "--init-token", "0", "--separator-token", "2",
+                  "--cpu", "--optimizer", "electra_adam", "--lr", "1e-4", "--batch-size", "8",
+                  "--max-update", "2", "--save-dir", tuned, "--no-epoch-checkpoints",
+                  "--disable-validation", "--num-workers", "0", "--finetune-from-model",
+                  once / "checkpoint_last.pt"])
+    assert result.returncode == 0, failure("fine-tuning", result)
+    transformers = pytest.importorskip("transformers")
+    from electra_plugin.convert import to_hf
+
+    exported = to_hf(tuned / "checkpoint_last.pt", tmp_path / "hf")
+    prefix = {"deberta": "DebertaV2", "modern": "ModernBert"}[body]
+    assert exported.architecture == prefix + "ForSequenceClassification"
+    hf = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "hf")
+    from fairseq import checkpoint_utils
+
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(tuned / "checkpoint_last.pt")])
+    model = models[0].eval()
+    tokens = task.source_dictionary.encode_line("the cat sees a house", add_if_not_exist=False,
+                                                append_eos=True).long()
+    tokens = torch.cat([torch.tensor([0]), tokens])[None]
+    with torch.no_grad():
+        ours = model(tokens, classification_head_name="sentence_classification_head")[0]
+        theirs = hf(tokens).logits  # rows in fairseq's order: the export kept them
+    assert (ours - theirs).abs().max() <= 1e-5

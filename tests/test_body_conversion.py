@@ -198,3 +198,25 @@ def test_projected_models_are_refused_in_one_line(tmp_path):
         to_hf(path, tmp_path / "out")
     assert "\n" not in str(error.value)
 
+
+
+def test_generator_with_the_enhanced_mask_decoder_stays_in_the_fairseq_checkpoint(tmp_path):
+    from electra_plugin.models.core.checkpoint import load_checkpoint, write_checkpoint
+
+    disc = hf_model("deberta", "Model", seed=6)
+    gen = hf_model("deberta", "ForMaskedLM", seed=7, num_hidden_layers=2)
+    result = from_hf(save_hf(disc, tmp_path / "d"), save_hf(gen, tmp_path / "g"),
+                     out_dir=tmp_path / "imported")
+    state = load_checkpoint(result.checkpoint)
+    weights = dict(state["model"], **{"generator.position_embeddings.weight": torch.zeros(
+        SIZES["max_position_embeddings"], SIZES["hidden_size"])})
+    model_cfg = dict(state["cfg"].model, enhanced_mask_decoder=True)
+    path = tmp_path / "emd.pt"
+    write_checkpoint(path, model_cfg, state["cfg"].task, weights, criterion_cfg={
+        "_name": "electra"})
+    exported = to_hf(path, tmp_path / "hf")
+    assert exported.generator_dir is None and not (tmp_path / "hf" / "generator").exists()
+    assert exported.architecture == "DebertaV2Model"
+    ours, theirs = load_file(tmp_path / "hf" / "model.safetensors"), load_file(
+        tmp_path / "d" / "model.safetensors")
+    assert sorted(ours) == sorted(theirs)

@@ -203,6 +203,12 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
                 f"{family.prefix}'s classes have no slot for; pre-train with --embedding-size "
                 f"equal to the hidden size and a generator as wide (the electra_{family.body}_* "
                 f"archs), or keep the fairseq checkpoint")
+    if "generator" in by_component and cfg.get("enhanced_mask_decoder", False):
+        logger.info("not exported: the generator (no transformers class runs DeBERTa's enhanced "
+                    "mask decoder: it stays in the fairseq checkpoint)")
+        for component in ("generator", "generator_head"):
+            by_component.pop(component, None)
+        gen_fields = None
     kind = head_kind(task=task_name(state["cfg"].get("task", None)))
     head = _pick_head(checkpoint, by_component.get("classification_head", {}), kind, head,
                       family.rows)

@@ -86,9 +86,10 @@ class ElectraModel(BaseFairseqModel):
         """An embedding block of the model's body (``word_embeddings``: that token table)."""
         return self.body.embeddings(word_embeddings)
 
-    def make_encoder(self, embeddings, size: EncoderSize) -> nn.Module:
-        """An encoder of the model's body over ``embeddings``."""
-        return self.body.encoder(embeddings, size)
+    def make_encoder(self, embeddings, size: EncoderSize, generator: bool = False) -> nn.Module:
+        """An encoder of the model's body over ``embeddings`` (``generator``: the masked-LM
+        generator's)."""
+        return self.body.encoder(embeddings, size, generator)
 
     def fresh_discriminator(self) -> nn.Module:
         """A randomly initialised discriminator of this model's size (the collapse check's

@@ -51,7 +51,10 @@ class EncoderBody:
     def embeddings(self, word_embeddings=None) -> nn.Module:
         raise NotImplementedError
 
-    def encoder(self, embeddings: nn.Module, size: EncoderSize) -> nn.Module:
+    def encoder(self, embeddings: nn.Module, size: EncoderSize,
+                generator: bool = False) -> nn.Module:
+        """``generator``: the masked-LM generator's encoder (a body may decode it its own
+        way: DeBERTa's enhanced mask decoder)."""
         raise NotImplementedError
 
     def generator_head(self, hidden_size: int, embed_tokens) -> nn.Module:
@@ -63,7 +66,7 @@ class EncoderBody:
         return None
 
     def paper_encoder_flops(self, size: EncoderSize, vocab: int, length: int,
-                            positions: int) -> float:
+                            positions: int, generator: bool = False) -> float:
         """Forward FLOPs of one encoder over ``positions`` positions of length-``length``
         sequences, by the paper's rules (:mod:`..core.flops`; this: BERT's encoder)."""
         return paper_encoder_flops(size, vocab, length, positions)

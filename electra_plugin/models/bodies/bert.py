@@ -13,6 +13,6 @@ class BertBody(EncoderBody):
                                  cfg.type_vocab_size, self.padding_idx, cfg.dropout,
                                  word_embeddings)
 
-    def encoder(self, embeddings, size) -> ElectraTransformer:
+    def encoder(self, embeddings, size, generator=False) -> ElectraTransformer:
         return ElectraTransformer(embeddings, size, self.cfg.dropout,
                                   self.cfg.attention_dropout, self.padding_idx)

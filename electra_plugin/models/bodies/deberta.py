@@ -25,10 +25,11 @@ from ...speed import Dropout
 from ..core.config import EncoderSize
 from ..core.encoder import ElectraIntermediate, ElectraResidualOutput, attention_mask
 from ..core.heads import ElectraGeneratorPredictions
-from ..core.flops import _DROPOUT, _LAYER_NORM, paper_encoder_flops
+from ..core.flops import _DROPOUT, _LAYER_NORM, _paper_layer, paper_encoder_flops
 from .base import EncoderBody, register_body
 
 LAYER_NORM_EPS = 1e-7  # DeBERTa-v2/v3's layer_norm_eps
+EMD_STEPS = 2  # the enhanced mask decoder's passes of the last layer (official z_steps)
 POSITION_BUCKETS = 256  # DeBERTa-v3's position_buckets
 
 
@@ -87,11 +88,12 @@ class DisentangledSelfAttention(nn.Module):
         """... x T x H -> ... x heads x T x d."""
         return x.unflatten(-1, (self.num_heads, -1)).transpose(-2, -3)
 
-    def forward(self, x, attn_mask, rel_pos, rel_embeddings):
+    def forward(self, x, attn_mask, rel_pos, rel_embeddings, query=None):
         """x: B x T x H; attn_mask: bool B x 1 x 1 x T (True = attend) or None; rel_pos:
-        T x T bucketed relative positions; rel_embeddings: 2S x H (normalised) -> B x T x H."""
-        q, k, v = (self.heads(proj(x)) for proj in (self.query_proj, self.key_proj,
-                                                    self.value_proj))
+        T x T bucketed relative positions; rel_embeddings: 2S x H (normalised); query: the
+        states the queries come from (default x; the enhanced mask decoder's) -> B x T x H."""
+        q = self.heads(self.query_proj(x if query is None else query))
+        k, v = self.heads(self.key_proj(x)), self.heads(self.value_proj(x))
         span = rel_embeddings.size(0) // 2
         scale = math.sqrt(q.size(-1) * 3)  # three terms: c2c, c2p, p2c
         scores = q @ (k.transpose(-1, -2) / scale)
@@ -115,8 +117,10 @@ class DebertaAttention(nn.Module):
                                                         attention_dropout))
         self.output = ElectraResidualOutput(hidden_size, hidden_size, dropout, LAYER_NORM_EPS)
 
-    def forward(self, x, attn_mask, rel_pos, rel_embeddings):
-        return self.output(getattr(self, "self")(x, attn_mask, rel_pos, rel_embeddings), x)
+    def forward(self, x, attn_mask, rel_pos, rel_embeddings, query=None):
+        residual = x if query is None else query
+        return self.output(getattr(self, "self")(x, attn_mask, rel_pos, rel_embeddings, query),
+                           residual)
 
 
 class DebertaLayer(nn.Module):
@@ -126,8 +130,8 @@ class DebertaLayer(nn.Module):
         self.intermediate = ElectraIntermediate(hidden_size, ffn_size)
         self.output = ElectraResidualOutput(ffn_size, hidden_size, dropout, LAYER_NORM_EPS)
 
-    def forward(self, x, attn_mask, rel_pos, rel_embeddings):
-        x = self.attention(x, attn_mask, rel_pos, rel_embeddings)
+    def forward(self, x, attn_mask, rel_pos, rel_embeddings, query=None):
+        x = self.attention(x, attn_mask, rel_pos, rel_embeddings, query)
         return self.output(self.intermediate(x), x)
 
 
@@ -144,10 +148,19 @@ class DebertaEncoder(nn.Module):
 
 class DebertaTransformer(nn.Module):
     """Embeddings (possibly shared) -> optional projection -> DeBERTa-v2 layers; the
-    interface of :class:`..core.encoder.ElectraTransformer`."""
+    interface of :class:`..core.encoder.ElectraTransformer`.
+
+    With ``enhanced_mask_decoder`` (DeBERTa's EMD, the DeBERTa-v3 generator's) the output is
+    the last layer's run twice over the states entering it, its queries starting from those
+    states plus absolute position embeddings (``position_embeddings``, the only place
+    absolute positions enter), the second run's queries from the first's output: the
+    official ``EnhancedMaskDecoder`` with ``position_biased_input`` false. The last layer's
+    plain pass, which that decoder computes and does not use, is skipped.
+    """
 
     def __init__(self, embeddings, size: EncoderSize, dropout, attention_dropout, padding_idx,
-                 max_positions, position_buckets=POSITION_BUCKETS):
+                 max_positions, position_buckets=POSITION_BUCKETS,
+                 enhanced_mask_decoder: bool = False):
         super().__init__()
         self.embeddings = embeddings
         self.embeddings_project = (
@@ -157,6 +170,8 @@ class DebertaTransformer(nn.Module):
             ffn_size=size.ffn, dropout=dropout, attention_dropout=attention_dropout)
         self.padding_idx = padding_idx
         self.max_positions, self.position_buckets = max_positions, position_buckets
+        self.position_embeddings = nn.Embedding(max_positions, size.hidden) \
+            if enhanced_mask_decoder else None
 
     def forward(self, tokens, token_types=None, padding_mask=None, return_all_hiddens=False):
         if padding_mask is None:
@@ -171,8 +186,17 @@ class DebertaTransformer(nn.Module):
                                      tokens.device)
         rel_embeddings = self.encoder.LayerNorm(self.encoder.rel_embeddings.weight)
         states: List[torch.Tensor] = [x] if return_all_hiddens else []
-        for layer in self.encoder.layer:
+        layers = self.encoder.layer
+        decoder = self.position_embeddings is not None
+        for layer in layers[:-1] if decoder else layers:
             x = layer(x, attn_mask, rel_pos, rel_embeddings)
+            if return_all_hiddens:
+                states.append(x)
+        if decoder:
+            query = x + self.position_embeddings.weight[:tokens.size(1)]
+            for _ in range(EMD_STEPS):
+                query = layers[-1](x, attn_mask, rel_pos, rel_embeddings, query)
+            x = query
             if return_all_hiddens:
                 states.append(x)
         return x, states
@@ -180,7 +204,7 @@ class DebertaTransformer(nn.Module):
 
 @register_body("deberta")
 class DebertaBody(EncoderBody):
-    options = ("position_buckets",)
+    options = ("position_buckets", "enhanced_mask_decoder")
 
     @property
     def position_buckets(self) -> int:
@@ -191,16 +215,17 @@ class DebertaBody(EncoderBody):
         return DebertaEmbeddings(self.vocab_size, cfg.embedding_size, cfg.type_vocab_size,
                                  self.padding_idx, cfg.dropout, word_embeddings)
 
-    def encoder(self, embeddings, size) -> DebertaTransformer:
+    def encoder(self, embeddings, size, generator=False) -> DebertaTransformer:
         cfg = self.cfg
         return DebertaTransformer(embeddings, size, cfg.dropout, cfg.attention_dropout,
-                                  self.padding_idx, cfg.max_positions, self.position_buckets)
+                                  self.padding_idx, cfg.max_positions, self.position_buckets,
+                                  generator and bool(cfg.get("enhanced_mask_decoder", False)))
 
     def generator_head(self, hidden_size, embed_tokens):
         return ElectraGeneratorPredictions(hidden_size, self.cfg.embedding_size, embed_tokens,
                                            eps=LAYER_NORM_EPS)
 
-    def paper_encoder_flops(self, size, vocab, length, positions):
+    def paper_encoder_flops(self, size, vocab, length, positions, generator=False):
         """BERT's count by the paper's rules without the position lookup and its add, plus
         per layer the c2p and p2c scores against all 2S relative embeddings, their scaling
         and adds, and, once per sequence, the relative embeddings' LayerNorm and, per layer,
@@ -211,5 +236,10 @@ class DebertaBody(EncoderBody):
                      + 4 * length * n  # the two terms' 1/sqrt(3d) and their adds
                      + (2 * (2 * h * h + h) + _DROPOUT * h) * span / length)  # per sequence
         per_encoder = _LAYER_NORM * h * span / length  # the relative embeddings' LayerNorm
-        return paper_encoder_flops(size, vocab, length, positions) + positions * (
+        flops = paper_encoder_flops(size, vocab, length, positions) + positions * (
             size.layers * per_layer + per_encoder - positions_lookup)
+        if generator and self.cfg.get("enhanced_mask_decoder", False):
+            # one more pass of the last layer (two for the plain one), the positions' lookup
+            # as the paper counts one and their add
+            flops += positions * (_paper_layer(size, length) + per_layer + 2 * h * length + h)
+        return flops

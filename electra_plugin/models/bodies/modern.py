@@ -191,7 +191,7 @@ class ModernBody(EncoderBody):
         return ModernEmbeddings(self.vocab_size, self.cfg.embedding_size, self.padding_idx,
                                 self.cfg.dropout, word_embeddings)
 
-    def encoder(self, embeddings, size) -> ModernTransformer:
+    def encoder(self, embeddings, size, generator=False) -> ModernTransformer:
         cfg = self.cfg
         return ModernTransformer(embeddings, size, cfg.dropout, cfg.attention_dropout,
                                  self.padding_idx, cfg.global_attn_every_n_layers,
@@ -206,7 +206,7 @@ class ModernBody(EncoderBody):
     def head_transform(self) -> "ModernPredictionHead":
         return ModernPredictionHead(self.cfg.hidden_size)
 
-    def paper_encoder_flops(self, size, vocab, length, positions):
+    def paper_encoder_flops(self, size, vocab, length, positions, generator=False):
         """The paper's rules on this body: the token lookup, norms without biases, no
         linear biases, RoPE on q and k (6 per value), GeGLU (its doubled input projection,
         GELU on half and the gating product), scores only within a local layer's window,

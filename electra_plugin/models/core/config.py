@@ -98,6 +98,12 @@ class ElectraConfig(FairseqDataclass):
         default=256, metadata={"help": "deberta: relative-position buckets on either side "
                                        "(DeBERTa-v3's 256; exact within half of them, "
                                        "logarithmic beyond)"})
+    enhanced_mask_decoder: bool = field(
+        default=False, metadata={"help": "deberta: the generator predicts through DeBERTa's "
+                                         "enhanced mask decoder (its last layer run twice, "
+                                         "queries from absolute positions; DeBERTa-v3's "
+                                         "generator); no transformers class runs it, so such "
+                                         "a generator stays in the fairseq checkpoint"})
     global_attn_every_n_layers: int = field(
         default=3, metadata={"help": "modern: every n-th layer (from the first) attends "
                                      "globally, the others within --local-attention"})

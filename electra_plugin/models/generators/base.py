@@ -57,6 +57,7 @@ class GeneratorKind:
     # a cloze model (Electric's noise): ``propose`` reads the original tokens, not the
     # masked input, and gives q(x_t | the other tokens) at every token
     cloze = False
+    masked_lm_encoder = False  # its network is a masked LM (make_encoder(generator=True))
     # what its losses log: per-batch values averaged over batches, counts summed over
     # batches, and rates (name, numerator count, denominator count) derived from them
     logged_means = ()
@@ -153,7 +154,8 @@ class GeneratorKind:
         if size is None:
             return 0.0
         passes = 2 if self.trains(model) else 1
-        return passes * (model.body.paper_encoder_flops(size, vocab, length, positions)
+        return passes * (model.body.paper_encoder_flops(size, vocab, length, positions,
+                                                        generator=self.masked_lm_encoder)
                          + predicted * paper_generator_output(size, vocab))
 
     def disc_size(self) -> EncoderSize:

@@ -14,6 +14,7 @@ from .base import GeneratorKind, register_generator_kind
 @register_generator_kind("masked_lm")
 class MaskedLMGenerator(GeneratorKind):
     reads = ("generator_size", "generator_layers", "temperature")
+    masked_lm_encoder = True
     embedding_sharing = ("shared", "untied", "gdes")
     logged_means = ("gen_loss",)
     logged_counts = ("gen_correct",)
@@ -26,7 +27,8 @@ class MaskedLMGenerator(GeneratorKind):
 
     def build(self, model, dictionary, shared_embeddings):
         embeddings = model.make_embeddings() if self.sharing == "untied" else shared_embeddings
-        model.generator = model.make_encoder(embeddings, self.size())
+        model.generator = model.make_encoder(embeddings, self.size(),
+                                             generator=self.masked_lm_encoder)
         self.build_head(model)
 
     def build_head(self, model):
