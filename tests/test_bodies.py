@@ -124,6 +124,15 @@ def test_deberta_body_trains_through_fairseq_train(data_bin, tmp_path):
     assert_usage_error(train_cmd(data_bin, save, "--max-update", "3"),
                        "does not fit this model",
                        "--encoder-body deberta where this command gives --encoder-body bert")
+    # a body option of its own with another value, and another body's options: named
+    assert_usage_error(train_cmd(data_bin, save, "--max-update", "3", "--encoder-body",
+                                 "deberta", "--position-buckets", "64"),
+                       "--position-buckets 256 where this command gives --position-buckets 64")
+    assert_usage_error(train_cmd(data_bin, save, "--max-update", "3", "--encoder-body",
+                                 "modern", "--local-attention", "32"),
+                       "--encoder-body deberta, --type-vocab-size 2, --local-attention 128 "
+                       "where this command gives --encoder-body modern, --type-vocab-size 0, "
+                       "--local-attention 32")
     # an unknown body through fairseq-train
     assert_usage_error(train_cmd(data_bin, tmp_path / "other", "--max-update", "1",
                                  "--encoder-body", "no_such_body"),

@@ -16,7 +16,9 @@ import torch
 from omegaconf import OmegaConf, open_dict
 
 from ..errors import ElectraUsageError
-from .core.config import CHECKPOINT_VERSION, arch_generator_layers, arch_generator_size
+from .bodies import BODIES, body_named
+from .core.config import (CHECKPOINT_VERSION, arch_generator_layers, arch_generator_size,
+                          option_default)
 from .core.flops import FlopsCounter
 
 logger = logging.getLogger(__name__)
@@ -35,8 +37,9 @@ BOOKKEEPING_KEYS = (FlopsCounter.KEY, VERSION_KEY)
 # discriminator's are compared for any model, the rest when this model pre-trains.
 DISCRIMINATOR_SETTINGS = ("encoder_body", "num_layers", "hidden_size", "num_heads", "ffn_size",
                           "embedding_size", "max_positions", "type_vocab_size")
+BODY_OPTION_DEFAULTS = {option for body in BODIES.values() for option in body.options}
 PRETRAINING_SETTINGS = ("objective", "generator", "generator_size", "generator_layers",
-                        "embedding_sharing", "two_stage_updates")
+                        "embedding_sharing", "two_stage_updates", "enhanced_mask_decoder")
 
 
 def check_model_settings(model, state_dict) -> None:
@@ -50,7 +53,12 @@ def check_model_settings(model, state_dict) -> None:
     if saved is None:
         return
     here = model.cfg
-    names = DISCRIMINATOR_SETTINGS + (PRETRAINING_SETTINGS if model.pretraining else ())
+    body_options = tuple(dict.fromkeys(  # what the bodies read besides the sizes
+        option for cfg in (saved, here) for option in body_named(
+            cfg.get("encoder_body", None) or "bert").options
+        if option not in PRETRAINING_SETTINGS))
+    names = DISCRIMINATOR_SETTINGS + body_options + (
+        PRETRAINING_SETTINGS if model.pretraining else ())
     differ = [n for n in names if _effective(saved, n) != _effective(here, n)]
     own = model.state_dict()
     vocab, vocab_here = next(((state_dict[k].shape[0], own[k].shape[0]) for k in own
@@ -94,6 +102,8 @@ def _effective(cfg, name):
         return arch_generator_layers(cfg)
     if name == "encoder_body" and value is None:
         return "bert"  # a checkpoint from before --encoder-body
+    if value is None and name in BODY_OPTION_DEFAULTS:  # from before that body option
+        return option_default(name)
     return value
 
 

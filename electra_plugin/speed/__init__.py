@@ -23,6 +23,9 @@ part                      fast path                                   plain path
 ``retain_freed_memory``   glibc keeps freed memory (mallopt, CPU)     glibc's default
 ``compile_encoders``      ``torch.compile`` of each encoder           eager
                           (``--torch-compile``)
+``Layout`` (``unpad``)    the modern body's layers on the real        the padded B x T grid
+                          tokens only; flash attention's varlen
+                          kernel on CUDA with ``flash_attn``
 ========================  ==========================================  =====================
 """
 

@@ -22,7 +22,9 @@ class MaskedLMGenerator(GeneratorKind):
 
     def size(self):
         fraction = self.cfg.get("generator_size", None) or arch_generator_size(self.cfg)
-        layers = self.cfg.get("generator_layers", None) or arch_generator_layers(self.cfg)
+        layers = self.cfg.get("generator_layers", None)
+        if layers is None:
+            layers = arch_generator_layers(self.cfg)
         return scaled_size(self.disc_size(), fraction, layers)
 
     def build(self, model, dictionary, shared_embeddings):
