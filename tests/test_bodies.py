@@ -56,17 +56,22 @@ def deberta_pair(buckets, type_vocab_size, enhanced_mask_decoder=False):
     return ours.eval(), hf
 
 
+def padded_batch():
+    """3 x 40 random tokens, two rows padded (after 31 and 12), and where they are real."""
+    gen = torch.Generator().manual_seed(2)
+    tokens = torch.randint(3, VOCAB, (3, 40), generator=gen)
+    tokens[1, 31:] = PAD
+    tokens[2, 12:] = PAD
+    return tokens, tokens.ne(PAD)
+
+
 @pytest.mark.parametrize("buckets,type_vocab_size", [(16, 0), (256, 2)])
 def test_deberta_body_matches_transformers(buckets, type_vocab_size):
     """16 buckets over 64 positions: distances beyond 8 fall in the log buckets; 256
     (DeBERTa-v3's): every distance of 40 tokens is exact. Padding in the batch; the
     comparison is over the real tokens (padded positions are no one's output)."""
     ours, hf = deberta_pair(buckets, type_vocab_size)
-    gen = torch.Generator().manual_seed(2)
-    tokens = torch.randint(3, VOCAB, (3, 40), generator=gen)
-    tokens[1, 31:] = PAD
-    tokens[2, 12:] = PAD
-    real = tokens.ne(PAD)
+    tokens, real = padded_batch()
     types = None
     if type_vocab_size:
         types = (torch.arange(40) >= 20).long().expand(3, -1) * real
@@ -179,11 +184,7 @@ def test_modern_body_matches_transformers_padded_and_unpadded(window, every, spe
     ELECTRA_SPEED=0 runs the layers on the padded grid, 1 on the real tokens alone."""
     monkeypatch.setenv("ELECTRA_SPEED", speed)
     ours, hf = modern_pair(window, every)
-    gen = torch.Generator().manual_seed(2)
-    tokens = torch.randint(3, VOCAB, (3, 40), generator=gen)
-    tokens[1, 31:] = PAD
-    tokens[2, 12:] = PAD
-    real = tokens.ne(PAD)
+    tokens, real = padded_batch()
     with torch.no_grad():
         x, states = ours(tokens, return_all_hiddens=True)
         out = hf(input_ids=tokens, attention_mask=real.long(), output_hidden_states=True)

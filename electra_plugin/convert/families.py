@@ -143,7 +143,8 @@ MODERN = Family("modern", "modernbert", "ModernBert", "model.", (
     ("local_attention", "local_attention"), ("global_rope_theta", "global_rope_theta"),
     ("local_rope_theta", "local_rope_theta")),
     dict(hidden_activation="gelu", norm_eps=1e-5, norm_bias=False, attention_bias=False,
-         mlp_bias=False, decoder_bias=True, classifier_bias=False, tie_word_embeddings=True),
+         mlp_bias=False, decoder_bias=True, classifier_bias=False, tie_word_embeddings=True,
+         classifier_activation="gelu"),
     False)
 
 WRITTEN_ONLY = ("legacy",)  # read either way (LEGACY_NAMES), written as the newer layout
