@@ -376,3 +376,35 @@ def test_body_resumes_exactly_fine_tunes_and_serves_through_transformers(body, s
         ours = model(tokens, classification_head_name="sentence_classification_head")[0]
         theirs = hf(tokens).logits  # rows in fairseq's order: the export kept them
     assert (ours - theirs).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("body", ["deberta", "modern"])
+def test_bf16_autocast_step_of_each_body_stays_close_to_fp32(body):
+    from electra_plugin.criterions.electra import ElectraCriterion
+    from helpers import sample_for
+
+    model, task = tiny_model(encoder_body=body, dropout=0.0, attention_dropout=0.0,
+                             temperature=0)
+    sample = sample_for(task)
+    _, _, full = ElectraCriterion(task, 50.0)(model, sample)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, _, low = ElectraCriterion(task, 50.0)(model, sample)
+    assert abs(low["gen_loss"].item() - full["gen_loss"].item()) < 0.05
+    assert abs(low["disc_loss"].item() - full["disc_loss"].item()) < 0.01
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("body", ["deberta", "modern"])
+def test_two_gloo_workers_match_update_freq_2_with_each_body(body, data_bin, tmp_path):
+    """--update-freq 2 on one process == 2 CPU processes (gloo), as for the BERT body."""
+    from helpers import assert_same_params, checkpoint
+    from test_training import assert_metrics_equal, ddp_train, train
+
+    deterministic = ("--temperature", "0", "--dropout", "0", "--attention-dropout", "0",
+                     "--max-update", "3", "--encoder-body", body)
+    single = train(data_bin, tmp_path / "freq2", "--update-freq", "2", *deterministic)
+    outputs = ddp_train(data_bin, tmp_path / "ddp", *deterministic)
+    assert_metrics_equal(records(single), records(outputs[0][0]), f"{body}: update-freq 2 "
+                                                                  f"vs 2 workers")
+    assert_same_params(*(checkpoint(tmp_path / d / "checkpoint_last.pt")["model"]
+                         for d in ("freq2", "ddp")), atol=1e-5, what=f"{body} DDP")
