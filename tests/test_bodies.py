@@ -408,3 +408,24 @@ def test_two_gloo_workers_match_update_freq_2_with_each_body(body, data_bin, tmp
                                                                   f"vs 2 workers")
     assert_same_params(*(checkpoint(tmp_path / d / "checkpoint_last.pt")["model"]
                          for d in ("freq2", "ddp")), atol=1e-5, what=f"{body} DDP")
+
+
+def test_trials_and_import_give_the_body_options_as_fairseq_train_parses_them(tmp_path):
+    from fairseq import options
+
+    from electra_plugin.convert import model_cli_args
+    from electra_plugin.finetuning import trials
+    from electra_plugin.models.core.checkpoint import write_checkpoint
+    from helpers import PLUGIN
+
+    model, _ = tiny_model(encoder_body="deberta", enhanced_mask_decoder=True,
+                          position_buckets=32)
+    path = write_checkpoint(tmp_path / "ck.pt", model.cfg, {"_name": "masked_lm",
+                                                           "data": str(tmp_path)},
+                            model.state_dict())
+    for args in (list(trials.from_checkpoint(str(path)).model_args),
+                 model_cli_args(model.cfg)):
+        parsed = options.parse_args_and_arch(options.get_training_parser(), [
+            str(tmp_path), "--user-dir", PLUGIN, "--task", "electra", *args])
+        assert parsed.encoder_body == "deberta" and parsed.position_buckets == 32
+        assert parsed.enhanced_mask_decoder is True

@@ -112,3 +112,24 @@ def test_the_step_does_not_wait_for_the_gpu():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert torch.isfinite(loss)
+
+
+def test_unpadded_attention_on_cuda_matches_the_padded_grid(monkeypatch):
+    """The modern body in bf16 on CUDA: unpadded (flash attention's varlen kernel when
+    flash_attn is installed, SDPA over the re-padded rows otherwise) against the padded
+    grid, over the real tokens."""
+    from electra_plugin.speed import unpad
+
+    model, _ = tiny_model(encoder_body="modern")
+    encoder = model.discriminator.cuda().to(torch.bfloat16).eval()
+    tokens = torch.randint(5, 50, (4, 48), device="cuda")
+    for row, length in enumerate((48, 30, 17, 5)):
+        tokens[row, length:] = 1
+    real = tokens.ne(1)
+    outputs = {}
+    for speed in ("1", "0"):
+        monkeypatch.setenv("ELECTRA_SPEED", speed)
+        with torch.no_grad():
+            outputs[speed] = encoder(tokens)[0].float()
+    print(f"\nflash_attn varlen: {unpad.flash_attn_varlen_func is not None}")
+    assert (outputs["1"] - outputs["0"])[real].abs().max() < 0.05  # bf16 rounding

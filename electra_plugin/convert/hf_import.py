@@ -18,7 +18,7 @@ from ..data.tokenizer import (METADATA_FILE, TokenizersTextTokenizer, WordPieceT
 from ..data.wordpiece import BERT_SPECIAL_TOKENS, load_vocab, vocab_to_fairseq_indices
 from ..data.wordpiece import write_fairseq_dict
 from ..errors import ElectraUsageError, first_line
-from ..models.core.config import SIZE_FIELDS, EncoderSize, scaled_size
+from ..models.core.config import SIZE_FIELDS, EncoderSize, cli_options, scaled_size
 from .families import BERT, LEGACY_NAMES, TIED_OUTPUT, Family, fields_from_hf
 from .keys import (CONFIG_TABLE, HEAD_KINDS, HeadKind, expand, head_kind, permute_rows, rename,
                    symbols)
@@ -199,19 +199,14 @@ class ImportResult:
 
 def model_cli_args(model_cfg) -> List[str]:
     """fairseq-train options that build the model of ``model_cfg`` (to continue training)."""
-    args = ["--arch", "electra"]
     from ..models.bodies import body_named
 
-    body = model_cfg.get("encoder_body") or "bert"
-    for field in ("num_layers", "hidden_size", "num_heads", "ffn_size", "embedding_size",
-                  "generator_size", "generator_layers", "max_positions", "type_vocab_size",
-                  "dropout", "attention_dropout", "embedding_sharing", "encoder_body",
-                  *body_named(body).options):
-        if model_cfg.get(field) is not None:
-            args += ["--" + field.replace("_", "-"), str(model_cfg[field])]
-    if model_cfg.get("segment_token_types"):
-        args.append("--segment-token-types")
-    return args
+    body = body_named(model_cfg.get("encoder_body") or "bert")
+    return ["--arch", "electra"] + cli_options(model_cfg, (
+        "num_layers", "hidden_size", "num_heads", "ffn_size", "embedding_size",
+        "generator_size", "generator_layers", "max_positions", "type_vocab_size", "dropout",
+        "attention_dropout", "embedding_sharing", "encoder_body", *body.options,
+        "segment_token_types"))
 
 
 def _default_generator_size(num_heads: int) -> float:

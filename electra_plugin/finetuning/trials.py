@@ -95,16 +95,14 @@ def from_checkpoint(path: str, label: str = "pre-trained") -> Start:
     # reads the config, runs nothing of the file
     from ..models.bodies import body_named
     from ..models.core.checkpoint import load_checkpoint
+    from ..models.core.config import cli_options
 
     model_cfg = load_checkpoint(path)["cfg"]["model"]
     args = ["--arch", model_cfg.get("arch", None) or model_cfg.get("_name")]
     body = body_named(model_cfg.get("encoder_body", None) or "bert")
-    for name in ("num_layers", "hidden_size", "num_heads", "ffn_size", "embedding_size",
-                 "max_positions", "type_vocab_size", "encoder_body", *body.options):
-        if model_cfg.get(name) is not None:
-            args += ["--" + name.replace("_", "-"), str(model_cfg[name])]
-    if model_cfg.get("segment_token_types"):
-        args.append("--segment-token-types")
+    args += cli_options(model_cfg, ("num_layers", "hidden_size", "num_heads", "ffn_size",
+                                    "embedding_size", "max_positions", "type_vocab_size",
+                                    "encoder_body", *body.options, "segment_token_types"))
     return Start(label, tuple(args), os.path.abspath(path))
 
 

@@ -10,7 +10,7 @@ model is built.
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import List, Optional
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from omegaconf import OmegaConf, open_dict
@@ -218,6 +218,18 @@ class ElectraConfig(FairseqDataclass):
                                         "Off: type 0 throughout (packed pre-training). Unset: "
                                         "as the checkpoint a fine-tuning starts from says, "
                                         "else off"})
+
+
+def cli_options(cfg, names) -> List[str]:
+    """The fairseq-train options that give ``names`` the values ``cfg`` has (a true boolean
+    as its flag; unset and false ones left out)."""
+    args = []
+    for name in names:
+        value = cfg.get(name, None)
+        if value is None or value is False:
+            continue
+        args += ["--" + name.replace("_", "-")] + ([] if value is True else [str(value)])
+    return args
 
 
 def option_default(name: str):
