@@ -323,10 +323,10 @@ def test_every_generator_and_objective_trains_with_each_body(body):
 @pytest.mark.parametrize("body", ["deberta", "modern"])
 def test_body_resumes_exactly_fine_tunes_and_serves_through_transformers(body, spm_data,
                                                                          tmp_path):
-    """Through fairseq-train with the body's small arch shrunk: 4 updates in one go == 2,
-    stop, 2 more (dropout and sampling on); then RTE fine-tuning from that checkpoint, and
-    the fine-tuned classifier exported to its transformers class, giving the plugin's
-    logits."""
+    """Through fairseq-train with the body's small arch shrunk (DeBERTa with GDES and the
+    enhanced mask decoder): 4 updates in one go == 2, stop, 2 more (dropout and sampling
+    on); then RTE fine-tuning from that checkpoint, and the fine-tuned classifier exported
+    to its transformers class, giving the plugin's logits."""
     from helpers import (PLUGIN, assert_same_params, checkpoint, failure, preprocess,
                          write_rte)
 
@@ -334,7 +334,10 @@ def test_body_resumes_exactly_fine_tunes_and_serves_through_transformers(body, s
              "--num-heads", "2", "--ffn-size", "96", "--embedding-size", "64",
              "--max-positions", "64"]
     once, twice = tmp_path / "once", tmp_path / "twice"
-    flags = ("--disable-validation", "--tokens-per-sample", "64", *sizes)
+    # DeBERTa-v3's recipe: GDES and the enhanced mask decoder
+    recipe = ("--embedding-sharing", "gdes", "--enhanced-mask-decoder") if body == "deberta" \
+        else ()
+    flags = ("--disable-validation", "--tokens-per-sample", "64", *sizes, *recipe)
     straight = run(train_cmd(spm_data, once, "--max-update", "4", *flags))
     assert straight.returncode == 0, failure("fairseq-train", straight)
     first = run(train_cmd(spm_data, twice, "--max-update", "2", *flags))
