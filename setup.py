@@ -46,6 +46,8 @@ setup(
         "tensorboard": ["tensorboardX>=2.6"],
         "plots": ["matplotlib"],  # the demo's and the equal-compute study's curves
         "bleu": ["sacrebleu>=2"],  # electra-score rerank's corpus BLEU
+        # the modern body's variable-length attention on CUDA (a CUDA build; never needed)
+        "flash": ["flash-attn>=2.5"],
         "test": ["pytest>=7", "sacrebleu>=2"],
     },
 )
