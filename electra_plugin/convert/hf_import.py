@@ -266,11 +266,10 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
     state = rename(disc.weights, params, to_hf=False, where=discriminator_dir)
     permute_rows(state, params, to_hf=False, fairseq_index=index)
 
-    if disc.config.get("classifier_pooling") == "mean" and kind is not None:  # ModernBERT's
-        model_cfg_pooling = {"classifier_pooling": "mean"}
-    else:
-        model_cfg_pooling = {}
-    model_cfg = dict(_name="electra", **fields, **model_cfg_pooling, encoder_body=family.body,
+    # ModernBERT's heads may pool the mean of the tokens, as --classifier-pooling mean
+    pooling = "mean" if disc.config.get("classifier_pooling") == "mean" else "first"
+    model_cfg = dict(_name="electra", **fields, encoder_body=family.body,
+                     classifier_pooling=pooling,
                      generator_size=_default_generator_size(fields["num_heads"]),
                      generator_layers=None, embedding_sharing=None,
                      load_checkpoint_heads=kind is not None and kind.task != "token_tagging",
