@@ -23,7 +23,8 @@ from typing import Callable, Dict, List, NamedTuple, Tuple
 
 from ..errors import ElectraUsageError
 from ..optional import require
-from .keys import _BERT_ENCODER, HEAD_KINDS, KEY_TABLE, HeadKind, Row, _encoder_rows
+from .keys import (_BERT_ENCODER, CONFIG_TABLE, HEAD_KINDS, KEY_TABLE, HeadKind, Row,
+                   _encoder_rows)
 
 # the components each class suffix holds
 CLASS_COMPONENTS = {
@@ -63,10 +64,8 @@ _SHARED_FIELDS = (("num_layers", "num_hidden_layers"), ("hidden_size", "hidden_s
                   ("num_heads", "num_attention_heads"), ("ffn_size", "intermediate_size"),
                   ("max_positions", "max_position_embeddings"))
 
-BERT = Family("bert", "electra", "Electra", "electra.", KEY_TABLE, (
-    *_SHARED_FIELDS, ("embedding_size", "embedding_size"), ("type_vocab_size", "type_vocab_size"),
-    ("dropout", "hidden_dropout_prob"), ("attention_dropout", "attention_probs_dropout_prob")),
-    dict(hidden_act="gelu", layer_norm_eps=1e-12), True)
+BERT = Family("bert", "electra", "Electra", "electra.", KEY_TABLE, CONFIG_TABLE,
+              dict(hidden_act="gelu", layer_norm_eps=1e-12), True)
 
 
 def _deberta_encoder(component, prefix):

@@ -20,7 +20,7 @@ from ..models.generators import GENERATOR_KINDS
 from ..models.core.config import complete_config
 from ..models.loading import BOOKKEEPING_KEYS, fold_embedding_delta
 from .families import BERT, MODERN, family_of_body
-from .keys import (COMPONENT_PREFIXES, CONFIG_TABLE, HeadKind, component_of, expand, head_keys,
+from .keys import (COMPONENT_PREFIXES, HeadKind, component_of, expand, head_keys,
                    head_kind, permute_rows, rename, symbols)
 from .hf_files import (EXPORT_FILES, HF_COPY, HF_ORDER, HF_TOKENIZER_FILES, SPECIAL_ROLES,
                        check_dictionary, encoder_fields, hf_config, prepare_out_dir, read_json,
@@ -192,7 +192,7 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
     by_component: Dict[str, Dict[str, torch.Tensor]] = {}
     for key, value in weights.items():
         by_component.setdefault(component_of(key), {})[key] = value
-    fields = {ours: cfg[ours] for ours, _ in CONFIG_TABLE + family.config_table}
+    fields = {ours: cfg[ours] for ours, _ in BERT.config_table + family.config_table}
     gen_fields = encoder_fields(fields, GENERATOR_KINDS[cfg.generator](cfg).size()) \
         if "generator" in by_component else None
     for encoder in (fields, gen_fields):

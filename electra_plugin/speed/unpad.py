@@ -9,6 +9,7 @@ sliding-window) mask as its boolean block mask, or, on CUDA in half precision wi
 kernel straight on the rows.
 """
 
+from functools import cached_property, lru_cache
 from typing import Optional
 
 import torch
@@ -31,17 +32,20 @@ class Layout:
         self.batch, self.length = batch, length
         self.padding_mask = padding_mask if padding_mask is not None and \
             bool(padding_mask.any()) else None
-        positions = torch.arange(length, device=device)
         self.rows = None
         if self.padding_mask is not None and enabled():
-            real = ~self.padding_mask.flatten()
-            self.rows = real.nonzero().squeeze(1)
+            self.rows = (~self.padding_mask.flatten()).nonzero().squeeze(1)
             self.positions = self.rows % length
-            lengths = (~self.padding_mask).sum(1, dtype=torch.int32)
-            self.cu_seqlens = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
-            self.max_length = int(lengths.max())
         else:
-            self.positions = positions
+            self.positions = torch.arange(length, device=device)
+        # every layer of a kind asks for the same mask: built once per batch
+        self.mask = lru_cache(maxsize=None)(self._mask)
+
+    @cached_property
+    def sequences(self):
+        """(cu_seqlens, longest length) for the variable-length kernel, once per batch."""
+        lengths = (~self.padding_mask).sum(1, dtype=torch.int32)
+        return F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0)), int(lengths.max())
 
     def pack(self, x: torch.Tensor) -> torch.Tensor:
         """B x T x C -> this layout (N x C unpadded)."""
@@ -55,7 +59,7 @@ class Layout:
         out[self.rows] = x
         return out.view(self.batch, self.length, *x.shape[1:])
 
-    def mask(self, window: Optional[int]) -> Optional[torch.Tensor]:
+    def _mask(self, window: Optional[int]) -> Optional[torch.Tensor]:
         """bool B x 1 x T x T (or 1 x 1 x T x T) "may attend": real keys within ``window``
         positions of the query (None: any distance), or None when everything may. A padded
         query attends to itself too, so that no row of scores is empty (NaN)."""
@@ -75,9 +79,9 @@ class Layout:
         if self.rows is not None and flash_attn_varlen_func is not None and q.is_cuda and \
                 q.dtype in (torch.float16, torch.bfloat16):
             side = -1 if window is None else window
-            return flash_attn_varlen_func(q, k, v, self.cu_seqlens, self.cu_seqlens,
-                                          self.max_length, self.max_length, dropout_p,
-                                          window_size=(side, side))
+            cu_seqlens, longest = self.sequences
+            return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, longest, longest,
+                                          dropout_p, window_size=(side, side))
         q, k, v = (self.unpack(t).transpose(1, 2) for t in (q, k, v))  # B x heads x T x d
         out = F.scaled_dot_product_attention(q, k, v, self.mask(window), dropout_p)
         return self.pack(out.transpose(1, 2))
