@@ -59,7 +59,7 @@ def kill_during_save(cmd, delay):
 
 
 def main():
-    from electra_plugin.models.core.checkpoint import checkpoint_damage
+    from electra_plugin.models.core.checkpoint_file import checkpoint_damage
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("data", help="a binarized data directory (electra-prepare output)")

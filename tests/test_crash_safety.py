@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from electra_plugin.models.core.checkpoint import checkpoint_damage
+from electra_plugin.models.core.checkpoint_file import checkpoint_damage
 from electra_plugin.cli import convert, extract, glue, prepare
 from electra_plugin.errors import ElectraUsageError
 from helpers import (
@@ -318,7 +318,7 @@ def test_refusal_read_from_the_file_not_from_the_error(tmp_path):
     whatever its error says."""
     import pickle
 
-    from electra_plugin.models.core.checkpoint import refused_pickle_error, unsafe_globals
+    from electra_plugin.models.core.checkpoint_file import refused_pickle_error, unsafe_globals
 
     marker = tmp_path / "was_run"
     for legacy in (False, True):

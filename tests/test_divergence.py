@@ -10,7 +10,7 @@ import logging
 import pytest
 import torch
 
-from electra_plugin.models.core.checkpoint import checkpoint_damage
+from electra_plugin.models.core.checkpoint_file import checkpoint_damage
 from helpers import assert_usage_line, checkpoint, digest, records, train_cmd, train_in_process
 
 

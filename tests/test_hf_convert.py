@@ -591,7 +591,7 @@ def test_checkpoint_writer_and_reader(make_case, tmp_path):
     (tmp_path / "text.pt").write_text("not a checkpoint\n")
     with pytest.raises(ElectraUsageError) as e:
         load_checkpoint(tmp_path / "text.pt")
-    one_line_error(e, "not a PyTorch checkpoint")
+    one_line_error(e, "is not a checkpoint: it is a text file")
     torch.save(torch.zeros(3), tmp_path / "tensor.pt")
     with pytest.raises(ElectraUsageError) as e:
         load_checkpoint(tmp_path / "tensor.pt")

@@ -79,7 +79,9 @@ def evaluate(args):
 
     from electra_plugin.data.evaluation import inference_device
     from electra_plugin.finetuning.evaluate import load_finetuned
+    from electra_plugin.models.core.checkpoint_file import require_checkpoint_file
 
+    require_checkpoint_file(args.checkpoint)
     if args.data and not os.path.isfile(os.path.join(args.data, "input0", "dict.txt")):
         raise ElectraUsageError(f"{args.data} has no input0/dict.txt; pass a directory "
                                 f"that electra-choice preprocess wrote")

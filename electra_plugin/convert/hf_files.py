@@ -14,7 +14,7 @@ import torch
 from tokenizers import Tokenizer
 from tokenizers.normalizers import BertNormalizer
 
-from ..models.core.checkpoint import refused_pickle_error
+from ..models.core.checkpoint_file import refused_pickle_error
 from ..optional import require
 from ..errors import ElectraUsageError, first_line
 from ..output_dir import refuse_existing

@@ -9,6 +9,7 @@ import os
 from ..data import squad_answers as answers
 from ..data.evaluation import inference_device, predict_split, squad_window_logits
 from ..errors import ElectraUsageError
+from ..models.core.checkpoint_file import require_checkpoint_file
 from ..models.hub_interface import from_pretrained
 
 logger = logging.getLogger(__name__)
@@ -32,8 +33,7 @@ def load_finetuned(checkpoint, data, task_class, task_name):
 
     plugin = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     utils.import_user_module(argparse.Namespace(user_dir=plugin))
-    if not os.path.isfile(checkpoint):
-        raise ElectraUsageError(f"checkpoint {checkpoint} does not exist")
+    require_checkpoint_file(checkpoint)
     overrides = {"data": os.path.abspath(data)} if data else {}
     models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
         [checkpoint], arg_overrides=overrides)

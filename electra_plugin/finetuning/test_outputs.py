@@ -9,6 +9,7 @@ from typing import List
 
 from ..errors import ElectraUsageError
 from ..glue import TEST_OUTPUTS, get_task
+from ..models.core.checkpoint_file import require_checkpoint_file
 from ..partial_output import written_whole
 from .evaluate import sentence_predictions
 
@@ -18,6 +19,7 @@ STS_RANGE = (0.0, 5.0)
 def write_test_outputs(checkpoint, data, out_dir, cpu=False) -> List[str]:
     """Predict every test split ``electra-glue preprocess`` binarized into ``data`` and write
     its server file into ``out_dir``; -> the paths written."""
+    require_checkpoint_file(checkpoint)
     spec_path = os.path.join(data, TEST_OUTPUTS)
     if not os.path.isfile(spec_path):
         raise ElectraUsageError(

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from ..data.tokenizer import load_tokenizer
 from ..errors import ElectraUsageError
+from .core.checkpoint_file import require_checkpoint_file
 
 
 def from_pretrained(model_dir, checkpoint_file="checkpoint_best.pt", data_name_or_path=".",
@@ -17,9 +18,7 @@ def from_pretrained(model_dir, checkpoint_file="checkpoint_best.pt", data_name_o
     ``model_dir`` (or absolute) and must hold the dictionary the model was trained with."""
     from fairseq import hub_utils
 
-    path = os.path.join(model_dir, checkpoint_file)
-    if not os.path.isfile(path):
-        raise ElectraUsageError(f"no checkpoint at {path}")
+    require_checkpoint_file(os.path.join(model_dir, checkpoint_file))
     data = os.path.join(model_dir, data_name_or_path)
     if not os.path.isdir(data):
         raise ElectraUsageError(f"data directory {data} does not exist; pass the directory "

@@ -10,12 +10,15 @@ fairseq's own code:
 - ``PathManager.copy``: local copies (fairseq's ``checkpoint_last.pt`` / ``_best`` are
   copies of the update's checkpoint) go through a temporary file and a rename, so a kill
   during the copy leaves the previous intact file instead of a truncated one;
-- ``checkpoint_utils.load_checkpoint_to_cpu``: a damaged checkpoint (``--restore-file``,
-  ``--finetune-from-model``, the hub) is named in one line instead of torch's zip error, and
-  so is one the safe unpickler refuses (objects that are not plain weights); a checkpoint
+- ``checkpoint_utils.load_checkpoint_to_cpu``: a file that is not an intact checkpoint
+  (``--restore-file``, ``--finetune-from-model``, the hub and the commands built on it) is
+  named in one line saying what it is (damaged, refused by the safe unpickler, text, another
+  format: :func:`~electra_plugin.models.core.checkpoint_file.not_a_checkpoint`); a checkpoint
   read keeps its model settings with its weights, for the model to compare
   (:mod:`electra_plugin.models.loading`);
-- ``checkpoint_utils.load_checkpoint``: the run takes ``--save-dir`` for itself (a second
+- ``checkpoint_utils.load_checkpoint``: a ``--restore-file`` or ``--finetune-from-model``
+  that is not a file is refused (fairseq would silently start from scratch); the run takes
+  ``--save-dir`` for itself (a second
   run into it stops, :mod:`electra_plugin.run.save_dir_lock`); when ``checkpoint_last.pt`` is
   damaged, it resumes from the newest intact checkpoint there, with a warning;
 - ``checkpoint_utils.save_checkpoint``: a failed write (a full disk) ends in one line
@@ -46,8 +49,8 @@ from fairseq.file_io import PathManager
 from fairseq.trainer import Trainer
 from omegaconf import open_dict
 
-from ..models.core.checkpoint import (checkpoint_damage, damaged_checkpoint_error, refused_pickle_error,
-                         remember_settings)
+from ..models.core.checkpoint import remember_settings
+from ..models.core.checkpoint_file import checkpoint_damage, checkpoint_file_error, not_a_checkpoint
 from .integrity import check_binarized
 from .divergence import save_finite_only, step_or_stop
 from ..errors import ElectraUsageError
@@ -65,6 +68,7 @@ def install() -> None:
     _wrap(checkpoint_utils, "load_checkpoint_to_cpu", _named_damage)
     _wrap(checkpoint_utils, "load_checkpoint", _resume_from_intact)
     _wrap(checkpoint_utils, "load_checkpoint", _one_run_per_save_dir)
+    _wrap(checkpoint_utils, "load_checkpoint", _refuse_a_start_file_that_is_none)
     _wrap(checkpoint_utils, "save_checkpoint", _one_line_write_errors)
     PathManager.copy = staticmethod(functools.partial(_atomic_copy, PathManager.copy))
     _wrap(distributed_utils, "_broadcast_object_slow", _broadcast_from_own_rank)
@@ -128,19 +132,36 @@ def _atomic_copy(original, src_path, dst_path, overwrite=False):
 
 
 def _named_damage(original, path, *args, **kwargs):
+    local = PathManager.get_local_path(path)
+    refused = checkpoint_file_error(local)  # before torch reads (and warns about) the file
+    if refused:
+        raise refused
     try:
         state = original(path, *args, **kwargs)
     except Exception as error:
-        local = PathManager.get_local_path(path)
-        reason = os.path.isfile(local) and checkpoint_damage(local, thorough=True)
-        if reason:
-            raise damaged_checkpoint_error(path, reason) from None
-        refused = os.path.isfile(local) and refused_pickle_error(local, error)
+        refused = not_a_checkpoint(local, error)
         if refused:
             raise refused from None
         raise
     remember_settings(state, path)
     return state
+
+
+def _refuse_a_start_file_that_is_none(original, cfg, trainer, **passthrough):
+    # fairseq starts from scratch, silently, when the file it was told to start from is not
+    # a file (a directory, a typo): the run would look like a resume and be none
+    given = cfg.finetune_from_model if cfg.finetune_from_model else \
+        cfg.restore_file if cfg.restore_file != "checkpoint_last.pt" else None
+    if given and given == cfg.restore_file:
+        given = given.replace(".pt", trainer.checkpoint_suffix + ".pt")  # as fairseq reads it
+    if given and not PathManager.isfile(given):
+        option = "--finetune-from-model" if cfg.finetune_from_model else "--restore-file"
+        if os.path.isdir(given):
+            raise ElectraUsageError(f"{option} {given} is a directory, not a checkpoint file; "
+                                    f"give the .pt file in it")
+        raise ElectraUsageError(f"{option} {given} does not exist; give the checkpoint file "
+                                f"to start from")
+    return original(cfg, trainer, **passthrough)
 
 
 def _one_run_per_save_dir(original, cfg, trainer, **passthrough):

@@ -19,15 +19,11 @@ one :class:`~electra_plugin.errors.ElectraUsageError` line.
 """
 
 import argparse
-import io
 import logging
 import os
-import pickle
-import pickletools
-import zipfile
 from collections import OrderedDict
 from dataclasses import is_dataclass
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional
 
 import torch
 from fairseq.criterions import CRITERION_DATACLASS_REGISTRY, CRITERION_REGISTRY
@@ -39,16 +35,15 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from ...errors import ElectraUsageError, first_line
+from .checkpoint_file import read_checkpoint_file
 from .config import complete_config
 from ...partial_output import written_whole
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["build_fairseq_config", "write_checkpoint", "load_checkpoint", "is_electra_model_cfg",
-           "checkpoint_damage", "damaged_checkpoint_error", "refused_pickle_error",
            "remember_settings"]
 
-ZIP_MAGIC = b"PK\x03\x04"
 # fairseq's argparse tasks (sentence_ranking ...) save their settings as a Namespace, a plain
 # attribute container: without it torch's weights-only loader refuses their checkpoints,
 # resuming such a run included
@@ -205,29 +200,11 @@ def load_checkpoint(path, arg_overrides: Optional[Dict[str, Any]] = None) -> Dic
     Returns fairseq's checkpoint dict with ``cfg`` as a DictConfig (``arg_overrides`` applied
     as ``load_model_ensemble_and_task`` does) and ``model`` the state dict. Raises a one-line
     ElectraUsageError when the file is missing, is not a PyTorch checkpoint, or does not hold
-    this plugin's model.
+    this plugin's model (:func:`~.checkpoint_file.read_checkpoint_file` says what a file
+    that is not a checkpoint is).
     """
     path = os.fspath(path)
-    if not os.path.exists(path):
-        raise ElectraUsageError(f"checkpoint {path} does not exist")
-    if os.path.isdir(path):
-        raise ElectraUsageError(f"{path} is a directory, not a checkpoint file")
-    reason = checkpoint_damage(path)
-    if reason:
-        raise damaged_checkpoint_error(path, reason)
-    try:
-        state = torch.load(path, map_location="cpu")
-    except Exception as e:  # pickle, zip and weights_only errors all mean "not readable"
-        reason = checkpoint_damage(path, thorough=True)
-        if reason:
-            raise damaged_checkpoint_error(path, reason) from None
-        refused = refused_pickle_error(path, e)
-        if refused:
-            raise refused from None
-        raise ElectraUsageError(
-            f"{path} is not a PyTorch checkpoint this version can read ({first_line(e)})")
-    if not isinstance(state, dict) or not isinstance(state.get("model"), Mapping):
-        raise ElectraUsageError(f"{path} is not a fairseq checkpoint (no model state dict)")
+    state = read_checkpoint_file(path)
     if state.get("cfg") is None:
         raise ElectraUsageError(
             f"{path} has no fairseq config ('cfg'); checkpoints from fairseq before its hydra "
@@ -247,107 +224,6 @@ def load_checkpoint(path, arg_overrides: Optional[Dict[str, Any]] = None) -> Dic
     if not any(k.startswith("discriminator.") for k in state["model"]):
         raise ElectraUsageError(f"{path} is not an ELECTRA checkpoint (no discriminator weights)")
     return state
-
-
-def checkpoint_damage(path, thorough: bool = False) -> Optional[str]:
-    """Why ``path`` cannot be a whole checkpoint file, or None when it may be one.
-
-    ``torch.save`` writes a zip archive whose directory is its last record, so a file cut
-    short (a kill during a copy, a full disk) has lost it, and opening the archive is a cheap
-    test. ``thorough`` also reads every member against its CRC (a full read). Files that are
-    not zip archives (fairseq's legacy pickle format, or not checkpoints at all) are left to
-    ``torch.load`` to judge.
-    """
-    if os.path.getsize(path) == 0:
-        return "the file is empty"
-    with open(path, "rb") as f:
-        if f.read(len(ZIP_MAGIC)) != ZIP_MAGIC:
-            return None
-    try:
-        with zipfile.ZipFile(path) as archive:
-            bad = archive.testzip() if thorough else None
-    except (zipfile.BadZipFile, OSError, EOFError) as e:
-        return f"cut short or overwritten: {e}"
-    return f"its part {bad} fails its checksum" if bad else None
-
-
-def damaged_checkpoint_error(path, reason: str) -> ElectraUsageError:
-    return ElectraUsageError(
-        f"checkpoint {path} is damaged ({reason}); use an intact copy (fairseq-train keeps "
-        f"checkpoint_last.pt, checkpoint_best.pt and numbered checkpoints in --save-dir)")
-
-
-def refused_pickle_error(path, error: BaseException) -> Optional[ElectraUsageError]:
-    """The line for a file that ``torch.load``'s safe (weights-only) unpickler refused, or
-    None for any other error.
-
-    Decided from the file, not from the error's wording: its pickle is read opcode by opcode
-    (nothing is built) for the objects it names, and a name that torch's weights-only
-    loader does not build is a refusal. Such a file (tampered, or a foreign pickle) would run
-    code when loaded any other way; the safe loader stopped before building anything.
-    """
-    if not isinstance(error, pickle.UnpicklingError):  # torch's weights-only failures
-        return None
-    unsafe = unsafe_globals(path)
-    if not unsafe:  # a malformed pickle, not a refusal
-        return None
-    shown = ", ".join(unsafe[:3]) + (" ..." if len(unsafe) > 3 else "")
-    return ElectraUsageError(
-        f"checkpoint {path} is refused: it holds objects that are not plain weights ({shown}), "
-        f"which loading would run as code; nothing in it was run. Use a checkpoint written by "
-        f"fairseq-train, electra-extract or electra-convert (and do not load a file of "
-        f"unknown origin in any other way)")
-
-
-# pickle opcodes that push the strings STACK_GLOBAL takes as module and name
-_STRING_OPS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "STRING",
-               "BINSTRING", "SHORT_BINSTRING"}
-
-
-def unsafe_globals(path) -> List[str]:
-    """The ``module.name`` objects that the pickle(s) of a checkpoint file name and that
-    torch's weights-only unpickler does not build, in file order, read with ``pickletools``
-    (nothing is unpickled). Empty for a file that names none, or one that is not a pickle."""
-    from torch import _weights_only_unpickler
-    from torch.serialization import get_safe_globals
-
-    allowed = set(_weights_only_unpickler._get_allowed_globals())
-    allowed |= {f"{g.__module__}.{g.__qualname__}" for g in get_safe_globals()
-                if not isinstance(g, tuple)}
-    found = []
-    for data in _pickles(path):
-        strings = []
-        stream = io.BytesIO(data)
-        while stream.tell() < len(data):  # the legacy format holds several pickles in a row
-            try:
-                for op, arg, _ in pickletools.genops(stream):
-                    if op.name in _STRING_OPS:
-                        strings.append(arg)
-                    elif op.name in ("GLOBAL", "INST"):
-                        found.append(".".join(arg.split(" ", 1)))
-                    elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
-                        found.append(f"{strings[-2]}.{strings[-1]}")
-            except Exception:  # not (or no longer) a pickle: what was read so far counts
-                break
-    return list(dict.fromkeys(name for name in found if name not in allowed and
-                              not _torch_storage(name)))
-
-
-def _torch_storage(name: str) -> bool:
-    """Storage types the weights-only loader rebuilds (legacy checkpoints name them)."""
-    module, _, attr = name.rpartition(".")
-    return module in ("torch", "torch.cuda") and attr.endswith("Storage")
-
-
-def _pickles(path) -> List[bytes]:
-    """The pickled parts of a checkpoint: ``data.pkl`` of a zip archive (torch.save), or the
-    whole file (the legacy format)."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            return [archive.read(n) for n in archive.namelist() if n.endswith(".pkl")]
-    except (zipfile.BadZipFile, OSError):
-        with open(path, "rb") as f:
-            return [f.read()]
 
 
 def remember_settings(state, path) -> None:
