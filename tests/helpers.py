@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -212,6 +213,66 @@ def run(cmd, env=None, **kwargs) -> subprocess.CompletedProcess:
 
 CONFIG_DIR = REPO / "examples" / "pretraining" / "config"
 DISC_WEIGHT = 50.0  # the criterion's default (official lambda)
+
+
+def train(data, save_dir, *extra):
+    """Run fairseq-train (small CPU command line from conftest) and return its stdout."""
+    result = run(train_cmd(data, save_dir, *extra))
+    assert result.returncode == 0, failure("fairseq-train", result)
+    return result.stdout
+
+
+TIMING = {"wps", "ups", "wall", "train_wall"}  # differ between any two runs
+
+
+def assert_metrics_equal(a, b, what):
+    """Two lists of logged records agree up to the logged rounding (timings aside)."""
+    assert len(a) == len(b) > 0, f"{what}: {len(a)} vs {len(b)} log lines"
+    for ra, rb in zip(a, b):
+        assert ra.keys() == rb.keys()
+        for key in ra.keys() - TIMING:
+            assert abs(ra[key] - rb[key]) <= 0.011 + 1e-4 * abs(ra[key]), \
+                f"{what}: {key} {ra[key]} vs {rb[key]} at update {ra['num_updates']:g}"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ddp_options(rank, workers, port):
+    """One rank's fairseq-train options of a CPU job (gloo, legacy_ddp) on this machine."""
+    return ("--distributed-world-size", str(workers), "--distributed-rank", str(rank),
+            "--distributed-no-spawn", "--distributed-backend", "gloo", "--ddp-backend",
+            "legacy_ddp", "--distributed-init-method", f"tcp://127.0.0.1:{port}")
+
+
+def run_together(cmds, timeout=300):
+    """Commands started at once (the ranks or the nodes of one job) -> each one's
+    (exit status, stdout, stderr)."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for cmd in cmds]
+    try:
+        outputs = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return [(p.returncode, out, err) for p, (out, err) in zip(procs, outputs)]
+
+
+def ddp_train(data, save_dir, *extra, workers=2):
+    """fairseq-train on ``workers`` CPU processes (gloo, legacy_ddp) -> each rank's
+    (stdout, stderr); fails the test when a rank fails."""
+    port = free_port()
+    results = run_together([train_cmd(data, save_dir, *extra, *ddp_options(rank, workers, port))
+                            for rank in range(workers)])
+    failed = [f"rank {rank} exited {code}\n{out[-2000:]}\n{err[-3000:]}"
+              for rank, (code, out, err) in enumerate(results) if code]
+    assert not failed, "\n".join(failed)
+    return [(out, err) for _, out, err in results]
 
 
 def hydra_cmd(config_name, data, save_dir, run_dir, *overrides, cpu=True):

@@ -403,7 +403,7 @@ def test_two_gloo_workers_match_update_freq_2_with_each_body(body, data_bin, tmp
     modern body's (unpadded rows, its own masks; DeBERTa's step is BERT's in this respect,
     deberta passes too)."""
     from helpers import assert_same_params, checkpoint
-    from test_training import assert_metrics_equal, ddp_train, train
+    from helpers import assert_metrics_equal, ddp_train, train
 
     deterministic = ("--temperature", "0", "--dropout", "0", "--attention-dropout", "0",
                      "--max-update", "3", "--encoder-body", body)

@@ -10,25 +10,19 @@ without an active exception" (exit -6 / 134) *after* it saved its checkpoints. S
 """
 
 import math
-import os
-import re
-import socket
-import subprocess
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from helpers import (
-    CONFIG_DIR, DISC_WEIGHT, PLUGIN, assert_same_params, checkpoint, composed, failure,
-    hydra_train, import_plugin, records, run, train_cmd,
+    CONFIG_DIR, DISC_WEIGHT, PLUGIN, assert_metrics_equal, assert_same_params, checkpoint,
+    composed, ddp_train, failure, hydra_train, import_plugin, records, run, train, train_cmd,
 )
 
 LOGGED = ("loss", "gen_loss", "disc_loss", "gen_acc", "sampled_acc", "disc_acc",
           "disc_precision", "disc_recall", "replaced_frac", "disc_baseline", "disc_auc")
 PERCENTAGES = ("gen_acc", "sampled_acc", "disc_acc", "disc_precision", "disc_recall",
                "replaced_frac", "disc_baseline")
-TIMING = {"wps", "ups", "wall", "train_wall"}  # differ between any two runs
 
 # The official ELECTRA sizes (google-research/electra configure_pretraining.py, paper
 # Table 6): discriminator, then the generator (same depth and head size; hidden size 1/4
@@ -44,58 +38,6 @@ OFFICIAL = {
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def train(data, save_dir, *extra):
-    """Run fairseq-train (small CPU command line from conftest) and return its stdout."""
-    result = run(train_cmd(data, save_dir, *extra))
-    assert result.returncode == 0, failure("fairseq-train", result)
-    return result.stdout
-
-
-def assert_metrics_equal(a, b, what):
-    """Two lists of logged records agree up to the logged rounding (timings aside)."""
-    assert len(a) == len(b) > 0, f"{what}: {len(a)} vs {len(b)} log lines"
-    for ra, rb in zip(a, b):
-        assert ra.keys() == rb.keys()
-        for key in ra.keys() - TIMING:
-            assert abs(ra[key] - rb[key]) <= 0.011 + 1e-4 * abs(ra[key]), \
-                f"{what}: {key} {ra[key]} vs {rb[key]} at update {ra['num_updates']:g}"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def ddp_train(data, save_dir, *extra, workers=2):
-    """fairseq-train on ``workers`` CPU processes (gloo, legacy_ddp) -> each rank's
-    (stdout, stderr); fails the test when a rank fails."""
-    port = free_port()
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    procs = []
-    for rank in range(workers):
-        cmd = train_cmd(
-            data, save_dir, *extra,
-            "--distributed-world-size", str(workers), "--distributed-rank", str(rank),
-            "--distributed-no-spawn", "--distributed-backend", "gloo",
-            "--ddp-backend", "legacy_ddp", "--distributed-init-method",
-            f"tcp://127.0.0.1:{port}")
-        procs.append(subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True, env=env))
-    outputs = []
-    try:
-        for p in procs:
-            outputs.append(p.communicate(timeout=300))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    failed = [f"rank {rank} exited {p.returncode}\n{out[-2000:]}\n{err[-3000:]}"
-              for rank, (p, (out, err)) in enumerate(zip(procs, outputs)) if p.returncode]
-    assert not failed, "\n".join(failed)
-    return outputs
 
 
 def vocab_size(data):
