@@ -7,6 +7,7 @@ what they restate from this table (classes, checkpoint metric, updates per epoch
 """
 
 import csv
+import os
 import sys
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -16,6 +17,7 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from .errors import ElectraUsageError
+from .output_dir import lacks
 
 
 # written by electra-glue preprocess beside the test splits: the task, each split's server
@@ -85,6 +87,41 @@ def get_task(name: str) -> GlueTask:
         if name.lower().replace("-", "") == task.name.lower().replace("-", ""):
             return task
     raise ElectraUsageError(f"unknown GLUE task '{name}'; choose one of {', '.join(GLUE_TASKS)}")
+
+
+def data_problem(task: GlueTask, directory: str,
+                 splits: Optional[Sequence[str]] = None) -> Optional[str]:
+    """Why ``directory`` is not electra-glue preprocess's output for ``task``, or None when it
+    is: what fairseq's sentence_prediction reads, ``input0/`` (and ``input1/`` for pairs) with
+    dict.txt and each split's .bin/.idx, and ``label/`` with the classes' dict.txt (in the
+    task's order, which the metrics read) and .bin/.idx, or a regression's .label files.
+    ``splits``: fairseq's names (default the training and dev splits)."""
+    splits = splits or ["train"] + [f"valid{i or ''}" for i in range(len(task.dev_splits))]
+    inputs = [f"input{k}" for k in range(len(task.text_columns))]
+    shape = "sentence pairs" if len(inputs) == 2 else "single sentences"
+    if os.path.isdir(os.path.join(directory, f"input{len(inputs)}")):
+        return f"has more inputs than {task.name}'s {shape} (input{len(inputs)}/)"
+    label_dict = os.path.join(directory, "label", "dict.txt")
+    if task.labels is None and os.path.isfile(label_dict):
+        return f"has classes (label/dict.txt); {task.name} is a regression task"
+    if task.labels is not None and not os.path.isfile(label_dict) and \
+            os.path.isfile(os.path.join(directory, "label", "train.label")):
+        return f"has regression targets (label/train.label); {task.name} has classes"
+    files = [f"{i}/dict.txt" for i in inputs]
+    files += [f"{i}/{s}.{e}" for i in inputs for s in splits for e in ("bin", "idx")]
+    if task.labels is None:
+        files += [f"label/{s}.label" for s in splits]
+    else:
+        files += ["label/dict.txt"] + [f"label/{s}.{e}" for s in splits for e in ("bin", "idx")]
+    missing = lacks(directory, files)
+    if missing or task.labels is None:
+        return missing
+    with open(label_dict, encoding="utf-8") as f:
+        labels = tuple(line.split()[0] for line in f if line.strip())
+    if labels != task.labels:
+        return (f"has the labels {', '.join(labels)} (label/dict.txt); {task.name}'s are "
+                f"{', '.join(task.labels)}")
+    return None
 
 
 def read_split(task: GlueTask, path: str, labelled: bool = True,

@@ -2,11 +2,12 @@
 
 A command never writes over files it finds there unless asked (``--force``; the converter
 and electra-extract also take their older ``--overwrite``), and the refusal names the
-files and that flag the same way in every command.
+files and that flag the same way in every command. :func:`lacks` names what a directory
+lacks of a command's output, for the readers that check one before they use it.
 """
 
 import os
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence
 
 from .errors import ElectraUsageError
 
@@ -27,3 +28,21 @@ def refuse_existing(directory: str, force: bool,
         raise ElectraUsageError(f"{directory} already holds files ({shown}); choose an empty "
                                 f"directory or pass {FLAG} to write over them")
     return present
+
+
+def lacks(directory: str, paths: Sequence[str]) -> Optional[str]:
+    """``lacks a, b ...``: the files of ``paths`` (relative to ``directory``) that are not
+    there, a missing folder named once (``label/``), for a line saying why a directory is not
+    a command's output; None when every one is there."""
+    missing: List[str] = []
+    for path in paths:
+        if os.path.isfile(os.path.join(directory, path)):
+            continue
+        folder, _, _ = path.rpartition("/")
+        if folder and not os.path.isdir(os.path.join(directory, folder)):
+            path = folder + "/"
+        if path not in missing:
+            missing.append(path)
+    if not missing:
+        return None
+    return "lacks " + ", ".join(missing[:4]) + (" ..." if len(missing) > 4 else "")

@@ -33,11 +33,13 @@ def leaves(tree, prefix=""):
 
 
 def stated(*files, resolve=True):
-    """-> {dotted key: value} the yaml files state (their defaults lists aside), later files
-    overriding earlier ones, interpolations resolved (or not: a file's may point elsewhere)."""
+    """-> {dotted key: value} the yaml files state (their defaults lists and hydra's own
+    settings aside: a composed run config holds neither), later files overriding earlier
+    ones, interpolations resolved (or not: a file's may point elsewhere)."""
     configs = [OmegaConf.load(f) for f in files]
     for config in configs:
         config.pop("defaults", None)
+        config.pop("hydra", None)
     return leaves(OmegaConf.to_container(OmegaConf.merge(*configs), resolve=resolve))
 
 

@@ -58,9 +58,9 @@ def preprocess(args):
             raise ElectraUsageError(
                 f"{inputs[name]} has {len(examples[0].options)} choices per example, "
                 f"{inputs[first]} {choices}; the model ranks one number of options")
-    writable_destdir(args.destdir)
-    refuse_existing(args.destdir, args.force)
-    with removed_on_failure(args.destdir):
+    with removed_on_failure(args.destdir):  # the directory too, when this run made it
+        writable_destdir(args.destdir)
+        refuse_existing(args.destdir, args.force)
         cut = mc.write_data_dir(args.destdir, data, tokenizer, dictionary,
                                 os.path.join(args.pretrain_data, "dict.txt"), args.max_seq_len)
         tokenizer.save_to(args.destdir)  # the hub interface encodes text with it

@@ -28,6 +28,15 @@ from electra_plugin.finetuning import trials as tr
 
 
 def run_trials(args):
+    # the plan is checked before anything runs: counts, tasks, checkpoint, then each task's data
+    if args.seeds is None and args.trials < 1:
+        raise ElectraUsageError(f"--trials {args.trials} must be at least 1")
+    if args.jobs < 1:
+        raise ElectraUsageError(f"--jobs {args.jobs} must be at least 1")
+    seeds = tr.check_seeds(args.seeds or range(1, args.trials + 1))
+    recipe = tr.Recipe(lr=args.lr, layer_decay=args.layer_decay, epochs=args.epochs,
+                       max_update=args.max_update, batch_size=args.batch_size,
+                       cpu=args.cpu, extra=tuple(args.fairseq_options))
     tasks = [tr.parse_task(spec) for spec in args.task]
     if args.checkpoint and args.arch:
         raise ElectraUsageError("give --checkpoint (fine-tune its discriminator) or --arch (a "
@@ -40,10 +49,6 @@ def run_trials(args):
     else:
         raise ElectraUsageError("give --checkpoint CHECKPOINT or --arch ARCH (random "
                                 "initialisation)")
-    seeds = args.seeds or list(range(1, args.trials + 1))
-    recipe = tr.Recipe(lr=args.lr, layer_decay=args.layer_decay, epochs=args.epochs,
-                       max_update=args.max_update, batch_size=args.batch_size,
-                       cpu=args.cpu, extra=tuple(args.fairseq_options))
     trials = tr.plan(tasks, start, seeds, args.workdir)
     results = tr.run_trials(trials, recipe, jobs=args.jobs)
     rows = tr.report_rows(results)

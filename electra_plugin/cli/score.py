@@ -42,6 +42,7 @@ def load_scorer(args):
     from electra_plugin.data.evaluation import inference_device
     from electra_plugin.models.hub_interface import from_pretrained
 
+    scoring.check_checkpoint(args.checkpoint, args.scorer)  # its kind before the data
     if not args.data:
         raise ElectraUsageError("give --data, the pre-training data directory (dict.txt and "
                                 "the tokenizer), with --checkpoint")

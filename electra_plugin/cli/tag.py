@@ -46,10 +46,9 @@ def preprocess(args):
     tokenizer = load_tokenizer(args.pretrain_data)
     data = {name: conll.read_conll(path) for name, path in inputs.items()}
     labels = conll.label_list(data["train"])
-    writable_destdir(args.destdir)
-    refuse_existing(args.destdir, args.force)
-    with removed_on_failure(args.destdir):
-        os.makedirs(args.destdir, exist_ok=True)
+    with removed_on_failure(args.destdir):  # the directory too, when this run made it
+        writable_destdir(args.destdir)
+        refuse_existing(args.destdir, args.force)
         shutil.copyfile(os.path.join(args.pretrain_data, "dict.txt"),
                         os.path.join(args.destdir, "dict.txt"))
         tokenizer.save_to(args.destdir)

@@ -15,11 +15,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Dict, Iterator, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
 from ..errors import ElectraUsageError
+from ..output_dir import lacks
 from ..partial_output import full_destination, unusable_destination, write_error
 
 # electra-prepare builds its output in a hidden directory of --destdir with this
@@ -121,6 +122,13 @@ def binarize_text(raw_path: str, out_prefix: str, tokenizer, n_symbols: int, thr
         log(f"binarized {os.path.basename(out_prefix)}: {stats['pieces']} tokens in "
             f"{seconds:.1f} s ({stats['pieces'] / seconds / 1e6:.2f}M tokens/s)")
     return stats
+
+
+def pretraining_data_problem(data_dir: str,
+                             splits: Sequence[str] = ("train", "valid")) -> Optional[str]:
+    """Why ``data_dir`` is not electra-prepare's output with ``splits``, or None when it is:
+    what the electra task reads, dict.txt and each split's .bin/.idx."""
+    return lacks(data_dir, ["dict.txt"] + [f"{s}.{e}" for s in splits for e in ("bin", "idx")])
 
 
 def fairseq_preprocess(destdir: str, srcdict: Optional[str], splits: Dict[str, str],

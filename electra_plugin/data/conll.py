@@ -9,9 +9,10 @@ does, a word's label sits on its first piece and the other pieces are not predic
 import json
 import os
 from dataclasses import asdict, dataclass
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from ..errors import ElectraUsageError
+from ..output_dir import lacks
 
 IGNORE = -1  # target of a piece that is not a word's first (and of <s>, </s>)
 LABELS_FILE = "labels.txt"
@@ -92,6 +93,16 @@ def encode(sentence: Sentence, tokenizer, dictionary, labels: Sequence[str], max
 
 def metadata_path(data_dir: str, split: str) -> str:
     return os.path.join(data_dir, f"{split}.tagging.json")
+
+
+def data_problem(data_dir: str, splits: Sequence[str] = ("train", "valid")) -> Optional[str]:
+    """Why ``data_dir`` is not electra-tag preprocess's output with ``splits``, or None when it
+    is: what token_tagging reads, dict.txt, labels.txt and each split's pieces
+    (``{split}.input``), targets (``{split}.target``) and word map."""
+    return lacks(data_dir, ["dict.txt", LABELS_FILE] + [
+        name for split in splits for name in (
+            f"{split}.input.bin", f"{split}.input.idx", f"{split}.target.bin",
+            f"{split}.target.idx", f"{split}.tagging.json")])
 
 
 def save_metadata(data_dir, split, sentences: Sequence[Sentence],

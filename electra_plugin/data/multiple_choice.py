@@ -16,9 +16,10 @@ import os
 import shutil
 import sys
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..errors import ElectraUsageError
+from ..output_dir import lacks
 from .tokenizer import normalize_whitespace
 
 FORMATS = ("swag", "race", "jsonl")
@@ -294,6 +295,17 @@ def choices_in(data: str) -> int:
     while os.path.isdir(os.path.join(data, f"input{count + 1}")):
         count += 1
     return count
+
+
+def data_problem(data: str, splits: Sequence[str] = ("train", "valid")) -> Optional[str]:
+    """Why ``data`` is not electra-choice preprocess's output with labelled ``splits``, or
+    None when it is: what sentence_ranking reads, input0/dict.txt, the context (input0/) and
+    at least two options (input1/, input2/ ...) of each split, and label/{split}.label."""
+    inputs = range(max(2, choices_in(data)) + 1)
+    return lacks(data, ["input0/dict.txt"] + [
+        name for split in splits for name in (
+            *(f"input{k}/{split}.{e}" for k in inputs for e in ("bin", "idx")),
+            f"label/{split}.label")])
 
 
 def check_split(data: str, split: str, choices: int) -> bool:

@@ -27,6 +27,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import ElectraUsageError
+from ..output_dir import lacks
 
 logger = logging.getLogger(__name__)
 
@@ -319,6 +320,14 @@ def split_paths(data_dir: str, split: str) -> Dict[str, str]:
     prefix = os.path.join(data_dir, split)
     return {"input": prefix + ".input", "target": prefix + ".target",
             "metadata": prefix + ".squad.json"}
+
+
+def data_problem(data_dir: str, splits: Sequence[str] = ("train", "valid")) -> Optional[str]:
+    """Why ``data_dir`` is not electra-squad preprocess's output with ``splits``, or None when
+    it is: what the squad task reads, dict.txt and each split's :func:`split_paths`."""
+    return lacks(data_dir, ["dict.txt"] + [
+        f"{split}{part}" for split in splits for part in (
+            ".input.bin", ".input.idx", ".target.bin", ".target.idx", ".squad.json")])
 
 
 def write_split(data_dir, split, data: SquadData, windows, offsets, vocab_size,

@@ -24,11 +24,18 @@ import torch.nn.functional as F
 from ..errors import ElectraUsageError
 from ..models.generators.fast_electra import MASKED_LM_PARTS
 from ..optional import require
+from .checkpoint_kind import PRETRAINING, read_kind
 
 SCORERS = ("electric", "mlm")
 BLEU_FEATURE = "re-ranking n-best lists by BLEU"
 SCORE_HEADER = ("id", "hypothesis", "model_score", "language_score")
 HEADER_LINE = "\t".join(SCORE_HEADER)
+MLM_NEEDS = ("--scorer mlm needs a masked LM: an electra pre-training checkpoint (its generator) "
+             "or an --objective mlm one; use --scorer electric for a checkpoint with a "
+             "discriminator_head")
+ELECTRIC_NEEDS = ("--scorer electric reads the discriminator_head's energies: give a "
+                  "pre-training checkpoint that has one (--objective electric or electra), or "
+                  "use --scorer mlm")
 
 
 # ------------------------------------------------------------------------------ scorers
@@ -46,10 +53,22 @@ def masked_lm(model):
         parts = getattr(model, encoder.rstrip("."), None), getattr(model, head.rstrip("."), None)
         if all(part is not None for part in parts):
             return parts
-    raise ElectraUsageError(
-        "--scorer mlm needs a masked LM: an electra pre-training checkpoint (its generator) or "
-        "an --objective mlm one; use --scorer electric for a checkpoint with a "
-        "discriminator_head")
+    raise ElectraUsageError(MLM_NEEDS)
+
+
+def check_checkpoint(path: str, kind: str) -> None:
+    """Before its data is read: ``path`` is a pre-training checkpoint holding what the
+    scorer reads (:data:`MASKED_LM_PARTS` for mlm, the discriminator_head for electric)."""
+    checkpoint = read_kind(path)
+    if checkpoint.task != PRETRAINING:
+        raise checkpoint.refusal(f"--scorer {kind} needs a pre-training checkpoint (task "
+                                 f"electra), whose heads score sentences")
+    if kind == "mlm" and not any(checkpoint.has(encoder) and checkpoint.has(head)
+                                 for encoder, head in MASKED_LM_PARTS):
+        raise ElectraUsageError(f"--checkpoint {path} holds no masked LM; {MLM_NEEDS}")
+    if kind == "electric" and not checkpoint.has("discriminator_head."):
+        raise ElectraUsageError(f"--checkpoint {path} holds no discriminator_head; "
+                                f"{ELECTRIC_NEEDS}")
 
 
 class SentenceScorer:
@@ -67,10 +86,7 @@ class SentenceScorer:
         if batch_size < 1:
             raise ElectraUsageError(f"--batch-size {batch_size} must be at least 1")
         if kind == "electric" and getattr(model, "discriminator_head", None) is None:
-            raise ElectraUsageError(
-                "--scorer electric reads the discriminator_head's energies: give a "
-                "pre-training checkpoint that has one (--objective electric or electra), or "
-                "use --scorer mlm")
+            raise ElectraUsageError(ELECTRIC_NEEDS)
         if kind == "mlm":
             self.encoder, self.head = masked_lm(model)
             if mask_idx is None:

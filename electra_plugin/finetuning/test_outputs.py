@@ -8,9 +8,10 @@ import os
 from typing import List
 
 from ..errors import ElectraUsageError
-from ..glue import TEST_OUTPUTS, get_task
+from ..glue import TEST_OUTPUTS, GlueTask, get_task
 from ..models.core.checkpoint_file import require_checkpoint_file
 from ..partial_output import written_whole
+from .checkpoint_kind import read_kind
 from .evaluate import sentence_predictions
 
 STS_RANGE = (0.0, 5.0)
@@ -18,8 +19,13 @@ STS_RANGE = (0.0, 5.0)
 
 def write_test_outputs(checkpoint, data, out_dir, cpu=False) -> List[str]:
     """Predict every test split ``electra-glue preprocess`` binarized into ``data`` and write
-    its server file into ``out_dir``; -> the paths written."""
+    its server file into ``out_dir``; -> the paths written. The checkpoint's kind is checked
+    before the data is read."""
     require_checkpoint_file(checkpoint)
+    finetuned = read_kind(checkpoint)
+    if finetuned.task != "sentence_prediction":
+        raise finetuned.refusal("test-outputs needs one fine-tuned on the task (--task "
+                                "sentence_prediction, as a trial's checkpoint_last.pt)")
     spec_path = os.path.join(data, TEST_OUTPUTS)
     if not os.path.isfile(spec_path):
         raise ElectraUsageError(
@@ -28,6 +34,7 @@ def write_test_outputs(checkpoint, data, out_dir, cpu=False) -> List[str]:
     with open(spec_path) as f:
         spec = json.load(f)
     task = get_task(spec["task"])
+    check_outputs(checkpoint, finetuned.cfg["task"], task)
     os.makedirs(out_dir, exist_ok=True)
     written = []
     predicted = sentence_predictions(checkpoint, data, list(spec["splits"]), cpu)
@@ -47,3 +54,16 @@ def write_test_outputs(checkpoint, data, out_dir, cpu=False) -> List[str]:
             f.writelines(f"{i}\t{v}\n" for i, v in zip(ids, values))
         written.append(path)
     return written
+
+
+def check_outputs(checkpoint, task_cfg, task: GlueTask) -> None:
+    """A sentence_prediction checkpoint predicts what ``task``'s server file holds: its
+    number of classes, or a score for a regression task."""
+    regression = bool(task_cfg.get("regression_target", False))
+    classes = task_cfg.get("num_classes", None)
+    if regression == (task.labels is None) and (regression or classes == task.num_classes):
+        return
+    predicts = "a score (--regression-target)" if regression else f"{classes} classes"
+    needs = "a score" if task.labels is None else f"{task.num_classes} classes"
+    raise ElectraUsageError(f"--checkpoint {checkpoint} predicts {predicts}; {task.name} needs "
+                            f"{needs}: give a checkpoint fine-tuned on {task.name}")

@@ -22,11 +22,15 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from ..data import conll
+from ..data import multiple_choice as mc
 from ..data import squad as sq
 from ..data import squad_answers
+from ..data.binarize import pretraining_data_problem
 from ..errors import PREFIX, ElectraUsageError
-from ..glue import GLUE_TASKS, constant_baseline, get_task, score
+from ..glue import GLUE_TASKS, constant_baseline, data_problem, get_task, score
 from ..partial_output import written_whole
+from .checkpoint_kind import DISCRIMINATOR, PRETRAINING, read_kind
 from .evaluate import sentence_predictions, squad_predictions
 from .statistics import FAILED_MARGIN, Summary, format_summary, summarise
 
@@ -47,6 +51,13 @@ GLUE_SCORE_METRIC = {"CoLA": "mcc", "STS-B": "spearman"}
 GLUE_SCORE_TASKS = ("CoLA", "SST-2", "MRPC", "QQP", "STS-B", "MNLI", "QNLI", "RTE")
 RESULT = "result.json"
 SQUAD_METRICS = ("exact", "f1")  # the official evaluation's EM and F1
+MAX_SEED = 2**31 - 1  # numpy's seeding (fairseq-train's) takes 0..2**32-1; the tasks add epochs
+# the other data directories the preparation commands write: what each is, the command, and
+# why a directory is not one (judged on its training split)
+OTHER_DATA = (("SQuAD", "electra-squad preprocess", sq.data_problem),
+              ("token tagging", "electra-tag preprocess", conll.data_problem),
+              ("multiple-choice", "electra-choice preprocess", mc.data_problem),
+              ("pre-training", "electra-prepare", pretraining_data_problem))
 
 
 @dataclass(frozen=True)
@@ -61,6 +72,15 @@ class TrialTask:
     def is_squad(self) -> bool:
         return self.name == SQUAD
 
+    @property
+    def making(self) -> str:
+        """The command that makes this task's data."""
+        if self.is_squad:
+            return ("electra-squad preprocess --pretrain-data PRETRAIN_DATA --train TRAIN.json "
+                    "--valid DEV.json --destdir DIR")
+        return (f"electra-glue preprocess --task {self.name} --glue-dir GLUE_DIR/{self.name} "
+                f"--pretrain-data PRETRAIN_DATA --destdir DIR")
+
 
 def parse_task(spec: str) -> TrialTask:
     """``NAME=DIR``: a GLUE task (CoLA ... WNLI) or SQuAD, and its preprocessed data."""
@@ -74,6 +94,36 @@ def parse_task(spec: str) -> TrialTask:
                                 f"task with electra-{'squad' if name == SQUAD else 'glue'} "
                                 f"preprocess")
     return TrialTask(name, os.path.abspath(data))
+
+
+def data_kind(directory: str) -> Optional[Tuple[List[str], str]]:
+    """What a preparation command made ``directory`` as, judged on its training split: (the
+    tasks or kinds it fits, e.g. ["QNLI", "RTE"], and the command), or None."""
+    glue = [t.name for t in GLUE_TASKS.values() if data_problem(t, directory, ["train"]) is None]
+    if glue:
+        return glue, "electra-glue preprocess"
+    for name, command, problem in OTHER_DATA:
+        if problem(directory, ["train"]) is None:
+            return [name], command
+    return None
+
+
+def check_data(task: TrialTask) -> None:
+    """The task's directory holds what its fine-tuning and evaluation read (the training and
+    dev splits, labelled), before any run starts: else one line naming the directory, what it
+    is instead or lacks, and the command that makes the right one."""
+    problem = sq.data_problem(task.data) if task.is_squad else \
+        data_problem(GLUE_TASKS[task.name], task.data)
+    if problem is None:
+        return
+    if not os.listdir(task.data):
+        problem = "is empty"
+    else:
+        kind = data_kind(task.data)
+        if kind and task.name not in kind[0]:
+            problem = f"is {' or '.join(kind[0])} data ({kind[1]}), not {task.name} data"
+    raise ElectraUsageError(f"--task {task.name}: {task.data} {problem}; make {task.name} data "
+                            f"with {task.making}")
 
 
 @dataclass(frozen=True)
@@ -94,10 +144,13 @@ def from_checkpoint(path: str, label: str = "pre-trained") -> Start:
     """A Start that fine-tunes ``path``, with the model options it was trained with."""
     # reads the config, runs nothing of the file
     from ..models.bodies import body_named
-    from ..models.core.checkpoint import load_checkpoint
     from ..models.core.config import cli_options
 
-    model_cfg = load_checkpoint(path)["cfg"]["model"]
+    checkpoint = read_kind(path)
+    if checkpoint.task not in (PRETRAINING, DISCRIMINATOR):
+        raise checkpoint.refusal("trials fine-tune a pre-training checkpoint (task electra) or "
+                                 "its discriminator (electra-extract)")
+    model_cfg = checkpoint.cfg["model"]
     args = ["--arch", model_cfg.get("arch", None) or model_cfg.get("_name")]
     body = body_named(model_cfg.get("encoder_body", None) or "bert")
     args += cli_options(model_cfg, ("num_layers", "hidden_size", "num_heads", "ffn_size",
@@ -126,6 +179,14 @@ class Recipe:
     cpu: bool = False
     extra: Tuple[str, ...] = ()  # more fairseq-train options, last (they win)
 
+    def __post_init__(self):
+        """Counts checked before anything runs."""
+        for option, value in (("--batch-size", self.batch_size), ("--max-update", self.max_update)):
+            if value is not None and value < 1:
+                raise ElectraUsageError(f"{option} {value} must be at least 1")
+        if self.epochs is not None and not self.epochs > 0:
+            raise ElectraUsageError(f"--epochs {self.epochs:g} must be more than 0")
+
     def size_values(self, arch: str) -> Tuple[float, float]:
         lr, decay = SIZE_RECIPES.get(arch, SIZE_RECIPES[DEFAULT_SIZE])
         return (lr if self.lr is None else self.lr,
@@ -144,11 +205,27 @@ class Trial:
         return os.path.join(self.save_dir, RESULT)
 
 
-def plan(tasks: Sequence[TrialTask], start: Start, seeds: Sequence[int], workdir: str,
-         arm_dir: Optional[str] = None) -> List[Trial]:
-    """One trial per task and seed, each in ``workdir/[arm_dir/]TASK/seed-S``."""
+def check_seeds(seeds: Sequence[int]) -> List[int]:
+    """At least one seed, none twice, each one fairseq-train takes."""
+    seeds = list(seeds)
+    if not seeds:
+        raise ElectraUsageError("no seeds: give --seeds S ... or --trials N")
     if len(set(seeds)) != len(seeds):
         raise ElectraUsageError(f"--seeds {' '.join(map(str, seeds))} repeats a seed")
+    wrong = [s for s in seeds if not 0 <= s <= MAX_SEED]
+    if wrong:
+        raise ElectraUsageError(f"--seeds {wrong[0]}: a seed is a whole number from 0 to "
+                                f"{MAX_SEED}")
+    return seeds
+
+
+def plan(tasks: Sequence[TrialTask], start: Start, seeds: Sequence[int], workdir: str,
+         arm_dir: Optional[str] = None) -> List[Trial]:
+    """One trial per task and seed, each in ``workdir/[arm_dir/]TASK/seed-S``; the seeds and
+    each task's data checked first."""
+    check_seeds(seeds)
+    for task in dict.fromkeys(tasks):
+        check_data(task)
     base = os.path.join(workdir, arm_dir) if arm_dir else workdir
     return [Trial(task, start, seed, os.path.join(base, task.name, f"seed-{seed}"))
             for task in tasks for seed in seeds]
@@ -160,11 +237,7 @@ def training_examples(task: TrialTask) -> int:
         return len(sq.SquadMetadata.load(sq.split_paths(task.data, "train")["metadata"]).windows)
     from fairseq.data.indexed_dataset import MMapIndexedDataset
 
-    path = os.path.join(task.data, "input0", "train")
-    if not os.path.isfile(path + ".idx"):
-        raise ElectraUsageError(f"{task.data} has no training split (input0/train.idx); "
-                                f"preprocess the task with electra-glue preprocess")
-    return len(MMapIndexedDataset(path))
+    return len(MMapIndexedDataset(os.path.join(task.data, "input0", "train")))
 
 
 def finetune_command(trial: Trial, recipe: Recipe) -> List[str]:

@@ -1,7 +1,7 @@
 """Runs on several machines, and runs resumed on another number of processes.
 
 fairseq trains on several nodes (torchrun, SLURM, or ``--distributed-init-method``) but has
-no hook for three things a long run needs there, so :func:`install` wraps three of its
+no hook for three things a long run needs there, so :func:`install` wraps four of its
 functions; each only adds to what fairseq does (docs/long_runs.md, "Several nodes"):
 
 - ``distributed_utils._infer_torch_distributed_launch_init``: under torchrun fairseq takes
@@ -12,9 +12,12 @@ functions; each only adds to what fairseq does (docs/long_runs.md, "Several node
   the epoch, which counts batches *per process*.
 - ``Trainer.load_checkpoint``: every process must see the checkpoint rank 0 resumes from
   (a ``--save-dir`` on a node's own disk would leave the others starting from scratch, or
-  waiting forever); a run resumed on another number of processes continues the epoch where
-  it stopped, its position converted to the new count, or is refused in one line where the
-  same batches cannot be continued. The global batch kept is ``--global-batch-size``'s.
+  waiting forever); the saved layout and this run's go with the epoch position to
+- ``EpochBatchIterator.load_state_dict``: where fairseq restores the position (not under
+  ``--reset-dataloader`` or ``--finetune-from-model``), a run resumed on another number of
+  processes continues the epoch where it stopped, its position converted to the new count,
+  or is refused in one line where the same batches cannot be continued. The global batch
+  kept is ``--global-batch-size``'s.
 """
 
 import functools
@@ -22,6 +25,7 @@ import logging
 import os
 
 import torch
+from fairseq.data.iterators import EpochBatchIterator
 from fairseq.distributed import utils as distributed_utils
 from fairseq.trainer import Trainer
 
@@ -39,19 +43,20 @@ def install() -> None:
     launch_init = distributed_utils._infer_torch_distributed_launch_init
     distributed_utils._infer_torch_distributed_launch_init = functools.wraps(launch_init)(
         functools.partial(_device_from_local_rank, launch_init))
-    _wrap_method("save_checkpoint", _record_layout)
-    _wrap_method("load_checkpoint", _continue_on_this_layout)
+    _wrap_method(Trainer, "save_checkpoint", _record_layout)
+    _wrap_method(Trainer, "load_checkpoint", _continue_on_this_layout)
+    _wrap_method(EpochBatchIterator, "load_state_dict", _restore_position)
     Trainer.load_checkpoint.electra_scale_out = True
 
 
-def _wrap_method(name, wrapper):
-    original = getattr(Trainer, name)
+def _wrap_method(cls, name, wrapper):
+    original = getattr(cls, name)
 
     @functools.wraps(original)
     def method(self, *args, **kwargs):
         return wrapper(original, self, *args, **kwargs)
 
-    setattr(Trainer, name, method)
+    setattr(cls, name, method)
 
 
 def _device_from_local_rank(original, cfg):
@@ -84,10 +89,21 @@ def _continue_on_this_layout(original, trainer, filename, *args, **kwargs):
     extra_state = original(trainer, filename, *args, **kwargs)
     saved = (extra_state or {}).get(LAYOUT)
     position = (extra_state or {}).get("train_iterator")
-    if saved and position:
-        extra_state["train_iterator"] = dict(position, iterations_in_epoch=continued_position(
-            saved, layout_of(trainer), position.get("iterations_in_epoch", 0), filename))
+    if saved and position:  # converted only if fairseq restores it (not --reset-dataloader,
+        # not --finetune-from-model): see _restore_position
+        extra_state["train_iterator"] = dict(
+            position, **{LAYOUT: (saved, layout_of(trainer), filename)})
     return extra_state
+
+
+def _restore_position(original, iterator, state):
+    state = dict(state)
+    layouts = state.pop(LAYOUT, None)
+    if layouts:
+        saved, now, filename = layouts
+        state["iterations_in_epoch"] = continued_position(
+            saved, now, state.get("iterations_in_epoch", 0), filename)
+    return original(iterator, state)
 
 
 def _every_rank_sees(trainer, filename) -> None:

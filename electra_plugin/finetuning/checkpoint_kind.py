@@ -1,0 +1,43 @@
+"""What a checkpoint was trained for, read from its config (``cfg.task._name``) before a
+command uses it: pre-training, the discriminator alone, or fine-tuning on a task. A command
+that needs one kind refuses another in one line, before it reads any data or starts a run,
+instead of failing inside fairseq on what that other kind lacks."""
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+from ..errors import ElectraUsageError
+from ..models.core.checkpoint import load_checkpoint, task_name
+
+PRETRAINING = "electra"  # the generator and the discriminator with their pre-training heads
+DISCRIMINATOR = "masked_lm"  # the discriminator alone: electra-extract, electra-convert import
+
+
+@dataclass(frozen=True)
+class CheckpointKind:
+    path: str
+    cfg: object  # the checkpoint's config (a DictConfig)
+    weights: Tuple[str, ...]  # the names of its tensors
+
+    @property
+    def task(self) -> Optional[str]:
+        return task_name(self.cfg.get("task", None))
+
+    def has(self, prefix: str) -> bool:
+        return any(name.startswith(prefix) for name in self.weights)
+
+    def refusal(self, need: str) -> ElectraUsageError:
+        """``--checkpoint PATH is <its kind>; <need>``."""
+        if self.task == PRETRAINING:
+            kind = "a pre-training checkpoint (task electra)"
+        elif self.task == DISCRIMINATOR:
+            kind = "a discriminator alone (task masked_lm: electra-extract, electra-convert import)"
+        else:
+            kind = f"a checkpoint fine-tuned with --task {self.task}"
+        return ElectraUsageError(f"--checkpoint {self.path} is {kind}; {need}")
+
+
+def read_kind(path: str) -> CheckpointKind:
+    """The config and tensor names of the checkpoint at ``path`` (its weights let go)."""
+    state = load_checkpoint(path)
+    return CheckpointKind(path, state["cfg"], tuple(state["model"]))
