@@ -51,7 +51,7 @@ def write_error(destination, reason: str) -> ElectraUsageError:
 
 def unusable_destination(what: str, error: OSError) -> ElectraUsageError:
     """A destination refused before anything was written (it cannot be created, or a probe
-    file cannot be written): ``what`` (``cannot create --destdir 'x'``), why, and the fix."""
+    file cannot be written): ``what`` (``cannot create --out-dir 'x'``), why, and the fix."""
     reason = error.strerror or str(error)
     return ElectraUsageError(f"{what}: {reason}; {_fix(reason)}")
 

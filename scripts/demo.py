@@ -78,7 +78,7 @@ def prepare_corpus(workdir, corpus=None, vocab_size=8000):
     if not os.path.isfile(os.path.join(data, "train.bin")):
         step(f"2. Vocabulary (sentencepiece, {vocab_size} pieces) and binarized data")
         run([sys.executable, "-m", "electra_plugin.cli.prepare", "--train", corpus,
-             "--destdir", data, "--sentencepiece-vocab-size", vocab_size], show_all=True)
+             "--out-dir", data, "--sentencepiece-vocab-size", vocab_size], show_all=True)
     return data
 
 
@@ -92,7 +92,7 @@ def prepare_sentiment(workdir, data):
     sentiment_bin = os.path.join(workdir, "sentiment-bin")
     if not os.path.isfile(os.path.join(sentiment_bin, "label", "dict.txt")):
         run([sys.executable, "-m", "electra_plugin.cli.glue", "preprocess", "--task", "SST-2",
-             "--glue-dir", sentiment, "--pretrain-data", data, "--destdir", sentiment_bin,
+             "--glue-dir", sentiment, "--pretrain-data", data, "--out-dir", sentiment_bin,
              "--force"], show_all=True)
     return sentiment_bin
 

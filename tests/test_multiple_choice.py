@@ -223,7 +223,7 @@ def test_sentence_ranking_train_and_evaluate(tmp_path, spm_data):
     assert task_cfg._name == "sentence_ranking" and task_cfg.num_classes == 4
 
     proc = run(command("choice", "evaluate", "--checkpoint", checkpoint, "--data", data,
-                       "--split", "valid", "--predictions", tmp_path / "valid.txt", "--cpu"))
+                       "--split", "valid", "--out", tmp_path / "valid.txt", "--cpu", "--json"))
     assert proc.returncode == 0, failure("electra-choice evaluate", proc)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     predicted = [int(x) for x in (tmp_path / "valid.txt").read_text().split()]
@@ -260,7 +260,7 @@ def test_sentence_ranking_train_and_evaluate(tmp_path, spm_data):
     assert len((tmp_path / "test.txt").read_text().split()) == 5
     evaluate = ["evaluate", "--checkpoint", checkpoint, "--data", data, "--cpu"]
     assert_main_error(choice_cli.main, [*evaluate, "--split", "test"], "no labels",
-                      "--predictions")
+                      "--out")
     assert_main_error(choice_cli.main, [*evaluate, "--head", "nope"],
                       "no classification head named 'nope'")
     assert_main_error(choice_cli.main, [*evaluate, "--split", "valid1"],

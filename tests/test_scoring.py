@@ -240,7 +240,7 @@ def test_rerank_command_with_precomputed_score_files(tmp_path, capsys):
     score_cli.main([str(a) for a in (
         "rerank", "--nbest", files["dev"][0], "--lm-scores", files["dev"][1], "--weight-search",
         "--grid", ",".join(map(str, GRID)), "--test", files["test"][0], "--test-lm-scores",
-        files["test"][1], "--out", out)])
+        files["test"][1], "--out", out, "--json")])
     printed = capsys.readouterr().out.splitlines()
     result = json.loads(printed[-1])
     assert result["weight"] == 0.1 and [w for w, _ in result["grid"]] == GRID

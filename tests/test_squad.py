@@ -489,7 +489,8 @@ def test_finetune_then_predict(tmp_path, squad_bin, pretrained, capsys):
 
     out = tmp_path / "pred"
     proc = run([*SQUAD, "predict", "--checkpoint", save / "checkpoint_last.pt",
-                "--data", squad_bin["2.0"], "--split", "valid", "--out-dir", out, "--cpu"])
+                "--data", squad_bin["2.0"], "--split", "valid", "--out-dir", out, "--cpu",
+                "--json"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     predictions = json.loads((out / "predictions.json").read_text())
     assert sorted(predictions) == ["q1", "q2", "q3", "q4", "q5"]
@@ -502,7 +503,7 @@ def test_finetune_then_predict(tmp_path, squad_bin, pretrained, capsys):
     assert sorted(json.loads((out / "null_odds.json").read_text())) == sorted(predictions)
     # the stand-alone evaluation of predictions.json agrees
     gold = write_json(tmp_path / "gold.json", squad_json())
-    assert squad_cli.main(["evaluate", str(gold), str(out / "predictions.json")]) == 0
+    assert squad_cli.main(["evaluate", str(gold), str(out / "predictions.json"), "--json"]) == 0
     standalone = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert standalone["exact"] == scores["exact"] and standalone["f1"] == scores["f1"]
 

@@ -106,7 +106,7 @@ def finetune_and_predict(tmp_path, data, pretrained, *model):
     out = tmp_path / "valid.predictions.conll"
     assert tag_cli.main(["predict", "--checkpoint", str(save / "checkpoint_last.pt"),
                          "--data", str(data), "--split", "valid", "--out", str(out),
-                         "--cpu"]) == 0
+                         "--cpu", "--json"]) == 0
     return out
 
 

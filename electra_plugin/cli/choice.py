@@ -13,16 +13,14 @@ Subcommands:
 
 Example:
   electra-choice preprocess --pretrain-data data-bin/news --train swag/train.csv \\
-      --valid swag/val.csv --destdir data-bin/swag
+      --valid swag/val.csv --out-dir data-bin/swag
   fairseq-train data-bin/swag --user-dir electra_plugin --task sentence_ranking \\
       --criterion sentence_ranking --num-classes 4 --init-token 0 --separator-token 2 \\
       --max-positions 512 --arch electra_small --finetune-from-model ck.pt ...
   electra-choice evaluate --checkpoint checkpoints/checkpoint_best.pt \\
-      --data data-bin/swag --split valid [--predictions valid.txt] [--cpu]
+      --data data-bin/swag --split valid [--out valid.txt] [--json] [--cpu]
 """
 
-import argparse
-import json
 import logging
 import os
 import sys
@@ -31,6 +29,7 @@ from electra_plugin.data import multiple_choice as mc
 from electra_plugin.data.binarize import writable_destdir
 from electra_plugin.data.dictionary import load_dictionary
 from electra_plugin.data.tokenizer import load_tokenizer
+from electra_plugin.cli.vocabulary import add_json, command_parser, print_result, renamed, subcommand
 from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.output_dir import refuse_existing
 from electra_plugin.partial_output import removed_on_failure, written_whole
@@ -58,17 +57,17 @@ def preprocess(args):
             raise ElectraUsageError(
                 f"{inputs[name]} has {len(examples[0].options)} choices per example, "
                 f"{inputs[first]} {choices}; the model ranks one number of options")
-    with removed_on_failure(args.destdir):  # the directory too, when this run made it
-        writable_destdir(args.destdir)
-        refuse_existing(args.destdir, args.force)
-        cut = mc.write_data_dir(args.destdir, data, tokenizer, dictionary,
+    with removed_on_failure(args.out_dir):  # the directory too, when this run made it
+        writable_destdir(args.out_dir)
+        refuse_existing(args.out_dir, args.force)
+        cut = mc.write_data_dir(args.out_dir, data, tokenizer, dictionary,
                                 os.path.join(args.pretrain_data, "dict.txt"), args.max_seq_len)
-        tokenizer.save_to(args.destdir)  # the hub interface encodes text with it
+        tokenizer.save_to(args.out_dir)  # the hub interface encodes text with it
     for name, examples in data.items():
         logger.info(f"{name}: {len(examples)} examples"
                     f"{'' if examples[0].label is not None else ' (unlabelled)'}, "
                     f"{cut[name]} cut to {args.max_seq_len} tokens")
-    logger.info(f"wrote {args.destdir}: train with --task sentence_ranking --criterion "
+    logger.info(f"wrote {args.out_dir}: train with --task sentence_ranking --criterion "
                 f"sentence_ranking --num-classes {choices} --init-token 0 "
                 f"--separator-token 2 --max-positions {args.max_seq_len}")
 
@@ -90,31 +89,29 @@ def evaluate(args):
     if task.args.num_classes is None:  # an imported ElectraForMultipleChoice: the data's
         task.args.num_classes = mc.choices_in(task.args.data)
     if not mc.check_split(task.args.data, args.split, task.args.num_classes) and \
-            not args.predictions:
+            not args.out:
         raise ElectraUsageError(f"the {args.split} split of {task.args.data} has no labels to "
-                                f"score; pass --predictions to write its chosen options")
+                                f"score; pass --out to write its chosen options")
     head = args.head or getattr(task.args, "ranking_head_name", DEFAULT_HEAD)
     device = inference_device(args.cpu)
     scores, gold = mc.option_scores(model.to(device), task, args.split, head, device,
                                     args.batch_size)
     chosen = scores.argmax(dim=1).tolist()
-    if args.predictions:
-        with written_whole(args.predictions) as partial, open(partial, "w") as f:
+    if args.out:
+        with written_whole(args.out) as partial, open(partial, "w") as f:
             f.writelines(f"{c}\n" for c in chosen)
-        logger.info(f"wrote {args.predictions}")
+        logger.info(f"wrote {args.out}")
     result = {"split": args.split, "examples": len(chosen)}
     if gold is not None:
         result["accuracy"] = 100.0 * sum(c == g for c, g in zip(chosen, gold)) / len(gold)
-    print(json.dumps(result))
+    print_result(result, args.json, f"multiple choice {args.split}")
     return result.get("accuracy")
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="electra-choice", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split("\n\n", 1)[1])
+def build_parser():
+    p = command_parser("electra-choice", __doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    pp = sub.add_parser("preprocess", help="multiple choice files -> data for sentence_ranking")
+    pp = subcommand(sub, "preprocess", "multiple choice files -> data for sentence_ranking")
     pp.add_argument("--pretrain-data", required=True,
                     help="pre-training data directory (dict.txt and the tokenizer)")
     pp.add_argument("--train", help="training file (RACE: also a directory of articles)")
@@ -122,23 +119,30 @@ def parse_args(argv=None):
     pp.add_argument("--test", help="test file (labels optional)")
     pp.add_argument("--format", choices=mc.FORMATS,
                     help="default: from the suffix (.csv swag, .jsonl jsonl, .json/.txt race)")
-    pp.add_argument("--destdir", required=True)
+    pp.add_argument("--out-dir", required=True, help="writes the binarized data here")
     pp.add_argument("--max-seq-len", type=int, default=MAX_POSITIONS,
                     help="tokens of <s> option </s> </s> context </s>; longer examples are cut")
-    pp.add_argument("--force", action="store_true", help="write into a non-empty --destdir")
+    pp.add_argument("--force", action="store_true", help="write into a non-empty --out-dir")
+    renamed(pp, "--destdir", "--out-dir")
     pp.set_defaults(run=preprocess)
-    ev = sub.add_parser("evaluate", help="a checkpoint's accuracy and chosen options")
+    ev = subcommand(sub, "evaluate", "a checkpoint's accuracy and chosen options")
     ev.add_argument("--checkpoint", required=True, help="a checkpoint of --task sentence_ranking")
     ev.add_argument("--data", help="electra-choice preprocess output (default: the checkpoint's)")
-    ev.add_argument("--split", default="valid")
+    ev.add_argument("--split", default="valid", help="the split to evaluate")
     ev.add_argument("--head", help="the ranking head (default: the checkpoint's "
                                    f"--ranking-head-name, else {DEFAULT_HEAD})")
-    ev.add_argument("--predictions", help="write the chosen option (0..N-1) per example here")
-    ev.add_argument("--batch-size", type=int, default=32)
+    ev.add_argument("--out", help="write the chosen option (0..N-1) per example here")
+    ev.add_argument("--batch-size", type=int, default=32, help="examples per batch")
+    add_json(ev)
     ev.add_argument("--cpu", action="store_true",
                     help="run on the CPU (default: the GPU when there is one)")
+    renamed(ev, "--predictions", "--out")
     ev.set_defaults(run=evaluate)
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None):
+    return build_parser().parse_args(argv)
 
 
 def main(argv=None):

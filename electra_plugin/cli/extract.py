@@ -5,11 +5,13 @@ the discriminator encoder, no optimizer state, and loads with --restore-file /
 --finetune-from-model into any fine-tuning task, the hub interface, or electra-convert.
 Its task is fairseq's masked_lm, which reads the same dict.txt (+ <mask>) as the electra task.
 
-    electra-extract checkpoints/checkpoint_best.pt --out disc.pt
+Example:
+  electra-extract --checkpoint checkpoints/checkpoint_best.pt --out disc.pt
 """
 
-import argparse
 import sys
+
+from electra_plugin.cli.vocabulary import command_parser, positional_renamed, renamed
 
 from electra_plugin.models.core.checkpoint import load_checkpoint, write_checkpoint
 from electra_plugin.errors import ElectraUsageError, command_line
@@ -35,14 +37,20 @@ def extract(checkpoint, out, overwrite=False):
     return path
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(prog="electra-extract", description=__doc__.split("\n")[0])
-    p.add_argument("checkpoint", help="a pre-training checkpoint of the electra task")
+def build_parser():
+    p = command_parser("electra-extract", __doc__)
+    p.add_argument("--checkpoint", required=True,
+                   help="a pre-training checkpoint of the electra task")
     p.add_argument("--out", required=True, help="where to write the discriminator checkpoint")
-    p.add_argument("--force", "--overwrite", dest="overwrite", action="store_true",
-                   help="replace an existing --out file")
-    args = p.parse_args(argv)
-    extract(args.checkpoint, args.out, args.overwrite)
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
+    positional_renamed(p, "--checkpoint")
+    renamed(p, "--overwrite", "--force")
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    extract(args.checkpoint, args.out, args.force)
 
 
 def cli():

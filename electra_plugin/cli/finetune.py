@@ -12,17 +12,17 @@ Subcommands:
 
 Examples:
   electra-finetune trials --checkpoint ck/checkpoint_last.pt --task RTE=data-bin/RTE \\
-      --task SST-2=data-bin/SST-2 --trials 10 --workdir trials/electra-small
+      --task SST-2=data-bin/SST-2 --trials 10 --out-dir trials/electra-small
   electra-finetune trials --arch electra_small --task RTE=data-bin/RTE --trials 10 \\
-      --workdir trials/random-init
+      --out-dir trials/random-init
   electra-finetune test-outputs --checkpoint trials/.../checkpoint_last.pt \\
       --data data-bin/MNLI --out-dir glue-submission
 """
 
-import argparse
 import shlex
 import sys
 
+from electra_plugin.cli.vocabulary import command_parser, renamed, subcommand
 from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.finetuning import trials as tr
 
@@ -49,11 +49,11 @@ def run_trials(args):
     else:
         raise ElectraUsageError("give --checkpoint CHECKPOINT or --arch ARCH (random "
                                 "initialisation)")
-    trials = tr.plan(tasks, start, seeds, args.workdir)
+    trials = tr.plan(tasks, start, seeds, args.out_dir)
     results = tr.run_trials(trials, recipe, jobs=args.jobs)
     rows = tr.report_rows(results)
     tr.print_rows(rows)
-    json_path, md_path = tr.write_report(rows, results, args.workdir)
+    json_path, md_path = tr.write_report(rows, results, args.out_dir)
     score = tr.glue_score(rows, start.label)
     if score:
         print(f"GLUE score (mean of the task medians, {score[1]} tasks): {score[0]:.2f}")
@@ -68,13 +68,11 @@ def test_outputs(args):
         print(f"wrote {path}")
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="electra-finetune", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split("\n\n", 1)[1])
+def build_parser():
+    p = command_parser("electra-finetune", __doc__)
     sub = p.add_subparsers(dest="command", required=True)
 
-    t = sub.add_parser("trials", help="N fine-tuning runs per task, median first")
+    t = subcommand(sub, "trials", "N fine-tuning runs per task, median first")
     t.add_argument("--task", action="append", required=True, metavar="NAME=DIR",
                    help="a GLUE task (CoLA, SST-2, MRPC, QQP, STS-B, MNLI, QNLI, RTE, WNLI; "
                         "the sentiment set is SST-2) or SQuAD, and its preprocessed data; "
@@ -89,8 +87,8 @@ def parse_args(argv=None):
     t.add_argument("--trials", type=int, default=10,
                    help="seeds 1..N (default 10, the paper's appendix)")
     t.add_argument("--seeds", type=int, nargs="+", help="these seeds instead of 1..--trials")
-    t.add_argument("--workdir", required=True,
-                   help="each run in WORKDIR/TASK/seed-S; trials.json and trials.md here")
+    t.add_argument("--out-dir", required=True,
+                   help="each run in OUT_DIR/TASK/seed-S; trials.json and trials.md here")
     t.add_argument("--lr", type=float, help="default: the size's official lr (Small 3e-4, "
                                             "Base 1e-4, Large 5e-5)")
     t.add_argument("--layer-decay", type=float,
@@ -98,17 +96,17 @@ def parse_args(argv=None):
     t.add_argument("--epochs", type=float,
                    help="default: official (3; 10 for RTE and STS-B; 2 for SQuAD)")
     t.add_argument("--max-update", type=int, help="updates per run instead of --epochs")
-    t.add_argument("--batch-size", type=int, default=32)
+    t.add_argument("--batch-size", type=int, default=32, help="sequences per update")
     t.add_argument("--jobs", type=int, default=1,
                    help="runs at once, each with cores/jobs threads (default 1)")
     t.add_argument("--cpu", action="store_true", help="train and evaluate on the CPU")
     t.add_argument("--fairseq-options", type=shlex.split, default=[],
                    help="more fairseq-train options for every run, one quoted string "
                         "(--fairseq-options='--dropout 0.2'); they come last and win")
+    renamed(t, "--workdir", "--out-dir")
     t.set_defaults(run=run_trials)
 
-    o = sub.add_parser("test-outputs", help="test-set predictions as the GLUE server reads "
-                                             "them")
+    o = subcommand(sub, "test-outputs", "test-set predictions as the GLUE server reads them")
     o.add_argument("--checkpoint", required=True, help="a fine-tuned checkpoint of the task")
     o.add_argument("--data", required=True,
                    help="the task's electra-glue preprocess output, with its test split(s)")
@@ -116,7 +114,11 @@ def parse_args(argv=None):
                                                     "MNLI-m.tsv, MNLI-mm.tsv, AX.tsv ...)")
     o.add_argument("--cpu", action="store_true", help="predict on the CPU")
     o.set_defaults(run=test_outputs)
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None):
+    return build_parser().parse_args(argv)
 
 
 def main(argv=None):

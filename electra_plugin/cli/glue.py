@@ -14,9 +14,9 @@ lr and layer-wise lr decay).
 
 Examples:
   electra-glue preprocess --task RTE --glue-dir glue_data/RTE \\
-      --pretrain-data data-bin/news --destdir data-bin/RTE
+      --pretrain-data data-bin/news --out-dir data-bin/RTE
   electra-glue evaluate --task RTE --checkpoint ck/checkpoint_best.pt \\
-      --data data-bin/RTE [--split valid] [--predictions out.tsv] [--cpu]
+      --data data-bin/RTE [--split valid] [--out predictions.txt] [--json] [--cpu]
 """
 
 import argparse
@@ -29,6 +29,8 @@ import tempfile
 from electra_plugin.data.binarize import fairseq_preprocess
 from electra_plugin.data.dictionary import load_dictionary
 from electra_plugin.data.tokenizer import load_tokenizer
+from electra_plugin.cli.vocabulary import (add_json, command_parser, print_result, renamed,
+                                           subcommand)
 from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.output_dir import refuse_existing
 from electra_plugin.partial_output import removed_on_failure
@@ -67,7 +69,7 @@ def test_file(args, test):
 
 
 def preprocess(args):
-    with removed_on_failure(args.destdir):  # a failed run leaves no output that looks whole
+    with removed_on_failure(args.out_dir):  # a failed run leaves no output that looks whole
         return _preprocess(args)
 
 
@@ -79,7 +81,7 @@ def _preprocess(args):
     load_dictionary(args.pretrain_data)  # its one error for a missing or malformed dict.txt
     srcdict = os.path.join(args.pretrain_data, "dict.txt")
     tokenizer = load_tokenizer(args.pretrain_data)
-    refuse_existing(args.destdir, args.force)
+    refuse_existing(args.out_dir, args.force)
 
     # fairseq names: train, valid (valid1 ... for MNLI's second dev set), test (test1 ...)
     splits = [("train", "train", None)]
@@ -136,9 +138,9 @@ def _preprocess(args):
             return opts
 
         for i in range(len(task.text_columns)):
-            fairseq_preprocess(os.path.join(args.destdir, f"input{i}"), srcdict,
+            fairseq_preprocess(os.path.join(args.out_dir, f"input{i}"), srcdict,
                                option_prefixes(f"input{i}"), args.workers, logger.info)
-        label_dir = os.path.join(args.destdir, "label")
+        label_dir = os.path.join(args.out_dir, "label")
         if task.labels is None:  # regression: sentence_prediction reads raw label files
             os.makedirs(label_dir, exist_ok=True)
             for name, labelled in prefixes.items():
@@ -151,11 +153,11 @@ def _preprocess(args):
                 f.writelines(f"{label} 1\n" for label in task.labels)
             fairseq_preprocess(label_dir, label_dict, option_prefixes("label", True),
                                args.workers, logger.info)
-    tokenizer.save_to(args.destdir)  # the hub interface encodes text with it
+    tokenizer.save_to(args.out_dir)  # the hub interface encodes text with it
     if test_outputs:  # what electra-finetune test-outputs names its predictions by
-        with open(os.path.join(args.destdir, TEST_OUTPUTS), "w") as f:
+        with open(os.path.join(args.out_dir, TEST_OUTPUTS), "w") as f:
             json.dump({"task": task.name, "splits": test_outputs}, f)
-    logger.info(f"wrote {args.destdir} ({task.name}, {task.num_classes} "
+    logger.info(f"wrote {args.out_dir} ({task.name}, {task.num_classes} "
                 f"{'output' if task.labels is None else 'classes'})")
 
 
@@ -170,34 +172,28 @@ def evaluate(args):
             f"the {args.split} split of {args.data} has no labels to score; write its "
             f"predictions for the benchmark's server with electra-finetune test-outputs")
     results = score(glue_task, preds, gold)
-    if args.predictions:
-        with open(args.predictions, "w") as f:
+    if args.out:
+        with open(args.out, "w") as f:
             for value in preds:
                 f.write(f"{value:.6f}\n" if glue_task.labels is None
                         else glue_task.labels[value] + "\n")
-    if args.json:
-        print(json.dumps({"task": glue_task.name, "split": args.split, "n": len(gold),
-                          **results}))
-    else:
-        shown = ", ".join(f"{name} {value:.2f}" for name, value in results.items())
-        print(f"{glue_task.name} {args.split} ({len(gold)} examples): {shown}")
+    print_result({"task": glue_task.name, "split": args.split, "n": len(gold), **results},
+                 args.json, f"{glue_task.name} {args.split}")
     return results
 
 
 # ------------------------------------------------------------------------------------ main
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="electra-glue", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split("\n\n", 1)[1])
+def build_parser():
+    p = command_parser("electra-glue", __doc__)
     sub = p.add_subparsers(dest="command", required=True)
 
-    pp = sub.add_parser("preprocess", help="GLUE TSVs -> binarized data for sentence_prediction")
+    pp = subcommand(sub, "preprocess", "GLUE TSVs -> binarized data for sentence_prediction")
     pp.add_argument("--task", required=True, help="GLUE task name, e.g. RTE, MNLI, STS-B")
     pp.add_argument("--glue-dir", required=True,
                     help="the task's directory in the official layout (train.tsv, dev.tsv ...)")
     pp.add_argument("--pretrain-data", required=True,
                     help="pre-training data directory (dict.txt + tokenizer from electra-prepare)")
-    pp.add_argument("--destdir", required=True)
+    pp.add_argument("--out-dir", required=True, help="writes the binarized task here")
     pp.add_argument("--max-seq-len", type=int, default=128,
                     help="tokens per example with <s> and </s> (official GLUE: 128)")
     pp.add_argument("--double-unordered", action=argparse.BooleanOptionalAction,
@@ -206,22 +202,28 @@ def parse_args(argv=None):
     pp.add_argument("--diagnostic", help="MNLI: the GLUE diagnostic (AX) TSV, predicted by "
                                          "the MNLI model (default: GLUE_DIR/diagnostic.tsv or "
                                          "GLUE_DIR/../diagnostic/diagnostic.tsv)")
-    pp.add_argument("--workers", type=int, default=1)
-    pp.add_argument("--force", action="store_true", help="write into a non-empty --destdir")
+    pp.add_argument("--workers", type=int, default=1, help="binarizing processes")
+    pp.add_argument("--force", action="store_true", help="write into a non-empty --out-dir")
+    renamed(pp, "--destdir", "--out-dir")
     pp.set_defaults(run=preprocess)
 
-    ev = sub.add_parser("evaluate", help="a fine-tuned checkpoint's GLUE metric(s)")
+    ev = subcommand(sub, "evaluate", "a fine-tuned checkpoint's GLUE metric(s)")
     ev.add_argument("--task", required=True, help="GLUE task name (picks the metric)")
     ev.add_argument("--checkpoint", required=True, help="fine-tuned checkpoint")
     ev.add_argument("--data", required=True, help="output of electra-glue preprocess")
     ev.add_argument("--split", default="valid", help="valid, valid1 (MNLI mismatched) ...")
-    ev.add_argument("--predictions", help="write one prediction per line here")
-    ev.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    ev.add_argument("--out", help="write one prediction per line here")
+    add_json(ev)
     ev.add_argument("--cpu", action="store_true",
                     help="run on the CPU (default: the GPU when there is one)")
+    renamed(ev, "--predictions", "--out")
     ev.set_defaults(run=evaluate)
 
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None):
+    return build_parser().parse_args(argv)
 
 
 def main(argv=None):

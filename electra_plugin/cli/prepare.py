@@ -1,7 +1,7 @@
 """Raw text -> fairseq binarized data for ``--task electra``.
 
 Input: plain text, one sentence or paragraph per line, an empty line between documents.
-Output (--destdir): dict.txt, train.bin/.idx, valid.bin/.idx, the tokenizer (spm.model or
+Output (--out-dir): dict.txt, train.bin/.idx, valid.bin/.idx, the tokenizer (spm.model or
 vocab.txt) and electra_tokenizer.json, which ``electra_plugin.data.tokenizer.load_tokenizer``
 reads to encode further text (fine-tuning data) the same way, and tokenizer.json: the same
 tokenizer for the ``tokenizers`` library (and transformers), whose ids are dict.txt's.
@@ -20,8 +20,8 @@ Vocabulary, one of:
                                  (electra-convert import --out DIR): continued pre-training
 
 Examples:
-  electra-prepare --train news.txt --destdir data-bin/news --sentencepiece-vocab-size 8000
-  electra-prepare --train a.txt b.txt --valid dev.txt --destdir out --wordpiece-vocab vocab.txt
+  electra-prepare --train news.txt --out-dir data-bin/news --sentencepiece-vocab-size 8000
+  electra-prepare --train a.txt b.txt --valid dev.txt --out-dir out --wordpiece-vocab vocab.txt
 """
 
 import argparse
@@ -41,13 +41,14 @@ from electra_plugin.data.documents import (MIN_DOCUMENTS_TO_SPLIT, check_input,
                                            document_line_counts, write_splits)
 from electra_plugin.data.sentencepiece_training import train_sentencepiece
 from electra_plugin.data.staging import install_file, publish
+from electra_plugin.cli.vocabulary import command_parser, renamed
 from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.output_dir import refuse_existing
 from electra_plugin.partial_output import removed_on_failure, unusable_destination
 
 SPM_MODEL_FILE = "spm.model"
 WORDPIECE_VOCAB_FILE = "vocab.txt"
-# Files this script writes into --destdir; any of them already there needs --force.
+# Files this script writes into --out-dir; any of them already there needs --force.
 TOKENIZER_JSON = "tokenizer.json"
 OUTPUT_FILES = ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx", SPM_MODEL_FILE,
                 WORDPIECE_VOCAB_FILE, tokmod.METADATA_FILE, TOKENIZER_JSON, "preprocess.log")
@@ -63,18 +64,12 @@ def default_workers():
 
 
 # --------------------------------------------------------------------------- main
-def parse_args(argv):
-    p = argparse.ArgumentParser(
-        prog="electra-prepare",
-        description="Raw text -> fairseq binarized data (dict.txt, train/valid .bin/.idx) for "
-        "--task electra, with a sentencepiece or WordPiece tokenizer.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Text: one sentence/paragraph per line, an empty line between documents.",
-    )
+def build_parser():
+    p = command_parser("electra-prepare", __doc__)
     p.add_argument("--train", nargs="+", required=True, metavar="FILE", help="training text file(s)")
     p.add_argument("--valid", nargs="+", metavar="FILE",
                    help="validation text file(s); default: hold out --valid-fraction of the documents")
-    p.add_argument("--destdir", required=True, help="output directory")
+    p.add_argument("--out-dir", required=True, help="output directory")
     voc = p.add_mutually_exclusive_group(required=True)
     voc.add_argument("--sentencepiece-vocab-size", type=int, metavar="N",
                      help="train a sentencepiece unigram model with N pieces (specials included)")
@@ -98,11 +93,17 @@ def parse_args(argv):
     p.add_argument("--character-coverage", type=float, default=1.0,
                    help="share of the characters of the text sentencepiece must cover (default "
                         "1.0, right for English: with 0.9995 even '%%', '@' and '[' become <unk> "
-                        "on 12 MB of news; use 0.9995 for Chinese or Japanese)")
+                        "on 12 MB of news; use 0.9995 for Chinese, Japanese or Korean)")
     p.add_argument("--force", action="store_true",
-                   help="overwrite the output files of an earlier run in --destdir")
+                   help="overwrite the output files of an earlier run in --out-dir")
     p.add_argument("--keep-text", action="store_true",
-                   help="also write the encoded text (train.pieces.txt, valid.pieces.txt) to --destdir")
+                   help="also write the encoded text (train.pieces.txt, valid.pieces.txt) to --out-dir")
+    renamed(p, "--destdir", "--out-dir")
+    return p
+
+
+def parse_args(argv):
+    p = build_parser()
     args = p.parse_args(argv)
     if args.sentencepiece_vocab_size is not None and args.sentencepiece_vocab_size < 5:
         p.error("--sentencepiece-vocab-size must be at least 5")
@@ -121,7 +122,7 @@ def check_destdir(destdir, force):
     interrupted = glob.glob(os.path.join(destdir, STAGING_PREFIX + "*"))
     if interrupted and not force:
         raise ElectraUsageError(
-            f"--destdir {destdir!r} holds an interrupted run of this script "
+            f"--out-dir {destdir!r} holds an interrupted run of this script "
             f"({os.path.basename(interrupted[0])}); run again with --force to redo it")
     refuse_existing(destdir, force, lambda name: name in OUTPUT_FILES or name.endswith(".bin"))
     for leftover in interrupted:
@@ -183,7 +184,7 @@ def verify_output(destdir, dict_lines, stats):
 
 def main(argv=None):
     args = parse_args(argv)
-    destdir = os.path.abspath(args.destdir)
+    destdir = os.path.abspath(args.out_dir)
     for path in args.train:
         check_input(path, "--train")
     for path in args.valid or ():
@@ -210,11 +211,11 @@ def main(argv=None):
     try:
         os.makedirs(destdir, exist_ok=True)
     except OSError as e:
-        raise unusable_destination(f"cannot create --destdir {args.destdir!r}", e)
-    try:  # an existing --destdir may still be read-only
+        raise unusable_destination(f"cannot create --out-dir {args.out_dir!r}", e)
+    try:  # an existing --out-dir may still be read-only
         work = tempfile.mkdtemp(dir=destdir, prefix=STAGING_PREFIX)
     except OSError as e:
-        raise unusable_destination(f"cannot write into --destdir {args.destdir!r}", e)
+        raise unusable_destination(f"cannot write into --out-dir {args.out_dir!r}", e)
     ok = False
     try:
         with removed_on_failure(destdir):
@@ -261,7 +262,7 @@ def _prepare(args, destdir, work, lowercase):
             logger.info(f"train {st['train'][0]} documents, {st['train'][1]} lines; valid (held out, seed "
                         f"{args.seed}) {st['valid'][0]} documents, {st['valid'][1]} lines")
 
-    # 2. the tokenizer, in --destdir
+    # 2. the tokenizer, in --out-dir
     if args.sentencepiece_vocab_size is not None:
         logger.info(f"training a sentencepiece unigram model, {args.sentencepiece_vocab_size} pieces"
                     f"{', lower-cased' if lowercase else ''}")

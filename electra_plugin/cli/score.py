@@ -15,20 +15,20 @@ electra checkpoint or an --objective mlm model). See docs/objectives.md, "Scorin
 sentences".
 
 Examples:
-  electra-score score --checkpoint ck/checkpoint_best.pt --data data-bin/news \\
+  electra-score score --checkpoint ck/checkpoint_best.pt --pretrain-data data-bin/news \\
       --input hyps.txt --scorer electric --out hyps.scores.tsv
-  electra-score rerank --checkpoint ck/checkpoint_best.pt --data data-bin/news \\
+  electra-score rerank --checkpoint ck/checkpoint_best.pt --pretrain-data data-bin/news \\
       --nbest dev.gen.txt --weight-search --test test.gen.txt --out test.reranked.txt
   electra-score rerank --nbest dev.gen.txt --lm-scores dev.scores.tsv --weight-search \\
       --test test.gen.txt --test-lm-scores test.scores.tsv
 """
 
-import argparse
-import json
 import logging
 import os
 import sys
 
+from electra_plugin.cli.vocabulary import (add_json, command_parser, print_result, renamed,
+                                           subcommand)
 from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.finetuning import scoring
 from electra_plugin.partial_output import written_whole
@@ -43,12 +43,12 @@ def load_scorer(args):
     from electra_plugin.models.hub_interface import from_pretrained
 
     scoring.check_checkpoint(args.checkpoint, args.scorer)  # its kind before the data
-    if not args.data:
-        raise ElectraUsageError("give --data, the pre-training data directory (dict.txt and "
-                                "the tokenizer), with --checkpoint")
+    if not args.pretrain_data:
+        raise ElectraUsageError("give --pretrain-data, the pre-training data directory "
+                                "(dict.txt and the tokenizer), with --checkpoint")
     checkpoint = os.path.abspath(args.checkpoint)
     hub = from_pretrained(os.path.dirname(checkpoint), os.path.basename(checkpoint),
-                          os.path.abspath(args.data))
+                          os.path.abspath(args.pretrain_data))
     device = inference_device(args.cpu)
     hub.model.to(device)
     logger.info(f"scoring with --scorer {args.scorer} on {device.type}")
@@ -115,27 +115,26 @@ def rerank(args):
         with written_whole(args.out) as partial, open(partial, "w", encoding="utf-8") as f:
             f.writelines(chosen[i].text + "\n" for i in sorted(chosen))
         logger.info(f"wrote {len(chosen)} re-ranked hypotheses to {args.out}")
-    print(json.dumps(report))
+    print_result(report, args.json, "re-ranking")
     return report
 
 
 def add_model_options(p, required):
     p.add_argument("--checkpoint", required=required, help="a pre-training checkpoint")
-    p.add_argument("--data", help="its pre-training data directory (dict.txt, tokenizer)")
+    p.add_argument("--pretrain-data", help="its pre-training data directory (dict.txt, tokenizer)")
     p.add_argument("--scorer", choices=scoring.SCORERS, default="electric",
                    help="electric: one pass, -sum of the energies; mlm: pseudo-log-"
                         "likelihood, a pass per token (default: electric)")
     p.add_argument("--batch-size", type=int, default=64,
                    help="sequences per forward pass (mlm: masked copies)")
     p.add_argument("--cpu", action="store_true", help="do not use a GPU")
+    renamed(p, "--data", "--pretrain-data")
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="electra-score", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split("\n\n", 1)[1])
+def build_parser():
+    p = command_parser("electra-score", __doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    ps = sub.add_parser("score", help="a language score per sentence or hypothesis")
+    ps = subcommand(sub, "score", "a language score per sentence or hypothesis")
     add_model_options(ps, required=True)
     ps.add_argument("--input", required=True,
                     help="plain text (a sentence per line) or fairseq-generate output")
@@ -143,7 +142,7 @@ def parse_args(argv=None):
                     help="auto: fairseq-generate output when a line starts with H-<id>")
     ps.add_argument("--out", help="write the TSV here (default: standard output)")
     ps.set_defaults(run=score)
-    pr = sub.add_parser("rerank", help="re-rank fairseq-generate n-best lists")
+    pr = subcommand(sub, "rerank", "re-rank fairseq-generate n-best lists")
     add_model_options(pr, required=False)
     pr.add_argument("--nbest", required=True,
                     help="fairseq-generate output (--nbest N); with --weight-search, the dev "
@@ -159,8 +158,13 @@ def parse_args(argv=None):
     pr.add_argument("--test-lm-scores", help="electra-score score's TSV of --test")
     pr.add_argument("--out", help="write the re-ranked 1-best of --test (else --nbest), a "
                                   "line per sentence in id order")
+    add_json(pr)
     pr.set_defaults(run=rerank)
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None):
+    return build_parser().parse_args(argv)
 
 
 def main(argv=None):

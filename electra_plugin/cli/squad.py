@@ -11,13 +11,12 @@ Subcommands:
 
 Example (see examples/squad/README.md for the whole recipe):
   electra-squad preprocess --pretrain-data data-bin/news --train train-v1.1.json \\
-      --valid dev-v1.1.json --destdir data-bin/squad
+      --valid dev-v1.1.json --out-dir data-bin/squad
   fairseq-train data-bin/squad --user-dir electra_plugin --task squad --criterion squad ...
   electra-squad predict --checkpoint checkpoints/checkpoint_last.pt \\
       --data data-bin/squad --split valid --out-dir results
 """
 
-import argparse
 import json
 import logging
 import os
@@ -29,6 +28,8 @@ from electra_plugin.data import squad as sq
 from electra_plugin.data import squad_answers
 from electra_plugin.data.dictionary import load_dictionary
 from electra_plugin.data.binarize import writable_destdir
+from electra_plugin.cli.vocabulary import (add_json, command_parser, print_result, renamed,
+                                           subcommand)
 from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.output_dir import refuse_existing
 from electra_plugin.partial_output import removed_on_failure
@@ -72,7 +73,7 @@ def split(args):
 
 # ------------------------------------------------------------------------------- preprocess
 def preprocess(args):
-    with removed_on_failure(args.destdir):  # a failed run leaves no output that looks whole
+    with removed_on_failure(args.out_dir):  # a failed run leaves no output that looks whole
         return _preprocess(args)
 
 
@@ -102,7 +103,7 @@ def _preprocess(args):
     from electra_plugin.data.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(pretrain)
-    dest = args.destdir
+    dest = args.out_dir
     writable_destdir(dest)  # a read-only destination: one line before any work
     if refuse_existing(dest, args.force, lambda name: name.endswith(".squad.json")):
         for name in os.listdir(dest):  # --force: this command's files of the earlier run
@@ -156,7 +157,7 @@ def predict(args):
     logger.info(f"wrote {', '.join(outputs)} to {args.out_dir}"
                 + ("" if scores else f" ({args.split} has no gold answers: not scored)"))
     if scores:
-        print(json.dumps(scores))
+        print_result(scores, args.json, f"SQuAD {args.split}")
     return 0
 
 
@@ -175,17 +176,17 @@ def evaluate(args):
     missing = sum(ex.qid not in predictions for ex in data.examples)
     if missing:
         logger.info(f"{missing} questions have no prediction and score 0")
-    print(json.dumps(squad_answers.squad_scores(data.examples, predictions)))
+    print_result(squad_answers.squad_scores(data.examples, predictions), args.json,
+                 os.path.basename(args.pred_file))
     return 0
 
 
 # ------------------------------------------------------------------------------------- main
-def parse_args(argv):
-    p = argparse.ArgumentParser(prog="electra-squad", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    p = command_parser("electra-squad", __doc__)
     sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("split", help="paragraph-level train/valid split of one SQuAD file")
+    s = subcommand(sub, "split", "paragraph-level train/valid split of one SQuAD file")
     s.add_argument("input", help="SQuAD JSON file")
     s.add_argument("--out-dir", required=True, help="writes train.json and valid.json here")
     s.add_argument("--valid-fraction", type=float, default=0.1,
@@ -196,7 +197,7 @@ def parse_args(argv):
     s.add_argument("--seed", type=int, default=1, help="shuffling seed (default 1)")
     s.set_defaults(run=split)
 
-    pp = sub.add_parser("preprocess", help="SQuAD JSON -> binarized windows for --task squad")
+    pp = subcommand(sub, "preprocess", "SQuAD JSON -> binarized windows for --task squad")
     pp.add_argument("--pretrain-data", required=True,
                     help="pre-training data directory (dict.txt and the tokenizer "
                          "electra-prepare saved)")
@@ -204,7 +205,7 @@ def parse_args(argv):
     pp.add_argument("--valid", help="validation SQuAD JSON file (e.g. the dev set)")
     pp.add_argument("--test", help="another SQuAD JSON file to predict on; without any "
                                    "answers (a test set) it is predicted but not scored")
-    pp.add_argument("--destdir", required=True, help="output directory")
+    pp.add_argument("--out-dir", required=True, help="output directory")
     pp.add_argument("--squad-version", choices=sq.VERSIONS,
                     help="default: 2.0 if the files have is_impossible fields, else 1.1")
     pp.add_argument("--max-seq-len", type=int, default=sq.MAX_SEQ_LEN,
@@ -217,10 +218,11 @@ def parse_args(argv):
     pp.add_argument("--realign-answers", action="store_true",
                     help="move an answer whose text is not at its answer_start to the nearest "
                          "occurrence of the text (released SQuAD files have a few)")
-    pp.add_argument("--force", action="store_true", help="overwrite SQuAD data in --destdir")
+    pp.add_argument("--force", action="store_true", help="overwrite SQuAD data in --out-dir")
+    renamed(pp, "--destdir", "--out-dir")
     pp.set_defaults(run=preprocess)
 
-    pr = sub.add_parser("predict", help="checkpoint -> predictions.json and EM/F1")
+    pr = subcommand(sub, "predict", "checkpoint -> predictions.json and EM/F1")
     pr.add_argument("--checkpoint", required=True, help="a checkpoint of --task squad")
     pr.add_argument("--data", help="preprocessed SQuAD directory (default: the checkpoint's)")
     pr.add_argument("--split", default="valid", help="split to predict (default valid)")
@@ -235,16 +237,22 @@ def parse_args(argv):
                     help="SQuAD 2.0: answer \"\" when the no-answer logit exceeds this "
                          "(default 0; eval.json's best_f1_thresh is the best value on this split)")
     pr.add_argument("--batch-size", type=int, default=32, help="windows per batch")
+    add_json(pr)
     pr.add_argument("--cpu", action="store_true", help="do not use a GPU")
     pr.set_defaults(run=predict)
 
-    e = sub.add_parser("evaluate", help="official EM/F1 of a predictions.json")
+    e = subcommand(sub, "evaluate", "official EM/F1 of a predictions.json")
     e.add_argument("data_file", help="SQuAD JSON file with the gold answers")
     e.add_argument("pred_file", help="predictions.json (question id -> answer text)")
     e.add_argument("--squad-version", choices=sq.VERSIONS,
                    help="default: detected from the file")
+    add_json(e)
     e.set_defaults(run=evaluate)
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None):
+    return build_parser().parse_args(argv)
 
 
 def main(argv=None):

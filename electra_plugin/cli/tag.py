@@ -10,15 +10,13 @@ Subcommands:
 
 Example:
   electra-tag preprocess --pretrain-data data-bin/news --train train.conll \\
-      --valid dev.conll --destdir data-bin/ner
+      --valid dev.conll --out-dir data-bin/ner
   fairseq-train data-bin/ner --user-dir electra_plugin --task token_tagging \\
       --criterion token_tagging --arch electra_small --finetune-from-model ck.pt ...
   electra-tag predict --checkpoint checkpoints/checkpoint_last.pt --data data-bin/ner \\
       --split valid --out valid.predictions.conll
 """
 
-import argparse
-import json
 import logging
 import os
 import shutil
@@ -28,6 +26,7 @@ from electra_plugin.data import conll
 from electra_plugin.data.binarize import writable_destdir
 from electra_plugin.data.dictionary import load_dictionary
 from electra_plugin.data.tokenizer import load_tokenizer
+from electra_plugin.cli.vocabulary import add_json, command_parser, print_result, renamed, subcommand
 from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.output_dir import refuse_existing
 from electra_plugin.partial_output import removed_on_failure, written_whole
@@ -46,26 +45,26 @@ def preprocess(args):
     tokenizer = load_tokenizer(args.pretrain_data)
     data = {name: conll.read_conll(path) for name, path in inputs.items()}
     labels = conll.label_list(data["train"])
-    with removed_on_failure(args.destdir):  # the directory too, when this run made it
-        writable_destdir(args.destdir)
-        refuse_existing(args.destdir, args.force)
+    with removed_on_failure(args.out_dir):  # the directory too, when this run made it
+        writable_destdir(args.out_dir)
+        refuse_existing(args.out_dir, args.force)
         shutil.copyfile(os.path.join(args.pretrain_data, "dict.txt"),
-                        os.path.join(args.destdir, "dict.txt"))
-        tokenizer.save_to(args.destdir)
-        with open(os.path.join(args.destdir, conll.LABELS_FILE), "w", encoding="utf-8") as f:
+                        os.path.join(args.out_dir, "dict.txt"))
+        tokenizer.save_to(args.out_dir)
+        with open(os.path.join(args.out_dir, conll.LABELS_FILE), "w", encoding="utf-8") as f:
             f.write("\n".join(labels) + "\n")
         for name, sentences in data.items():
             encoded = [conll.encode(s, tokenizer, dictionary, labels, args.max_seq_len,
                                     f"{inputs[name]}, sentence {i + 1}")
                        for i, s in enumerate(sentences)]
-            write_split(args.destdir, name, encoded, len(dictionary))
-            conll.save_metadata(args.destdir, name, sentences, encoded, labels,
+            write_split(args.out_dir, name, encoded, len(dictionary))
+            conll.save_metadata(args.out_dir, name, sentences, encoded, labels,
                                 os.path.abspath(inputs[name]))
             cut = sum(0 in e.first_pieces for e in encoded)
             logger.info(f"{name}: {len(sentences)} sentences, "
                         f"{sum(len(s.words) for s in sentences)} words, {cut} sentences cut "
                         f"to {args.max_seq_len} tokens")
-    logger.info(f"wrote {args.destdir}: {len(labels)} labels ({' '.join(labels)})")
+    logger.info(f"wrote {args.out_dir}: {len(labels)} labels ({' '.join(labels)})")
 
 
 def write_split(data_dir, split, encoded, vocab_size):
@@ -95,35 +94,40 @@ def predict(args):
         with written_whole(args.out) as partial:
             conll.write_conll(partial, sentences, predicted)
         logger.info(f"wrote {args.out}")
-    print(json.dumps({"split": args.split, "sentences": len(sentences), **scores}))
+    print_result({"split": args.split, "sentences": len(sentences), **scores}, args.json,
+                 f"tagging {args.split}")
     return scores
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="electra-tag", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split("\n\n", 1)[1])
+def build_parser():
+    p = command_parser("electra-tag", __doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    pp = sub.add_parser("preprocess", help="CoNLL files -> binarized data for token_tagging")
+    pp = subcommand(sub, "preprocess", "CoNLL files -> binarized data for token_tagging")
     pp.add_argument("--pretrain-data", required=True,
                     help="pre-training data directory (dict.txt and the tokenizer)")
     pp.add_argument("--train", help="training CoNLL file (its labels are the model's)")
     pp.add_argument("--valid", help="validation CoNLL file")
     pp.add_argument("--test", help="another CoNLL file to predict")
-    pp.add_argument("--destdir", required=True)
+    pp.add_argument("--out-dir", required=True, help="writes the binarized data here")
     pp.add_argument("--max-seq-len", type=int, default=128,
                     help="pieces per sentence with <s> and </s> (official: 128); words past "
                          "it are predicted as O")
-    pp.add_argument("--force", action="store_true", help="write into a non-empty --destdir")
+    pp.add_argument("--force", action="store_true", help="write into a non-empty --out-dir")
+    renamed(pp, "--destdir", "--out-dir")
     pp.set_defaults(run=preprocess)
-    pr = sub.add_parser("predict", help="a checkpoint's labels per word, and the scores")
+    pr = subcommand(sub, "predict", "a checkpoint's labels per word, and the scores")
     pr.add_argument("--checkpoint", required=True, help="a checkpoint of --task token_tagging")
     pr.add_argument("--data", help="preprocessed tagging data (default: the checkpoint's)")
-    pr.add_argument("--split", default="valid")
+    pr.add_argument("--split", default="valid", help="the split to predict")
     pr.add_argument("--out", help="write the split as CoNLL columns: word, gold, predicted")
+    add_json(pr)
     pr.add_argument("--cpu", action="store_true", help="do not use a GPU")
     pr.set_defaults(run=predict)
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None):
+    return build_parser().parse_args(argv)
 
 
 def main(argv=None):

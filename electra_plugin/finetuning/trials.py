@@ -77,9 +77,9 @@ class TrialTask:
         """The command that makes this task's data."""
         if self.is_squad:
             return ("electra-squad preprocess --pretrain-data PRETRAIN_DATA --train TRAIN.json "
-                    "--valid DEV.json --destdir DIR")
+                    "--valid DEV.json --out-dir DIR")
         return (f"electra-glue preprocess --task {self.name} --glue-dir GLUE_DIR/{self.name} "
-                f"--pretrain-data PRETRAIN_DATA --destdir DIR")
+                f"--pretrain-data PRETRAIN_DATA --out-dir DIR")
 
 
 def parse_task(spec: str) -> TrialTask:
@@ -88,7 +88,11 @@ def parse_task(spec: str) -> TrialTask:
     if not sep or not data:
         raise ElectraUsageError(f"--task {spec!r} is not NAME=DIR (e.g. RTE=data-bin/RTE or "
                                 f"SQuAD=data-bin/squad)")
-    name = SQUAD if name.lower().startswith("squad") else get_task(name).name
+    try:
+        name = SQUAD if name.lower().startswith("squad") else get_task(name).name
+    except ElectraUsageError:
+        raise ElectraUsageError(f"--task {spec!r}: unknown task '{name}'; choose one of "
+                                f"{', '.join(GLUE_TASKS)}, {SQUAD}") from None
     if not os.path.isdir(data):
         raise ElectraUsageError(f"--task {spec!r}: {data} is not a directory; preprocess the "
                                 f"task with electra-{'squad' if name == SQUAD else 'glue'} "
@@ -388,7 +392,7 @@ def finished(trial: Trial, recipe: Recipe) -> bool:
     if done.get("command") != finetune_command(trial, recipe)[3:]:
         raise ElectraUsageError(
             f"{trial.save_dir} holds a trial of another fine-tuning command (see its "
-            f"{RESULT}); give these trials another --workdir")
+            f"{RESULT}); give these trials another --out-dir")
     return True
 
 

@@ -43,7 +43,7 @@ def search_split(workdir: Path, data: str) -> str:
         (out / "train.tsv").write_text(header + "".join(rows[:-SEARCH_DEV]))
         (out / "dev.tsv").write_text(header + "".join(rows[-SEARCH_DEV:]))
         run([sys.executable, "-m", "electra_plugin.cli.glue", "preprocess", "--task", "SST-2",
-             "--glue-dir", out, "--pretrain-data", data, "--destdir", binarized, "--force"])
+             "--glue-dir", out, "--pretrain-data", data, "--out-dir", binarized, "--force"])
     return str(binarized)
 
 

@@ -199,7 +199,7 @@ def step2_vocab(args, wd, raw, results):
     if not (lm_bin / "train.bin").exists():
         log("2. sentencepiece vocabulary and the LM's binarized data (electra-prepare)")
         results.setdefault("seconds", {})["electra_prepare"] = run(
-            [BIN / "electra-prepare", "--train", raw / "lm_train.txt", "--destdir", lm_bin,
+            [BIN / "electra-prepare", "--train", raw / "lm_train.txt", "--out-dir", lm_bin,
              "--sentencepiece-vocab-size", args.vocab_size, "--workers", args.threads,
              "--seed", args.seed, "--force"], wd / "logs" / "prepare.log", args.threads)
     mt_bin = wd / "mt-bin"
@@ -335,7 +335,7 @@ def step5_rerank(args, wd, lm_bin, generated, name, checkpoint, scorer, results)
         if not stamp.exists():
             log(f"5. electra-score score --scorer {scorer} on {split}")
             stamp.write_text(str(run(
-                [BIN / "electra-score", "score", "--checkpoint", checkpoint, "--data", lm_bin,
+                [BIN / "electra-score", "score", "--checkpoint", checkpoint, "--pretrain-data", lm_bin,
                  "--input", path, "--scorer", scorer, "--cpu", "--out", tsv],
                 wd / "logs" / f"score_{name}_{split}.log", args.threads)))
         hyps = len(Path(tsv).read_text().splitlines()) - 1
@@ -359,7 +359,7 @@ def step5_rerank(args, wd, lm_bin, generated, name, checkpoint, scorer, results)
         one = wd / f"rerank.{name}.checkpoint.json"
         if not one.exists():
             seconds = run([BIN / "electra-score", "rerank", "--checkpoint", checkpoint,
-                           "--data", lm_bin, "--scorer", scorer, "--cpu", "--nbest",
+                           "--pretrain-data", lm_bin, "--scorer", scorer, "--cpu", "--nbest",
                            generated["dev"], "--weight-search", "--grid", args.grid, "--test",
                            generated["test"]], wd / "logs" / f"rerank_{name}_checkpoint.log",
                           args.threads, stdout_path=one)

@@ -74,7 +74,7 @@ fi
 # 2. windows, binarized with the pre-training dictionary and tokenizer. The released files
 #    have a few answers whose answer_start is off by one or more characters: realign them.
 $PY -m electra_plugin.cli.squad preprocess --pretrain-data "$PRETRAIN_DATA" \
-    --train "$TRAIN_JSON" --valid "$VALID_JSON" --destdir "$WORK/data-bin" --force \
+    --train "$TRAIN_JSON" --valid "$VALID_JSON" --out-dir "$WORK/data-bin" --force \
     --max-seq-len "$MAX_SEQ_LEN" --doc-stride "$DOC_STRIDE" --max-query-len "$MAX_QUERY_LEN" \
     --realign-answers
 

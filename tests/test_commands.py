@@ -1,0 +1,123 @@
+"""The console commands speak one vocabulary (electra_plugin/cli/vocabulary.py,
+docs/commands.md): every parser of every command is walked and checked."""
+
+import argparse
+import importlib
+import logging
+
+import pytest
+
+from electra_plugin.cli.vocabulary import HelpFormatter, VOCABULARY
+from electra_plugin.errors import ElectraUsageError
+from helpers import assert_usage_line
+
+COMMANDS = {f"electra-{m}": importlib.import_module(f"electra_plugin.cli.{m}")
+            for m in ("prepare", "glue", "squad", "finetune", "tag", "choice", "extract",
+                      "convert", "score")}
+# the spellings of earlier releases, hidden now, and what replaced them
+OLD = {"--destdir": "--out-dir", "--workdir": "--out-dir", "--predictions": "--out",
+       "--head-name": "--head", "--overwrite": "--force"}
+# a parser's destination -> the only option that may fill it
+SPELLING = {"checkpoint": "--checkpoint", "out_dir": "--out-dir", "out": "--out",
+            "force": "--force", "head": "--head", "json": "--json", "cpu": "--cpu",
+            "pretrain_data": "--pretrain-data", "data": "--data"}
+
+
+def parsers():
+    """(name, parser) of every command and subcommand."""
+    found = []
+
+    def walk(name, parser):
+        found.append((name, parser))
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub_name, sub in action.choices.items():
+                    walk(f"{name} {sub_name}", sub)
+
+    for name, module in COMMANDS.items():
+        walk(name, module.build_parser())
+    return found
+
+
+PARSERS = parsers()
+IDS = [name for name, _ in PARSERS]
+
+
+def visible(parser):
+    return [a for a in parser._actions if a.help != argparse.SUPPRESS and
+            not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))]
+
+
+@pytest.mark.parametrize("name, parser", PARSERS, ids=IDS)
+def test_each_concept_has_one_spelling(name, parser):
+    assert set(SPELLING.values()) == set(VOCABULARY.values())
+    for action in visible(parser):
+        assert not set(action.option_strings) & set(OLD), (name, action.option_strings)
+        if action.dest in SPELLING:
+            assert action.option_strings == [SPELLING[action.dest]], (name, action.dest)
+
+
+@pytest.mark.parametrize("name, parser", PARSERS, ids=IDS)
+def test_every_option_has_help_and_shows_its_default(name, parser):
+    formatter = HelpFormatter(name)
+    for action in visible(parser):
+        text = formatter._get_help_string(action)
+        assert text and text.strip(), (name, action.dest)
+        if action.option_strings and action.default not in (None, False, []):
+            assert "default" in text, (name, action.dest, text)
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_command_lists_its_subcommands_and_shows_examples(name):
+    parser = COMMANDS[name].build_parser()
+    text = parser.format_help()
+    assert "Example" in (parser.epilog or ""), name
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                assert choice.help and choice.help in text, (name, choice.dest)
+
+
+@pytest.mark.parametrize("argv, new", [
+    (["preprocess", "--task", "RTE", "--glue-dir", "g", "--pretrain-data", "p",
+      "--destdir", "d"], ("glue", "out_dir", "d")),
+    (["trials", "--task", "RTE=d", "--workdir", "w"], ("finetune", "out_dir", "w")),
+    (["evaluate", "--task", "RTE", "--checkpoint", "c", "--data", "d", "--predictions", "f"],
+     ("glue", "out", "f")),
+    (["import", "--discriminator", "d", "--out", "o", "--head-name", "h", "--overwrite"],
+     ("convert", "head", "h")),
+    (["export", "c.pt", "--out", "o"], ("convert", "checkpoint", "c.pt")),
+    (["c.pt", "--out", "x.pt", "--overwrite"], ("extract", "force", True)),
+    (["score", "--checkpoint", "c", "--data", "p", "--input", "i"],
+     ("score", "pretrain_data", "p")),
+])
+def test_old_spellings_still_work_with_a_notice(argv, new, caplog):
+    module, dest, value = new
+    with caplog.at_level(logging.WARNING):
+        args = COMMANDS[f"electra-{module}"].build_parser().parse_args(argv)
+    assert getattr(args, dest) == value
+    notices = [r.getMessage() for r in caplog.records if "is now" in r.getMessage()]
+    assert notices and all("accepted until the next release" in n for n in notices)
+
+
+def test_an_old_spelling_does_not_dodge_a_required_option(capsys):
+    with pytest.raises(SystemExit):
+        COMMANDS["electra-convert"].build_parser().parse_args(["export", "--out-dir", "o"])
+    assert "the following arguments are required: --checkpoint" in capsys.readouterr().err
+
+
+def test_a_wrong_trials_task_lists_every_task(tmp_path):
+    with pytest.raises(ElectraUsageError) as caught:
+        COMMANDS["electra-finetune"].main(["trials", "--task", f"SST2x={tmp_path}", "--arch",
+                                           "electra_small", "--out-dir", str(tmp_path / "w")])
+    assert_usage_line(caught.value, "unknown task 'SST2x'", "CoLA", "SST-2", "WNLI", "SQuAD")
+
+
+def test_results_print_as_text_or_as_json(capsys):
+    from electra_plugin.cli.vocabulary import print_result
+
+    print_result({"split": "valid", "f1": 81.234}, False, "tagging valid")
+    print_result({"split": "valid", "f1": 81.234}, True, "tagging valid")
+    text, js = capsys.readouterr().out.splitlines()
+    assert text == "tagging valid: split valid, f1 81.23"
+    assert js == '{"split": "valid", "f1": 81.234}'
