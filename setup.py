@@ -1,4 +1,8 @@
+import os
+
 from setuptools import find_packages, setup
+
+RECIPES = ["electra_plugin.recipes.pretraining", "electra_plugin.recipes.glue"]
 
 setup(
     name="electra-fairseq",
@@ -6,8 +10,13 @@ setup(
     description="ELECTRA (replaced token detection) pre-training and fine-tuning as a fairseq plugin",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    packages=find_packages(include=["electra_plugin", "electra_plugin.*"]),
-    package_data={"electra_plugin": ["py.typed"]},
+    # the hydra recipes ship inside the package (electra_plugin/recipes/...), so that an
+    # installed plugin runs them without a clone: python -m electra_plugin config-dir pretraining
+    packages=find_packages(include=["electra_plugin", "electra_plugin.*"]) + RECIPES,
+    package_dir={name: os.path.join("examples", name.rsplit(".", 1)[1], "config")
+                 for name in RECIPES},
+    package_data={"electra_plugin": ["py.typed"], **{name: ["*.yaml", "*/*.yaml"]
+                                                     for name in RECIPES}},
     python_requires=">=3.11",
     install_requires=[
         # Install torch before this package (scripts/setup_env.sh pins 2.13.0): an unpinned

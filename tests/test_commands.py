@@ -121,3 +121,18 @@ def test_results_print_as_text_or_as_json(capsys):
     text, js = capsys.readouterr().out.splitlines()
     assert text == "tagging valid: split valid, f1 81.23"
     assert js == '{"split": "valid", "f1": 81.234}'
+
+
+def test_long_loops_log_their_progress(caplog, monkeypatch):
+    """Off a terminal (a job's log), a loop logs how far it is every ELECTRA_PROGRESS_SECONDS
+    (here every item) and once at its end."""
+    from electra_plugin.progress import progress
+
+    monkeypatch.setenv("ELECTRA_PROGRESS_SECONDS", "0")
+    with caplog.at_level(logging.INFO, logger="electra_plugin.progress"):
+        assert list(progress(iter("abc"), 3, "predicting valid")) == ["a", "b", "c"]
+    lines = [r.getMessage() for r in caplog.records]
+    assert [line.split(" (")[0] for line in lines] == [
+        "predicting valid: 1/3", "predicting valid: 2/3", "predicting valid: 3/3",
+        "predicting valid: 3/3"]
+    assert lines[-1].endswith(" s") and "(100%) batches in " in lines[-1]

@@ -3,6 +3,7 @@
 import json
 import math
 import random
+import re
 import sys
 
 import numpy as np
@@ -127,8 +128,9 @@ def test_rte_preprocess_finetune_evaluate(tmp_path, spm_data, pretrained):
 
     proc = run([*GLUE, "evaluate", "--task", "RTE", "--checkpoint",
                 save / "checkpoint_best.pt", "--data", dest, "--json",
-                "--predictions", tmp_path / "pred.txt"])
+                "--out", tmp_path / "pred.txt"])
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"predicting valid: \d+/\d+ \(100%\) batches in", proc.stderr)  # progress
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["n"] == 40 and 0 <= result["accuracy"] <= 100
     from electra_plugin.data.evaluation import predict_split

@@ -20,7 +20,7 @@ PACKAGE = REPO / "electra_plugin"
 ROOT = "electra_plugin"  # the package's __init__: registers everything (this name only)
 LAYERS = [
     # commands: what a user runs
-    (ROOT, "electra_plugin.cli", "electra_plugin.demo"),
+    (ROOT, "electra_plugin.__main__", "electra_plugin.cli", "electra_plugin.demo"),
     # what fairseq loads by name, the tools around checkpoints, the run's safety machinery
     ("electra_plugin.tasks", "electra_plugin.criterions", "electra_plugin.convert",
      "electra_plugin.finetuning", "electra_plugin.run"),
@@ -36,7 +36,7 @@ LAYERS = [
     # the base everything may use
     ("electra_plugin.errors", "electra_plugin.logs", "electra_plugin.output_dir",
      "electra_plugin.optional", "electra_plugin.partial_output", "electra_plugin.splitmix",
-     "electra_plugin.auc"),
+     "electra_plugin.auc", "electra_plugin.locations", "electra_plugin.progress"),
 ]
 
 

@@ -320,7 +320,7 @@ def test_score_command_on_a_pretrained_checkpoint(tmp_path, pretrained, spm_data
     assert float(body[-1].split("\t")[3]) == 0.0  # an empty hypothesis: no real token
     # re-ranking scored by the checkpoint itself
     score_cli.main(["rerank", "--checkpoint", str(pretrained), "--data", str(spm_data),
-                    "--nbest", str(generated), "--weight-search", "--scorer", "mlm", "--cpu"])
+                    "--nbest", str(generated), "--weight-search", "--scorer", "mlm", "--cpu", "--json"])
     result = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert result["weight"] in [w for w, _ in result["grid"]]
     assert 0 <= result["nbest_bleu_after"] <= 100

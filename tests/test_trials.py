@@ -4,6 +4,7 @@ double_unordered."""
 
 import json
 import random
+import re
 import statistics
 
 import pytest
@@ -130,7 +131,8 @@ def rte_data(tmp_path_factory, spm_data):
 
 
 @pytest.mark.slow
-def test_trials_of_a_checkpoint_and_a_random_init(tmp_path, rte_data, pretrained, capsys):
+def test_trials_of_a_checkpoint_and_a_random_init(tmp_path, rte_data, pretrained, capsys,
+                                                  monkeypatch):
     common = ["--task", f"RTE={rte_data}", "--seeds", "1", "2", "--max-update", "3",
               "--batch-size", "8", "--cpu", "--jobs", "2"]
     work = tmp_path / "pre"
@@ -171,11 +173,14 @@ def test_trials_of_a_checkpoint_and_a_random_init(tmp_path, rte_data, pretrained
                                           "--workdir", str(work), *common, "--lr", "1e-3"],
                       "holds a trial of another fine-tuning command")
 
-    # random initialisation of the same size options, by --arch
+    # random initialisation of the same size options, by --arch; each run's progress shown
     random_work = tmp_path / "random"
+    monkeypatch.setenv("ELECTRA_PROGRESS_SECONDS", "0")
     assert finetune_cli.main(["trials", "--arch", "electra_tiny", f"--model-options={TINY}",
-                              "--workdir", str(random_work), *common[:-2]]) == 0
+                              "--out-dir", str(random_work), "--fairseq-options=--log-interval 1",
+                              *common[:-2]]) == 0
     out = capsys.readouterr().out
+    assert re.search(r"random init, RTE, seed 1: update [123], loss \d", out), out[-3000:]
     commands = [line for line in out.splitlines() if line.startswith("$ ")]
     assert len(commands) == 2 and not any("--finetune-from-model" in c for c in commands)
     assert all("--num-layers 2" in c for c in commands)

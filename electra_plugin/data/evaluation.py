@@ -5,6 +5,8 @@ when there is one, the CPU when asked, as fairseq's own commands choose)."""
 import torch
 from fairseq import utils
 
+from ..progress import progress
+
 
 def inference_device(cpu: bool) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() and not cpu else "cpu")
@@ -29,7 +31,7 @@ def predict_split(model, task, split, batch_size=64):
     head = task.cfg.classification_head_name
     ids, preds, gold = [], [], []
     with torch.inference_mode():
-        for sample in itr:
+        for sample in progress(itr, len(itr), f"predicting {split}"):
             logits, _ = model(**net_input_on(sample, device), features_only=True,
                               classification_head_name=head)
             # targets come as B x 1 (labels) or B x 1 (one regression value)
@@ -53,7 +55,7 @@ def squad_window_logits(model, task, dataset, batch_size, device):
     head = task.cfg.classification_head_name
     logits = {}
     with torch.inference_mode():
-        for sample in batches:
+        for sample in progress(batches, len(batches), "predicting SQuAD windows"):
             out, _ = model(**net_input_on(sample, device), classification_head_name=head)
             start, end = (x.float().cpu().numpy() for x in (out.start, out.end))
             no_answer = None if out.no_answer is None else out.no_answer.float().tolist()

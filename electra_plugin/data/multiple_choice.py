@@ -20,6 +20,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..errors import ElectraUsageError
 from ..output_dir import lacks
+from ..progress import progress
 from .tokenizer import normalize_whitespace
 
 FORMATS = ("swag", "race", "jsonl")
@@ -341,7 +342,7 @@ def option_scores(model, task, split: str, head: str, device, batch_size: int = 
     ids, scores, gold = [], [], []
     model.eval()
     with torch.inference_mode():
-        for sample in batches:
+        for sample in progress(batches, len(batches), f"ranking the options of {split}"):
             scores.append(torch.cat([
                 model(**utils.apply_to_sample(lambda t: t.to(device),
                                               sample[f"net_input{k + 1}"]),

@@ -11,6 +11,7 @@ from ..data.evaluation import inference_device, predict_split, squad_window_logi
 from ..errors import ElectraUsageError
 from ..models.core.checkpoint_file import require_checkpoint_file
 from ..models.hub_interface import from_pretrained
+from ..progress import progress
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ def tagging_predictions(checkpoint, data=None, split="valid", cpu=False, batch_s
     fallback = "O" if "O" in labels else labels[0]
     predicted = [None] * len(sentences)
     with torch.inference_mode():
-        for sample in batches:
+        for sample in progress(batches, len(batches), f"tagging {split}"):
             logits, _ = model(**net_input_on(sample, device),
                               classification_head_name=task.cfg.classification_head_name)
             best = logits.argmax(-1).cpu()

@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from ..data.binarize import pretraining_data_problem
 from ..errors import PREFIX, ElectraUsageError
 from ..glue import GLUE_TASKS, constant_baseline, data_problem, get_task, score
 from ..partial_output import written_whole
+from ..progress import log_interval
 from .checkpoint_kind import DISCRIMINATOR, PRETRAINING, read_kind
 from .evaluate import sentence_predictions, squad_predictions
 from .statistics import FAILED_MARGIN, Summary, format_summary, summarise
@@ -353,6 +355,7 @@ def run_trials(trials: Sequence[Trial], recipe: Recipe, jobs: int = 1,
             echo(f"(done: {trial.start.label}, {trial.task.name}, seed {trial.seed})")
     threads = max(1, (os.cpu_count() or 1) // max(1, jobs))
     running = []  # (trial, command, process, log file)
+    reported = time.monotonic()
     try:
         while pending or running:
             while pending and len(running) < jobs:
@@ -365,6 +368,11 @@ def run_trials(trials: Sequence[Trial], recipe: Recipe, jobs: int = 1,
                 running.append((trial, cmd, subprocess.Popen(
                     cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log))
             time.sleep(0.2)
+            if time.monotonic() - reported >= log_interval():
+                reported = time.monotonic()
+                for trial, _, _, log in running:
+                    echo(f"  {trial.start.label}, {trial.task.name}, seed {trial.seed}: "
+                         f"{training_progress(log.name)}")
             for entry in [e for e in running if e[2].poll() is not None]:
                 running.remove(entry)
                 trial, cmd, proc, log = entry
@@ -381,6 +389,20 @@ def run_trials(trials: Sequence[Trial], recipe: Recipe, jobs: int = 1,
             proc.wait()
             log.close()
     return [json.load(open(t.result_path)) for t in trials]
+
+
+def training_progress(log_path: str) -> str:
+    """``update N, loss L`` of the last training line fairseq-train wrote into a run's log
+    (``--log-interval`` updates apart), or that it has not logged an update yet."""
+    with open(log_path, "rb") as f:
+        f.seek(max(0, os.path.getsize(log_path) - 16384))
+        tail = f.read().decode("utf-8", errors="replace")
+    for line in reversed(tail.splitlines()):
+        updates, loss = (re.search(pattern, line) for pattern in
+                         (r"\bnum_updates[=\s]+(\d+)", r"\bloss[=\s]+(-?[\d.]+)"))
+        if updates and loss and "valid" not in line:
+            return f"update {updates.group(1)}, loss {loss.group(1)}"
+    return "starting (no update logged yet)"
 
 
 def finished(trial: Trial, recipe: Recipe) -> bool:
