@@ -47,8 +47,9 @@ def load_scorer(args):
         raise ElectraUsageError("give --pretrain-data, the pre-training data directory "
                                 "(dict.txt and the tokenizer), with --checkpoint")
     checkpoint = os.path.abspath(args.checkpoint)
-    hub = from_pretrained(os.path.dirname(checkpoint), os.path.basename(checkpoint),
-                          os.path.abspath(args.pretrain_data))
+    data = os.path.abspath(args.pretrain_data)
+    hub = from_pretrained(os.path.dirname(checkpoint), os.path.basename(checkpoint), data)
+    scoring.read_plain_data_as_tokens(hub, data)
     device = inference_device(args.cpu)
     hub.model.to(device)
     logger.info(f"scoring with --scorer {args.scorer} on {device.type}")
@@ -121,7 +122,9 @@ def rerank(args):
 
 def add_model_options(p, required):
     p.add_argument("--checkpoint", required=required, help="a pre-training checkpoint")
-    p.add_argument("--pretrain-data", help="its pre-training data directory (dict.txt, tokenizer)")
+    p.add_argument("--pretrain-data", help="its pre-training data directory (dict.txt and "
+                                           "electra-prepare's tokenizer; without one, the "
+                                           "input is read as whitespace tokens of dict.txt)")
     p.add_argument("--scorer", choices=scoring.SCORERS, default="electric",
                    help="electric: one pass, -sum of the energies; mlm: pseudo-log-"
                         "likelihood, a pass per token (default: electric)")

@@ -13,7 +13,9 @@ with the best ``translation score + w * language score``, w tuned by corpus BLEU
 n-best list (sacrebleu, the ``bleu`` extra).
 """
 
+import logging
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -21,11 +23,14 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
+from ..data.tokenizer import METADATA_FILE
+from ..progress import progress
 from ..errors import ElectraUsageError
 from ..models.generators.fast_electra import MASKED_LM_PARTS
 from ..optional import require
 from .checkpoint_kind import PRETRAINING, read_kind
 
+logger = logging.getLogger(__name__)
 SCORERS = ("electric", "mlm")
 BLEU_FEATURE = "re-ranking n-best lists by BLEU"
 SCORE_HEADER = ("id", "hypothesis", "model_score", "language_score")
@@ -120,7 +125,8 @@ class SentenceScorer:
     def electric(self, sentences) -> torch.Tensor:
         """-sum of the energies over each sentence's real tokens: one pass."""
         scores = torch.zeros(len(sentences), dtype=torch.float64, device=self.device)
-        for batch in self.by_length([len(s) for s in sentences]):
+        batches = self.by_length([len(s) for s in sentences])
+        for batch in progress(batches, len(batches), "scoring (electric)"):
             tokens = self.padded([sentences[i] for i in batch])
             energies, _ = self.model(tokens)  # B x T fp32, the discriminator_head's output
             kept = energies.double().masked_fill(~scored_positions(self.model, tokens), 0)
@@ -134,7 +140,8 @@ class SentenceScorer:
         copies = [(i, t) for i, s in enumerate(sentences)
                   for t in scored_positions(model, s[None])[0].nonzero().squeeze(1).tolist()]
         scores = torch.zeros(len(sentences), dtype=torch.float64, device=self.device)
-        for batch in self.by_length([len(sentences[i]) for i, _ in copies]):
+        batches = self.by_length([len(sentences[i]) for i, _ in copies])
+        for batch in progress(batches, len(batches), "scoring (mlm: a masked copy per token)"):
             owners = torch.tensor([copies[c][0] for c in batch], device=self.device)
             where = torch.tensor([copies[c][1] for c in batch], device=self.device)
             rows = torch.arange(len(batch), device=self.device)
@@ -145,6 +152,31 @@ class SentenceScorer:
             log_probs = F.log_softmax(self.head(hidden[rows, where]).float(), dim=-1)
             scores.index_add_(0, owners, log_probs[rows, original].double())
         return scores.cpu()
+
+
+class WhitespaceTokens:
+    """The text of plain fairseq-preprocess data, which carries no tokenizer: its
+    whitespace-separated tokens are dict.txt's symbols (one it lacks becomes ``<unk>``), as
+    fairseq's own hub reads text when no BPE is configured."""
+
+    kind = "whitespace"
+
+    def pieces(self, text: str) -> List[str]:
+        return text.split()
+
+    def detokenize(self, pieces: List[str]) -> str:
+        return " ".join(pieces)
+
+
+def read_plain_data_as_tokens(hub, data_dir: str) -> None:
+    """Without electra-prepare's tokenizer in ``data_dir``, give ``hub`` whitespace tokens
+    instead of letting it refuse the directory; says so in one log line."""
+    if os.path.isfile(os.path.join(data_dir, METADATA_FILE)):
+        return
+    hub.tokenizer = WhitespaceTokens()
+    logger.info(f"{data_dir} has no {METADATA_FILE} (plain fairseq-preprocess data): reading "
+                f"the input as whitespace-separated tokens of its dict.txt, as fairseq's hub "
+                f"does without a BPE; a token not in dict.txt is <unk>")
 
 
 def text_scorer(hub, kind: str, batch_size: int = 64) -> Callable[[Sequence[str]], List[float]]:

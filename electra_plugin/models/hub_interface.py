@@ -52,6 +52,12 @@ class ElectraHubInterface(nn.Module):
             self._tokenizer = load_tokenizer(self.task.cfg.data)
         return self._tokenizer
 
+    @tokenizer.setter
+    def tokenizer(self, tokenizer):
+        """Another tokenizer than the data directory's (electra-score: whitespace tokens of
+        plain fairseq-preprocess data)."""
+        self._tokenizer = tokenizer
+
     def encode(self, sentence: str, *addl_sentences: str) -> torch.LongTensor:
         """``<s> a </s> b </s>`` token ids (ELECTRA's [CLS] a [SEP] b [SEP])."""
         d = self.task.source_dictionary
