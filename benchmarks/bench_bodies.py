@@ -12,18 +12,34 @@ optimizer, counted by ``torch.utils.flop_counter.FlopCounterMode`` on one step),
 FLOP/s, MFU against the matrix-multiply peak this run measures, and each body's tokens/s as
 a ratio of the BERT body's in the same row group.
 
+Long context: ``--tokens N`` gives every length batches of N tokens (N / T sequences);
+``modern-dense`` is the modern body with its local layers on the dense masked attention
+(``ELECTRA_SPEED=-window``) instead of the window kernel (speed/window.py); ``--longest
+BODY=T`` leaves a body out above T; the ``saved MiB`` column is what the step keeps for its
+backward pass (weights included: the bulk of a training step's peak memory, on any device);
+``--local-layer-exponent`` times one local layer forward and backward at each length and
+fits the exponent of its time per sequence against T.
+
     python benchmarks/bench_bodies.py                      # CPU: small B16 and base B4, T=128
     python benchmarks/bench_bodies.py --sizes small --lengths 512 --batch-size 4
     python benchmarks/bench_bodies.py --device cuda --lengths 512 --batch-size 32
+    python benchmarks/bench_bodies.py --sizes small --tokens 8192 --kinds fixed \
+        --lengths 512 1024 2048 4096 8192 --bodies modern modern-dense bert deberta \
+        --longest bert=1024 deberta=1024 --no-flops --warmup 1 --steps 1 --repeats 1 \
+        --release-cpu-memory --local-layer-exponent
 
 Results and the commands behind them: docs/benchmarks.md, "Encoder bodies".
 """
 
 import argparse
 import json
+import math
+import os
 import statistics
 import sys
 import tempfile
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -54,6 +70,80 @@ def executed_flops(runner, batch):
     return counter.get_total_flops()
 
 
+DENSE = "-dense"  # a body name's suffix: its local layers on the dense masked attention
+
+
+@contextmanager
+def speed_setting(body):
+    """ELECTRA_SPEED=-window for a ``modern-dense`` row, the setting as it was otherwise."""
+    before = os.environ.get("ELECTRA_SPEED")
+    if body.endswith(DENSE):
+        os.environ["ELECTRA_SPEED"] = "-window"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("ELECTRA_SPEED", None)
+        else:
+            os.environ["ELECTRA_SPEED"] = before
+
+
+def saved_bytes(runner, batch):
+    """Bytes the step keeps for its backward pass (each storage once)."""
+    storages = {}
+
+    def keep(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        runner.step(*batch)
+    return sum(storages.values())
+
+
+def exponent(lengths, seconds_per_sequence):
+    """Least-squares slope of log(time per sequence) against log(T)."""
+    x, y = [math.log(t) for t in lengths], [math.log(s) for s in seconds_per_sequence]
+    mx, my = sum(x) / len(x), sum(y) / len(y)
+    return sum((a - mx) * (b - my) for a, b in zip(x, y)) / sum((a - mx) ** 2 for a in x)
+
+
+def local_layer_times(size, lengths, tokens, device, repeats=3):
+    """{variant: seconds per sequence} of one local ModernBERT layer of ``size`` (forward and
+    backward, 128-token window) on batches of ``tokens`` tokens at each length."""
+    from omegaconf import OmegaConf
+
+    from electra_plugin.models.bodies import body_named
+    from electra_plugin.models.core.config import ARCH_SIZES, EncoderSize
+    from electra_plugin.speed.unpad import Layout
+    from electra_plugin.models.bodies.modern import rotary
+    sizes = ARCH_SIZES[ARCHS[size]]
+    hidden, heads = sizes["hidden_size"], sizes["num_heads"]
+    cfg = OmegaConf.create(dict(embedding_size=hidden, dropout=0.0, attention_dropout=0.0,
+                                global_attn_every_n_layers=2, local_attention=128,
+                                global_rope_theta=160000.0, local_rope_theta=10000.0))
+    body = body_named("modern")(cfg, 100, 1)
+    layer = body.encoder(body.embeddings(), EncoderSize(
+        2, hidden, heads, sizes["ffn_size"], hidden)).encoder.layer[1].to(device)
+    out = {"modern": [], "modern" + DENSE: []}
+    for length in lengths:
+        batch = max(tokens // length, 1)
+        x = torch.randn(batch, length, hidden, device=device, requires_grad=True)
+        layout = Layout(None, batch, length, device)
+        rope = rotary(layout.positions, hidden // heads, 10000.0)
+        for variant in out:
+            with speed_setting(variant):
+                times = []
+                for _ in range(repeats + 1):
+                    synchronize(device)
+                    start = time.perf_counter()
+                    layer(x, layout, rope).sum().backward()
+                    synchronize(device)
+                    times.append(time.perf_counter() - start)
+            out[variant].append(statistics.median(times[1:]) / batch)
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", nargs="+", default=["small", "base"], choices=list(ARCHS))
@@ -67,8 +157,21 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=3, help="timed repeats (median reported)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--tokens", type=int, default=None,
+                   help="tokens per batch at every length (batch size N / T)")
+    p.add_argument("--kinds", nargs="+", default=["fixed", "mixed"], choices=["fixed", "mixed"])
+    p.add_argument("--longest", nargs="*", default=[], metavar="BODY=T",
+                   help="leave BODY out at lengths above T")
+    p.add_argument("--no-flops", action="store_true",
+                   help="skip counting the executed FLOPs (one step less per row)")
+    p.add_argument("--release-cpu-memory", action="store_true",
+                   help="let glibc return each step's freed memory (several long-context "
+                        "runners in one process would otherwise each hold their peak)")
+    p.add_argument("--local-layer-exponent", action="store_true",
+                   help="also time one local layer per length and fit its exponent")
     p.add_argument("--json", type=Path, help="write the rows here")
     args = p.parse_args(argv)
+    longest = {body: int(t) for body, t in (item.split("=") for item in args.longest)}
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -79,51 +182,74 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         data = write_dictionary(Path(tmp), args.vocab)
         for size in args.sizes:
-            batch_size = args.batch_size or (16 if size == "small" else 4)
             for length in args.lengths:
+                batch_size = args.tokens // length if args.tokens else \
+                    args.batch_size or (16 if size == "small" else 4)
+                positions = ["--max-positions", str(max(512, length))] + (
+                    ["--release-cpu-memory"] if args.release_cpu_memory else [])
                 runners = {body: PluginStep(data, ARCHS[size], length, batch_size, device,
-                                            extra=["--encoder-body", body])
-                           for body in args.bodies}
+                                            extra=["--encoder-body", body.removesuffix(DENSE),
+                                                   *positions])
+                           for body in args.bodies if length <= longest.get(body, length)}
                 task = next(iter(runners.values())).task
                 fixed = make_batches(task, args.warmup + args.steps, batch_size, length)
                 kinds = {"fixed": fixed,
                          "mixed": mixed_lengths(fixed, task.dictionary.pad())}
-                for kind, batches in kinds.items():
-                    batches = [(s.to(device), t.to(device)) for s, t in batches]
+                for kind in args.kinds:
+                    batches = [(s.to(device), t.to(device)) for s, t in kinds[kind]]
                     real = sum(int(s.ne(task.dictionary.pad()).sum()) for s, _ in
                                batches[args.warmup:]) / args.steps
                     times = {body: [] for body in runners}
-                    flops = {}
+                    flops, saved = {}, {}
                     for body, runner in runners.items():
-                        for batch in batches[:args.warmup]:
-                            runner.step(*batch)
-                        flops[body] = executed_flops(runner, batches[0])
+                        with speed_setting(body):
+                            saved[body] = saved_bytes(runner, batches[0])
+                            for batch in batches[1:args.warmup]:
+                                runner.step(*batch)
+                            flops[body] = None if args.no_flops else \
+                                executed_flops(runner, batches[0])
                     for _ in range(args.repeats):  # interleaved
                         for body, runner in runners.items():
-                            times[body].append(time_steps(runner, batches[args.warmup:],
-                                                          device))
+                            with speed_setting(body):
+                                times[body].append(time_steps(runner, batches[args.warmup:],
+                                                              device))
                     for body in runners:
                         seconds = statistics.median(times[body])
                         rows.append(dict(size=size, length=length, batch=batch_size,
                                          kind=kind, body=body, tokens_per_s=real / seconds,
                                          ms=1000 * seconds, flops=flops[body],
-                                         flops_per_s=flops[body] / seconds,
-                                         mfu=flops[body] / seconds / peak))
+                                         flops_per_s=flops[body] and flops[body] / seconds,
+                                         mfu=flops[body] and flops[body] / seconds / peak,
+                                         saved_mib=saved[body] / 2**20))
                     bert = next((r for r in rows[-len(runners):] if r["body"] == "bert"), None)
                     for r in rows[-len(runners):]:
                         r["vs_bert"] = r["tokens_per_s"] / bert["tokens_per_s"] if bert else None
                 del runners
                 synchronize(device)
-    print("| size | T | B | batch | body | tokens/s | ms/update | GFLOP/update | GFLOP/s | "
-          "MFU | tokens/s vs bert |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| size | T | B | batch | body | tokens/s | ms/update | saved MiB | GFLOP/update | "
+          "GFLOP/s | MFU | tokens/s vs bert |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
+        counted = "| - | - | - |" if r["flops"] is None else (
+            f"| {r['flops'] / 1e9:.1f} | {r['flops_per_s'] / 1e9:.1f} | {100 * r['mfu']:.1f}% |")
+        vs_bert = "-" if r["vs_bert"] is None else f"{r['vs_bert']:.2f}x"
         print(f"| {r['size']} | {r['length']} | {r['batch']} | {r['kind']} | {r['body']} | "
-              f"{r['tokens_per_s']:,.0f} | {r['ms']:.0f} | {r['flops'] / 1e9:.1f} | "
-              f"{r['flops_per_s'] / 1e9:.1f} | {100 * r['mfu']:.1f}% | "
-              f"{r['vs_bert']:.2f}x |")
+              f"{r['tokens_per_s']:,.0f} | {r['ms']:.0f} | {r['saved_mib']:,.0f} {counted} "
+              f"{vs_bert} |")
+    layer = None
+    if args.local_layer_exponent:
+        tokens = args.tokens or max(args.lengths)
+        layer = local_layer_times(args.sizes[0], args.lengths, tokens, device)
+        print(f"\none local layer ({args.sizes[0]}, 128-token window), forward + backward, "
+              f"ms per sequence at {tokens:,} tokens per batch:")
+        print("| variant | " + " | ".join(f"T={t}" for t in args.lengths) + " | exponent |")
+        print("|---|" + "---|" * (len(args.lengths) + 1))
+        for variant, seconds in layer.items():
+            print(f"| {variant} | " + " | ".join(f"{1000 * s:.1f}" for s in seconds) +
+                  f" | {exponent(args.lengths, seconds):.2f} |")
     if args.json:
-        args.json.write_text(json.dumps(dict(peak=peak, rows=rows), indent=1))
+        args.json.write_text(json.dumps(dict(peak=peak, rows=rows, local_layer=layer),
+                                        indent=1))
 
 
 if __name__ == "__main__":

@@ -56,11 +56,12 @@ def deberta_pair(buckets, type_vocab_size, enhanced_mask_decoder=False):
     return ours.eval(), hf
 
 
-def padded_batch():
-    """3 x 40 random tokens, two rows padded (after 31 and 12), and where they are real."""
+def padded_batch(length=40):
+    """3 x length random tokens, two rows padded (after length - 9 and 12), and where they
+    are real."""
     gen = torch.Generator().manual_seed(2)
-    tokens = torch.randint(3, VOCAB, (3, 40), generator=gen)
-    tokens[1, 31:] = PAD
+    tokens = torch.randint(3, VOCAB, (3, length), generator=gen)
+    tokens[1, length - 9:] = PAD
     tokens[2, 12:] = PAD
     return tokens, tokens.ne(PAD)
 
@@ -168,7 +169,7 @@ def modern_pair(window, every):
         vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=4, num_attention_heads=HEADS,
         intermediate_size=96, local_attention=window, global_attn_every_n_layers=every,
         pad_token_id=PAD, bos_token_id=0, eos_token_id=2, cls_token_id=0, sep_token_id=2,
-        max_position_embeddings=MAX_POSITIONS, attn_implementation="sdpa")
+        max_position_embeddings=256, attn_implementation="sdpa")
     hf = transformers.ModernBertModel(config).eval()
     renamed = {k.replace("embeddings.word_embeddings", "embeddings.tok_embeddings")
                .replace("encoder.layer.", "layers."): v for k, v in ours.state_dict().items()}
@@ -177,14 +178,15 @@ def modern_pair(window, every):
 
 
 @pytest.mark.parametrize("speed", ["1", "0"])
-@pytest.mark.parametrize("window,every", [(16, 3), (128, 2)])
-def test_modern_body_matches_transformers_padded_and_unpadded(window, every, speed,
+@pytest.mark.parametrize("window,every,length", [(16, 3, 40), (128, 2, 40), (16, 3, 200)])
+def test_modern_body_matches_transformers_padded_and_unpadded(window, every, length, speed,
                                                                monkeypatch):
-    """A 16-token window over 40 positions: the local layers see part of the sequence;
+    """A 16-token window over 40 positions: the local layers see part of the sequence; over
+    200, they run the window kernel's blocks (speed.window) at ELECTRA_SPEED=1.
     ELECTRA_SPEED=0 runs the layers on the padded grid, 1 on the real tokens alone."""
     monkeypatch.setenv("ELECTRA_SPEED", speed)
     ours, hf = modern_pair(window, every)
-    tokens, real = padded_batch()
+    tokens, real = padded_batch(length)
     with torch.no_grad():
         x, states = ours(tokens, return_all_hiddens=True)
         out = hf(input_ids=tokens, attention_mask=real.long(), output_hidden_states=True)
@@ -208,13 +210,14 @@ def test_modern_body_steps_without_token_types_and_counts_local_attention():
     out = model(src, target=target)
     (out.main_loss + out.generator_loss).backward()
     assert all(p.grad is not None for p in model.discriminator.parameters())
-    # the FLOPs of a local layer's scores stop at the window: 300 tokens vs 129 keys
+    # a local layer's scores count the keys its kernel computes: over 600 tokens, three
+    # blocks of half the 128-token window (192 keys); a window over most of it, all 600
     body = model.body
     disc = model_sizes(model.cfg)[0]
-    wide = body.paper_encoder_flops(disc, 50, 300, 1)
+    local = body.paper_encoder_flops(disc, 50, 600, 1)
     model.cfg.local_attention = 1000
-    assert body.paper_encoder_flops(disc, 50, 300, 1) - wide == pytest.approx(
-        2 * (2 * 2 * disc.hidden + 10 * disc.heads) * (300 - 129))
+    assert body.paper_encoder_flops(disc, 50, 600, 1) - local == pytest.approx(
+        2 * (2 * 2 * disc.hidden + 10 * disc.heads) * (600 - 192))
 
 
 def test_unknown_body_is_a_one_line_error_that_lists_the_registered_ones():

@@ -45,8 +45,9 @@ PRETRAINING_SETTINGS = ("objective", "generator", "generator_size", "generator_l
 def check_model_settings(model, state_dict) -> None:
     """Raise naming every setting in which the checkpoint's model differs from ``model``.
 
-    A vocabulary of another size alone is the data's dictionary; anything else is another
-    model. Weights that did not come through fairseq's loader carry no settings and are left
+    A vocabulary of another size alone is the data's dictionary; the body's
+    ``context_settings`` (a longer context: its length limit, its RoPE theta) are the same
+    model extended; anything else is another model. Weights that did not come through fairseq's loader carry no settings and are left
     to the shape check of ``ElectraModel.load_state_dict``.
     """
     path, saved = getattr(state_dict, "electra_source", (None, None))
@@ -60,6 +61,14 @@ def check_model_settings(model, state_dict) -> None:
     names = DISCRIMINATOR_SETTINGS + body_options + (
         PRETRAINING_SETTINGS if model.pretraining else ())
     differ = [n for n in names if _effective(saved, n) != _effective(here, n)]
+    if _effective(saved, "encoder_body") == _effective(here, "encoder_body"):
+        extended = [n for n in differ
+                    if n in body_named(_effective(here, "encoder_body")).context_settings]
+        if extended:
+            logger.info("context extension of %s: %s", path, ", ".join(
+                f"--{n.replace('_', '-')} {_setting(_effective(saved, n))} -> "
+                f"{_setting(_effective(here, n))}" for n in extended))
+            differ = [n for n in differ if n not in extended]
     own = model.state_dict()
     vocab, vocab_here = next(((state_dict[k].shape[0], own[k].shape[0]) for k in own
                               if k.endswith("word_embeddings.weight") and k in state_dict),

@@ -26,6 +26,10 @@ part                      fast path                                   plain path
 ``Layout`` (``unpad``)    the modern body's layers on the real        the padded B x T grid
                           tokens only; flash attention's varlen
                           kernel on CUDA with ``flash_attn``
+``window_attention``      the modern body's local layers score each   the whole T x T
+(``window``)              query against 3 blocks of half the window   scores, masked (SDPA)
+                          (cost linear in T; ``ELECTRA_SPEED=-window``
+                          turns off this part alone)
 ========================  ==========================================  =====================
 """
 

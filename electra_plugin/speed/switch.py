@@ -5,7 +5,10 @@ import os
 VARIABLE = "ELECTRA_SPEED"
 
 
-def enabled() -> bool:
+def enabled(part: str = "") -> bool:
     """False when ``ELECTRA_SPEED=0``: every speed path then takes the plain PyTorch /
-    fairseq op. Read at each call (a dictionary lookup), so a test can flip it."""
-    return os.environ.get(VARIABLE, "1") != "0"
+    fairseq op. ``ELECTRA_SPEED=-window`` (a comma-separated list of ``-part``) turns off
+    only the parts named, so that a benchmark can weigh one of them in the same process.
+    Read at each call (a dictionary lookup), so a test can flip it."""
+    value = os.environ.get(VARIABLE, "1")
+    return value != "0" and not (part and f"-{part}" in value.split(","))

@@ -3,8 +3,9 @@ the batch's real tokens only, N x C rows instead of B x T x C.
 
 Part of :mod:`electra_plugin.speed`; with ``ELECTRA_SPEED=0`` (or a batch without padding)
 every tensor stays on the padded B x T grid. Attention needs each sequence's keys: it
-re-pads q, k and v and runs ``F.scaled_dot_product_attention`` with the padding (and
-sliding-window) mask as its boolean block mask, or, on CUDA in half precision with the
+re-pads q, k and v and runs ``F.scaled_dot_product_attention`` with the padding mask as its
+boolean block mask (a sliding-window layer: :mod:`.window`'s blocks, or the window in that
+mask where the blocks would not save work), or, on CUDA in half precision with the
 ``flash_attn`` package installed (an optional extra), flash attention's variable-length
 kernel straight on the rows.
 """
@@ -16,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from .switch import enabled
+from .window import use_window_kernel, window_attention, window_mask
 
 try:  # optional: the variable-length CUDA kernel
     from flash_attn import flash_attn_varlen_func
@@ -59,10 +61,14 @@ class Layout:
         out[self.rows] = x
         return out.view(self.batch, self.length, *x.shape[1:])
 
-    def _mask(self, window: Optional[int]) -> Optional[torch.Tensor]:
+    def _mask(self, window: Optional[int], blocks: bool) -> Optional[torch.Tensor]:
         """bool B x 1 x T x T (or 1 x 1 x T x T) "may attend": real keys within ``window``
         positions of the query (None: any distance), or None when everything may. A padded
-        query attends to itself too, so that no row of scores is empty (NaN)."""
+        query attends to itself too, so that no row of scores is empty (NaN). ``blocks``:
+        the same for :func:`.window.window_attention`'s blocks."""
+        if blocks:
+            real = None if self.padding_mask is None else ~self.padding_mask
+            return window_mask(real, self.length, window, self.positions.device)
         mask = None
         ids = torch.arange(self.length, device=self.positions.device)
         if window is not None and window < self.length - 1:
@@ -83,5 +89,8 @@ class Layout:
             return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, longest, longest,
                                           dropout_p, window_size=(side, side))
         q, k, v = (self.unpack(t).transpose(1, 2) for t in (q, k, v))  # B x heads x T x d
-        out = F.scaled_dot_product_attention(q, k, v, self.mask(window), dropout_p)
+        if use_window_kernel(self.length, window):
+            out = window_attention(q, k, v, self.mask(window, True), window, dropout_p)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, self.mask(window, False), dropout_p)
         return self.pack(out.transpose(1, 2))

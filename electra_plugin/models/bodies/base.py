@@ -43,10 +43,19 @@ class EncoderBody:
 
     name: str = None
     options: Tuple[str, ...] = ()  # the config fields this body reads besides the sizes
+    # settings no weight of this body depends on, which a context extension changes (a
+    # checkpoint resumed at a longer length); a checkpoint of the same body loads under others
+    context_settings: Tuple[str, ...] = ()
     token_types = True  # False: the body reads no token types (segment pairs go without)
+    checkpoints_activations = False  # True: its encoder reads --checkpoint-activations
 
     def __init__(self, cfg, vocab_size: int, padding_idx: int):
         self.cfg, self.vocab_size, self.padding_idx = cfg, vocab_size, padding_idx
+        if cfg.get("checkpoint_activations", False) and not self.checkpoints_activations:
+            raise ElectraUsageError(
+                f"--checkpoint-activations is not implemented for --encoder-body {self.name}; "
+                f"drop it or use --encoder-body "
+                f"{'|'.join(n for n, b in BODIES.items() if b.checkpoints_activations)}")
 
     def embeddings(self, word_embeddings=None) -> nn.Module:
         raise NotImplementedError

@@ -19,9 +19,11 @@ from typing import List, Optional
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from ...speed import Dropout
 from ...speed.unpad import Layout
+from ...speed.window import keys_per_query
 from ..core.config import EncoderSize
 from ..core.heads import ElectraGeneratorPredictions
 from ..core.flops import _DROPOUT, _GELU, _LAYER_NORM, _SOFTMAX
@@ -138,8 +140,10 @@ class ModernTransformer(nn.Module):
     norm; the interface of :class:`..core.encoder.ElectraTransformer`."""
 
     def __init__(self, embeddings, size: EncoderSize, dropout, attention_dropout, padding_idx,
-                 global_every: int, window: int, global_theta: float, local_theta: float):
+                 global_every: int, window: int, global_theta: float, local_theta: float,
+                 checkpoint_activations: bool = False):
         super().__init__()
+        self.checkpoint_activations = checkpoint_activations
         self.embeddings = embeddings
         self.embeddings_project = (
             nn.Linear(size.embedding, size.hidden) if size.embedding != size.hidden else None)
@@ -171,8 +175,13 @@ class ModernTransformer(nn.Module):
         ropes = {kind: rotary(layout.positions, self.head_dim, theta)
                  for kind, theta in self.thetas.items()}
         states: List[torch.Tensor] = [layout.unpack(x)] if return_all_hiddens else []
+        recompute = self.checkpoint_activations and self.training and torch.is_grad_enabled()
         for layer in self.encoder.layer:
-            x = layer(x, layout, ropes[None if layer.attn.window is None else "local"])
+            rope = ropes[None if layer.attn.window is None else "local"]
+            # recomputed in the backward pass with the same dropout draws (the RNG state
+            # is replayed), so the gradients are the ones without checkpointing
+            x = checkpoint(layer, x, layout, rope, use_reentrant=False) if recompute else \
+                layer(x, layout, rope)
             if return_all_hiddens:
                 states.append(layout.unpack(x))
         x = layout.unpack(self.final_norm(x))
@@ -185,7 +194,11 @@ class ModernTransformer(nn.Module):
 class ModernBody(EncoderBody):
     options = ("global_attn_every_n_layers", "local_attention", "global_rope_theta",
                "local_rope_theta")
+    # no position embeddings: the length limit and the global layers' RoPE theta are what
+    # ModernBERT's second stage raises (1,024 -> 8,192 tokens, theta 10,000 -> 160,000)
+    context_settings = ("max_positions", "global_rope_theta")
     token_types = False
+    checkpoints_activations = True
 
     def embeddings(self, word_embeddings=None) -> ModernEmbeddings:
         return ModernEmbeddings(self.vocab_size, self.cfg.embedding_size, self.padding_idx,
@@ -196,7 +209,7 @@ class ModernBody(EncoderBody):
         return ModernTransformer(embeddings, size, cfg.dropout, cfg.attention_dropout,
                                  self.padding_idx, cfg.global_attn_every_n_layers,
                                  cfg.local_attention, cfg.global_rope_theta,
-                                 cfg.local_rope_theta)
+                                 cfg.local_rope_theta, cfg.get("checkpoint_activations", False))
 
     def generator_head(self, hidden_size, embed_tokens):
         """ModernBERT's: dense and norm without biases, the tied decoder with its bias."""
@@ -209,13 +222,15 @@ class ModernBody(EncoderBody):
     def paper_encoder_flops(self, size, vocab, length, positions, generator=False):
         """The paper's rules on this body: the token lookup, norms without biases, no
         linear biases, RoPE on q and k (6 per value), GeGLU (its doubled input projection,
-        GELU on half and the gating product), scores only within a local layer's window,
-        the final norm."""
+        GELU on half and the gating product), a local layer's scores against the keys its
+        kernel computes (:func:`...speed.window.keys_per_query`: three blocks of half the
+        window, or all keys where the window reaches most of the sequence), the final
+        norm."""
         e, h, f, n = size.embedding, size.hidden, size.ffn, size.heads
         flops = 2 * e * vocab + (_LAYER_NORM + _DROPOUT) * e + (2 * e * h if e != h else 0)
         for i in range(size.layers):
             keys = length if i % self.cfg.global_attn_every_n_layers == 0 else \
-                min(length, self.cfg.local_attention + 1)
+                keys_per_query(length, self.cfg.local_attention // 2)
             flops += (_LAYER_NORM * h * (i > 0) + 2 * h * 3 * h + 6 * 2 * h  # norm, Wqkv, RoPE
                       + 2 * 2 * h * keys + (_SOFTMAX + _DROPOUT + 1) * keys * n  # scores, avg
                       + 2 * h * h + _DROPOUT * h + h  # Wo, dropout, residual

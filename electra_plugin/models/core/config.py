@@ -114,6 +114,11 @@ class ElectraConfig(FairseqDataclass):
         default=160000.0, metadata={"help": "modern: RoPE theta of the global layers"})
     local_rope_theta: float = field(
         default=10000.0, metadata={"help": "modern: RoPE theta of the local layers"})
+    checkpoint_activations: bool = field(
+        default=False, metadata={"help": "modern: keep only each layer's input for the "
+                                         "backward pass and recompute the rest there (the "
+                                         "activations of long sequences fit where they did "
+                                         "not, for one more forward pass of the layers)"})
     dropout: float = field(default=0.1, metadata={"help": "dropout probability"})
     attention_dropout: float = field(
         default=0.1, metadata={"help": "dropout probability on attention weights"})
