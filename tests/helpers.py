@@ -64,14 +64,18 @@ def binarize(text_dir: Path, dest: Path, splits=("train", "valid")) -> Path:
     return dest
 
 
+# the model sizes of the small command lines (fairseq-train options)
+TINY_SIZES = ("--num-layers", "2", "--hidden-size", "64", "--num-heads", "4", "--ffn-size", "128",
+              "--embedding-size", "32")
+
+
 def train_cmd(data: Path, save_dir: Path, *extra: str, arch: str = "electra_tiny"):
     """A small fairseq-train command line for the electra task on CPU."""
     return [
         sys.executable, "-m", "fairseq_cli.train", str(data), "--user-dir", PLUGIN,
         "--task", "electra", "--criterion", "electra", "--arch", arch, "--cpu",
         "--tokens-per-sample", "32", "--batch-size", "8", "--num-workers", "0",
-        "--num-layers", "2", "--hidden-size", "64", "--num-heads", "4", "--ffn-size", "128",
-        "--embedding-size", "32",
+        *TINY_SIZES,
         "--optimizer", "adam", "--lr", "5e-4", "--lr-scheduler", "polynomial_decay",
         "--warmup-updates", "2", "--total-num-update", "100", "--save-dir", str(save_dir),
         "--log-format", "json", "--log-interval", "1", "--no-progress-bar", "--seed", "3",

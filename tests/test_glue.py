@@ -271,7 +271,7 @@ def test_preprocess_errors(tmp_path, spm_data):
         return str(caught.value)
 
     rte = write_rte(tmp_path / "RTE", 4, 4)
-    assert "--max-seq-len 1024" in error("RTE", rte, tmp_path / "out", "--max-seq-len", "1024")
+    assert "--max-seq-len 9000" in error("RTE", rte, tmp_path / "out", "--max-seq-len", "9000")
     assert "unknown GLUE task" in error("NOPE", rte, tmp_path / "out")
     (rte / "dev.tsv").write_text("index\tsentence1\tsentence2\tlabel\n0\tA\tB\tmaybe\n")
     assert "label 'maybe'" in error("RTE", rte, tmp_path / "out")

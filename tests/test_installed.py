@@ -8,13 +8,11 @@ import sysconfig
 
 import pytest
 
-from helpers import REPO, failure, run
+from helpers import REPO, TINY_SIZES, failure, run
 
 # what the wheel is built from (tracked sources, no build output of the clone)
 SOURCES = ("setup.py", "README.md", "electra_plugin", "examples/pretraining/config",
            "examples/glue/config")
-TINY = ("--num-layers", "2", "--hidden-size", "64", "--num-heads", "4", "--ffn-size", "128",
-        "--embedding-size", "32")
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +55,7 @@ def test_fairseq_commands_find_the_installed_plugin(installed, data_bin):
 
     train = python(installed, "-m", "fairseq_cli.train", data_bin, "--user-dir", user_dir,
                    "--task", "electra", "--criterion", "electra", "--arch", "electra_tiny",
-                   *TINY, "--cpu", "--tokens-per-sample", "32", "--batch-size", "4",
+                   *TINY_SIZES, "--cpu", "--tokens-per-sample", "32", "--batch-size", "4",
                    "--max-update", "1", "--num-workers", "0", "--data-buffer-size", "0",
                    "--optimizer", "adam", "--lr", "1e-4", "--disable-validation",
                    "--save-dir", "ck")

@@ -1,6 +1,8 @@
 """Long context with the modern body: a checkpoint resumed at a longer length with a larger
 global RoPE theta (the context-extension stage), activation checkpointing, and the preset."""
 
+import sys
+
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -96,3 +98,39 @@ def test_context_extension_continues_a_short_run_at_four_times_the_length(data_b
     assert steps[-1]["wpb"] > 2 * 64  # samples longer than stage 1's
     state = checkpoint(tmp_path / "stage2" / "checkpoint_last.pt")
     assert state["cfg"]["model"]["global_rope_theta"] == 160000.0
+
+
+@pytest.mark.slow
+def test_tagging_fine_tunes_a_long_context_checkpoint_on_sentences_past_512_pieces(
+        spm_data, tmp_path, caplog):
+    """A modern checkpoint of 1,024 positions tags whole sentences of ~750 pieces: electra-tag
+    preprocess keeps them (--max-seq-len 1024, none cut), fairseq-train fine-tunes on them
+    (the local layers through the window kernel) and predict labels every word."""
+    import logging
+
+    from electra_plugin.cli import tag as tag_cli
+    from helpers import PLUGIN, SUBJECTS, TINY_SIZES, failure, run, train_cmd
+
+    modern = ("--encoder-body", "modern", "--local-attention", "16", "--max-positions", "1024")
+    pre = run(train_cmd(spm_data, tmp_path / "pre", *modern, "--max-update", "1"))
+    assert pre.returncode == 0, failure("pre-training", pre)
+    words = " ".join(SUBJECTS * 12).split()  # 288 words, 756 pieces: more than 512
+    conll = "\n".join(f"{w}\t{'B-PER' if w == 'teacher' else 'O'}" for w in words) + "\n"
+    (tmp_path / "long.conll").write_text(conll + "\n" + conll)
+    with caplog.at_level(logging.INFO):
+        assert tag_cli.main(["preprocess", "--pretrain-data", str(spm_data), "--train",
+                             str(tmp_path / "long.conll"), "--valid", str(tmp_path / "long.conll"),
+                             "--max-seq-len", "1024", "--out-dir", str(tmp_path / "ner")]) == 0
+    assert f"2 sentences, {2 * len(words)} words, 0 sentences cut to 1024 tokens" in caplog.text
+    tune = run([sys.executable, "-m", "fairseq_cli.train", tmp_path / "ner", "--user-dir", PLUGIN,
+                "--task", "token_tagging", "--criterion", "token_tagging", "--arch",
+                "electra_tiny", *TINY_SIZES, *modern, "--cpu", "--optimizer", "electra_adam",
+                "--lr", "1e-3", "--batch-size", "1", "--max-update", "2", "--num-workers", "0",
+                "--save-dir", tmp_path / "ck", "--disable-validation",
+                "--finetune-from-model", tmp_path / "pre" / "checkpoint_last.pt"])
+    assert tune.returncode == 0, failure("fine-tuning", tune)
+    out = tmp_path / "long.predicted.conll"
+    assert tag_cli.main(["predict", "--checkpoint", str(tmp_path / "ck" / "checkpoint_last.pt"),
+                         "--data", str(tmp_path / "ner"), "--out", str(out), "--cpu"]) == 0
+    rows = [line.split() for line in out.read_text().splitlines() if line.strip()]
+    assert len(rows) == 2 * len(words) and [r[0] for r in rows[:len(words)]] == words

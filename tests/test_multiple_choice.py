@@ -113,7 +113,7 @@ def test_bad_files_give_one_line_errors(tmp_path, spm_data):
                                         tmp_path / "three.jsonl"],
                       "three.jsonl has 3 choices per example", "four.jsonl 4")
     assert_main_error(choice_cli.main, [*common, "--train", tmp_path / "four.jsonl",
-                                        "--max-seq-len", "600"], "--max-seq-len 600")
+                                        "--max-seq-len", "9000"], "--max-seq-len 9000")
     assert not (tmp_path / "out").exists()
 
 

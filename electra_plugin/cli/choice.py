@@ -26,7 +26,7 @@ import os
 import sys
 
 from electra_plugin.data import multiple_choice as mc
-from electra_plugin.data.binarize import writable_destdir
+from electra_plugin.data.binarize import MAX_SEQ_LEN, writable_destdir
 from electra_plugin.data.dictionary import load_dictionary
 from electra_plugin.data.tokenizer import load_tokenizer
 from electra_plugin.cli.vocabulary import add_json, command_parser, print_result, renamed, subcommand
@@ -35,7 +35,6 @@ from electra_plugin.output_dir import refuse_existing
 from electra_plugin.partial_output import removed_on_failure, written_whole
 
 logger = logging.getLogger(__name__)
-MAX_POSITIONS = 512
 DEFAULT_HEAD = "sentence_classification_head"  # sentence_ranking's --ranking-head-name
 
 
@@ -44,9 +43,10 @@ def preprocess(args):
                                             ("test", args.test)) if path}
     if not inputs:
         raise ElectraUsageError("give at least one of --train, --valid, --test")
-    if not mc.SPECIALS + 2 <= args.max_seq_len <= MAX_POSITIONS:
+    if not mc.SPECIALS + 2 <= args.max_seq_len <= MAX_SEQ_LEN:
         raise ElectraUsageError(f"--max-seq-len {args.max_seq_len} must be between "
-                                f"{mc.SPECIALS + 2} and {MAX_POSITIONS}, the model's positions")
+                                f"{mc.SPECIALS + 2} and {MAX_SEQ_LEN} (and at most the model's "
+                                f"--max-positions)")
     dictionary = load_dictionary(args.pretrain_data)
     tokenizer = load_tokenizer(args.pretrain_data)
     data = {name: mc.read_examples(path, args.format) for name, path in inputs.items()}
@@ -120,7 +120,7 @@ def build_parser():
     pp.add_argument("--format", choices=mc.FORMATS,
                     help="default: from the suffix (.csv swag, .jsonl jsonl, .json/.txt race)")
     pp.add_argument("--out-dir", required=True, help="writes the binarized data here")
-    pp.add_argument("--max-seq-len", type=int, default=MAX_POSITIONS,
+    pp.add_argument("--max-seq-len", type=int, default=512,
                     help="tokens of <s> option </s> </s> context </s>; longer examples are cut")
     pp.add_argument("--force", action="store_true", help="write into a non-empty --out-dir")
     renamed(pp, "--destdir", "--out-dir")

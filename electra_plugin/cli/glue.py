@@ -26,7 +26,7 @@ import os
 import sys
 import tempfile
 
-from electra_plugin.data.binarize import fairseq_preprocess
+from electra_plugin.data.binarize import MAX_SEQ_LEN, fairseq_preprocess
 from electra_plugin.data.dictionary import load_dictionary
 from electra_plugin.data.tokenizer import load_tokenizer
 from electra_plugin.cli.vocabulary import (add_json, command_parser, print_result, renamed,
@@ -36,8 +36,6 @@ from electra_plugin.output_dir import refuse_existing
 from electra_plugin.partial_output import removed_on_failure
 from electra_plugin.glue import TEST_OUTPUTS, get_task, read_ids, read_split, score
 from electra_plugin.finetuning.evaluate import sentence_predictions
-
-MAX_POSITIONS = 512
 
 
 # ------------------------------------------------------------------------------ preprocess
@@ -75,9 +73,9 @@ def preprocess(args):
 
 def _preprocess(args):
     task = get_task(args.task)
-    if not 4 <= args.max_seq_len <= MAX_POSITIONS:
+    if not 4 <= args.max_seq_len <= MAX_SEQ_LEN:
         raise ElectraUsageError(f"--max-seq-len {args.max_seq_len} must be between 4 and "
-                                f"{MAX_POSITIONS}, the model's positions")
+                                f"{MAX_SEQ_LEN} (and at most the model's --max-positions)")
     load_dictionary(args.pretrain_data)  # its one error for a missing or malformed dict.txt
     srcdict = os.path.join(args.pretrain_data, "dict.txt")
     tokenizer = load_tokenizer(args.pretrain_data)

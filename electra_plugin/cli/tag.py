@@ -23,7 +23,7 @@ import shutil
 import sys
 
 from electra_plugin.data import conll
-from electra_plugin.data.binarize import writable_destdir
+from electra_plugin.data.binarize import MAX_SEQ_LEN, writable_destdir
 from electra_plugin.data.dictionary import load_dictionary
 from electra_plugin.data.tokenizer import load_tokenizer
 from electra_plugin.cli.vocabulary import add_json, command_parser, print_result, renamed, subcommand
@@ -39,8 +39,9 @@ def preprocess(args):
                                             ("test", args.test)) if path}
     if "train" not in inputs:
         raise ElectraUsageError("give --train (its labels are the model's)")
-    if not 4 <= args.max_seq_len <= 512:
-        raise ElectraUsageError(f"--max-seq-len {args.max_seq_len} must be between 4 and 512")
+    if not 4 <= args.max_seq_len <= MAX_SEQ_LEN:
+        raise ElectraUsageError(f"--max-seq-len {args.max_seq_len} must be between 4 and "
+                                f"{MAX_SEQ_LEN} (and at most the model's --max-positions)")
     dictionary = load_dictionary(args.pretrain_data)
     tokenizer = load_tokenizer(args.pretrain_data)
     data = {name: conll.read_conll(path) for name, path in inputs.items()}

@@ -161,6 +161,11 @@ def fairseq_preprocess(destdir: str, srcdict: Optional[str], splits: Dict[str, s
                                 f"{lines[-1].strip() if lines else ''}")
 
 
+# the longest example a preparation command writes: the modern body's context (a model reads
+# what its --max-positions allows, which the fine-tuning tasks check)
+MAX_SEQ_LEN = 8192
+
+
 def writable_destdir(destdir: str) -> None:
     """Make ``destdir`` and try a file in it now: a read-only one is one line before any work,
     not a traceback from fairseq-preprocess after it."""

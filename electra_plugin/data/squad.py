@@ -28,6 +28,7 @@ import numpy as np
 
 from ..errors import ElectraUsageError
 from ..output_dir import lacks
+from .binarize import MAX_SEQ_LEN as LONGEST
 
 logger = logging.getLogger(__name__)
 
@@ -203,6 +204,9 @@ def answer_pieces(offsets: Sequence[Tuple[int, int]], char_start: int, char_end:
 
 
 def check_window_sizes(max_seq_len: int, doc_stride: int, max_query_len: int):
+    if max_seq_len > LONGEST:
+        raise ElectraUsageError(f"--max-seq-len {max_seq_len} is more than {LONGEST} tokens, "
+                                f"the longest window (and at most the model's --max-positions)")
     room = max_seq_len - max_query_len - 3
     if max_query_len < 1 or room < 1:
         raise ElectraUsageError(
