@@ -191,6 +191,8 @@ def main(argv=None):
                                             extra=["--encoder-body", body.removesuffix(DENSE),
                                                    *positions])
                            for body in args.bodies if length <= longest.get(body, length)}
+                if not runners:  # every body left out at this length (--longest)
+                    continue
                 task = next(iter(runners.values())).task
                 fixed = make_batches(task, args.warmup + args.steps, batch_size, length)
                 kinds = {"fixed": fixed,
