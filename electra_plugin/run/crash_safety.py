@@ -72,9 +72,9 @@ def install() -> None:
     _wrap(checkpoint_utils, "save_checkpoint", _one_line_write_errors)
     PathManager.copy = staticmethod(functools.partial(_atomic_copy, PathManager.copy))
     _wrap(distributed_utils, "_broadcast_object_slow", _broadcast_from_own_rank)
-    _wrap_method(Trainer, "train_step", step_or_stop)
-    _wrap_method(Trainer, "save_checkpoint", save_finite_only)
-    _wrap_method(Trainer, "save_checkpoint", _warn_at_the_end_if_collapsed)
+    wrap_method(Trainer, "train_step", step_or_stop)
+    wrap_method(Trainer, "save_checkpoint", save_finite_only)
+    wrap_method(Trainer, "save_checkpoint", _warn_at_the_end_if_collapsed)
 
 
 def _wrap(module, name, wrapper):
@@ -84,7 +84,7 @@ def _wrap(module, name, wrapper):
     setattr(module, name, wrapped)
 
 
-def _wrap_method(cls, name, wrapper):
+def wrap_method(cls, name, wrapper):
     """:func:`_wrap` for a method: a partial object would not bind ``self``."""
     original = getattr(cls, name)
 

@@ -30,6 +30,7 @@ from fairseq.distributed import utils as distributed_utils
 from fairseq.trainer import Trainer
 
 from ..errors import ElectraUsageError
+from .crash_safety import wrap_method
 
 logger = logging.getLogger(__name__)
 
@@ -43,20 +44,10 @@ def install() -> None:
     launch_init = distributed_utils._infer_torch_distributed_launch_init
     distributed_utils._infer_torch_distributed_launch_init = functools.wraps(launch_init)(
         functools.partial(_device_from_local_rank, launch_init))
-    _wrap_method(Trainer, "save_checkpoint", _record_layout)
-    _wrap_method(Trainer, "load_checkpoint", _continue_on_this_layout)
-    _wrap_method(EpochBatchIterator, "load_state_dict", _restore_position)
+    wrap_method(Trainer, "save_checkpoint", _record_layout)
+    wrap_method(Trainer, "load_checkpoint", _continue_on_this_layout)
+    wrap_method(EpochBatchIterator, "load_state_dict", _restore_position)
     Trainer.load_checkpoint.electra_scale_out = True
-
-
-def _wrap_method(cls, name, wrapper):
-    original = getattr(cls, name)
-
-    @functools.wraps(original)
-    def method(self, *args, **kwargs):
-        return wrapper(original, self, *args, **kwargs)
-
-    setattr(cls, name, method)
 
 
 def _device_from_local_rank(original, cfg):
