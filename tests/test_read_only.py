@@ -40,9 +40,9 @@ def test_prepare_and_the_demo(tmp_path, where):
     write_corpus(tmp_path / "corpus.txt", 300, seed=2)
     locked = read_only_dir(tmp_path / "locked")
     dest = locked if where == "existing" else locked / "bin"
-    proc = as_user(command("prepare", "--train", tmp_path / "corpus.txt", "--destdir", dest,
+    proc = as_user(command("prepare", "--train", tmp_path / "corpus.txt", "--out-dir", dest,
                            "--sentencepiece-vocab-size", "80", "--workers", "1"))
-    assert_one_line_error(proc, f"--destdir '{dest}'", "Permission denied", "you can write to")
+    assert_one_line_error(proc, f"--out-dir '{dest}'", "Permission denied", "you can write to")
     work = locked if where == "existing" else locked / "work"
     proc = as_user([sys.executable, REPO / "scripts" / "demo.py", "--corpus",
                     tmp_path / "corpus.txt", "--workdir", work, "--vocab-size", "80"])
@@ -57,10 +57,10 @@ def test_glue_and_squad_preprocess(tmp_path, spm_data):
     locked = read_only_dir(tmp_path / "locked")
     for dest in (locked, locked / "new"):
         proc = as_user([*GLUE, "preprocess", "--task", "RTE", "--glue-dir", rte,
-                        "--pretrain-data", spm_data, "--destdir", dest])
+                        "--pretrain-data", spm_data, "--out-dir", dest])
         assert_one_line_error(proc, str(dest), "Permission denied", "you can write to")
         proc = as_user(command("squad", "preprocess", "--pretrain-data", spm_data, "--train",
-                               squad, "--destdir", dest, "--max-seq-len", "64",
+                               squad, "--out-dir", dest, "--max-seq-len", "64",
                                "--doc-stride", "16", "--max-query-len", "16"))
         assert_one_line_error(proc, str(dest), "Permission denied", "you can write to")
     assert not list(locked.iterdir())
