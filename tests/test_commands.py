@@ -18,9 +18,7 @@ COMMANDS = {f"electra-{m}": importlib.import_module(f"electra_plugin.cli.{m}")
 OLD = {"--destdir": "--out-dir", "--workdir": "--out-dir", "--predictions": "--out",
        "--head-name": "--head", "--overwrite": "--force"}
 # a parser's destination -> the only option that may fill it
-SPELLING = {"checkpoint": "--checkpoint", "out_dir": "--out-dir", "out": "--out",
-            "force": "--force", "head": "--head", "json": "--json", "cpu": "--cpu",
-            "pretrain_data": "--pretrain-data", "data": "--data"}
+SPELLING = {option[2:].replace("-", "_"): option for option in VOCABULARY.values()}
 
 
 def parsers():
@@ -50,7 +48,6 @@ def visible(parser):
 
 @pytest.mark.parametrize("name, parser", PARSERS, ids=IDS)
 def test_each_concept_has_one_spelling(name, parser):
-    assert set(SPELLING.values()) == set(VOCABULARY.values())
     for action in visible(parser):
         assert not set(action.option_strings) & set(OLD), (name, action.option_strings)
         if action.dest in SPELLING:

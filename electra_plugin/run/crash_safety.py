@@ -50,7 +50,7 @@ from fairseq.trainer import Trainer
 from omegaconf import open_dict
 
 from ..models.core.checkpoint import remember_settings
-from ..models.core.checkpoint_file import checkpoint_damage, checkpoint_file_error, not_a_checkpoint
+from ..models.core.checkpoint_file import checkpoint_damage, file_error, not_a_checkpoint
 from .integrity import check_binarized
 from .divergence import save_finite_only, step_or_stop
 from ..errors import ElectraUsageError
@@ -133,7 +133,8 @@ def _atomic_copy(original, src_path, dst_path, overwrite=False):
 
 def _named_damage(original, path, *args, **kwargs):
     local = PathManager.get_local_path(path)
-    refused = checkpoint_file_error(local)  # before torch reads (and warns about) the file
+    refused = file_error(local)  # before torch reads (and warns about) it; the rest after
+    # a failure, so that a checkpoint is read once
     if refused:
         raise refused
     try:

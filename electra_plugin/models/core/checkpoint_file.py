@@ -20,7 +20,7 @@ import torch
 
 from ...errors import ElectraUsageError
 
-__all__ = ["read_checkpoint_file", "checkpoint_file_error", "require_checkpoint_file",
+__all__ = ["read_checkpoint_file", "file_error", "checkpoint_file_error", "require_checkpoint_file",
            "not_a_checkpoint", "checkpoint_damage",
            "damaged_checkpoint_error", "refused_pickle_error", "unsafe_globals"]
 
@@ -33,7 +33,7 @@ def read_checkpoint_file(path) -> Dict[str, Any]:
     """The state dict of a fairseq checkpoint file (``model`` weights and the rest), read with
     torch's safe loader; a missing, damaged, refused or foreign file raises one line."""
     path = os.fspath(path)
-    error = _unopenable(path) or _damage_error(path, thorough=False) or _foreign_error(path)
+    error = file_error(path)
     if error:
         raise error
     try:
@@ -46,14 +46,20 @@ def read_checkpoint_file(path) -> Dict[str, Any]:
     return state
 
 
+def file_error(path) -> Optional[ElectraUsageError]:
+    """The line for a path that cannot be a checkpoint file, from its first bytes and its zip
+    directory alone (missing, a directory, empty, cut short, not in torch's formats)."""
+    path = os.fspath(path)
+    return _unopenable(path) or _damage_error(path, thorough=False) or _foreign_error(path)
+
+
 def checkpoint_file_error(path) -> Optional[ElectraUsageError]:
     """The line for a path that holds no checkpoint (missing, a directory, empty, cut short,
     not in torch's formats, refused, or holding something else), else None. Found before a
     reader loads it: a zip checkpoint is opened memory-mapped, which reads its structure and
     none of its tensors."""
     path = os.fspath(path)
-    return _unopenable(path) or _damage_error(path, thorough=False) or _foreign_error(path) or \
-        (_is_zip(path) and _loaded_error(path, mmap=True)) or None
+    return file_error(path) or (_is_zip(path) and _loaded_error(path, mmap=True)) or None
 
 
 def require_checkpoint_file(path) -> None:
