@@ -32,25 +32,18 @@ def pretrain_cmd(data, save_dir, updates, seed, log_path):
 
 
 def finetune_cmd(data, save_dir, updates, seed, restore=None, model=("--arch", "electra_tiny")):
-    """fairseq-train on the sentiment data with ELECTRA's fine-tuning recipe, scaled down.
+    """fairseq-train on the sentiment data with ELECTRA's fine-tuning recipe, scaled down: the
+    trials' command (one builder) with the demo's lr and no layer-wise lr decay.
 
     No layer-wise lr decay: the official 0.8 (for 12 layers) left a 4-layer model pre-trained
     at small compute at chance for ~700 of 900 updates; without it, it leaves chance by
     update ~200 (docs/objectives.md, recipe search)."""
-    cmd = [sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
-           "--task", "sentence_prediction", "--criterion", "sentence_prediction", *model,
-           "--num-classes", "2", "--init-token", "0", "--shorten-method", "truncate", "--cpu",
-           "--optimizer", "electra_adam", "--adam-eps", "1e-6", "--weight-decay", "0.01",
-           "--layer-decay", "1.0", "--lr", "3e-4", "--lr-scheduler", "polynomial_decay",
-           "--warmup-updates", str(updates // 10), "--total-num-update", str(updates),
-           "--max-update", str(updates), "--clip-norm", "1.0", "--batch-size", "32",
-           "--save-dir", save_dir, "--no-epoch-checkpoints", "--no-save-optimizer-state",
-           "--log-format", "simple", "--log-interval", "100", "--seed", str(seed),
-           "--num-workers", "0", "--data-buffer-size", "0", "--validate-interval-updates",
-           "200"]
-    if restore:
-        cmd += ["--finetune-from-model", restore]  # a re-run resumes the fine-tuning
-    return cmd
+    from .finetuning.trials import Recipe, Start, Trial, finetune_command, parse_task
+
+    trial = Trial(parse_task(f"SST-2={data}"), Start("demo", tuple(model), restore), seed,
+                  os.fspath(save_dir))
+    return finetune_command(trial, Recipe(lr=3e-4, layer_decay=1.0, max_update=updates,
+                                          cpu=True, extra=("--no-save-optimizer-state",)))
 
 
 def dev_accuracy_cmd(data, save_dir):

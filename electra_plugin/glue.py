@@ -124,20 +124,24 @@ def data_problem(task: GlueTask, directory: str,
     return None
 
 
-def read_split(task: GlueTask, path: str, labelled: bool = True,
-               test: Optional[TestSplit] = None):
-    """-> (list of sentence tuples, list of label strings or None) from an official TSV;
-    ``test``: an unlabelled split laid out as it says."""
-    columns = task.text_columns if test is None else test.text_columns
-    header = task.header if test is None else test.header
+def read_columns(path: str, header: bool) -> List[List[str]]:
+    """The rows of a tab-separated file as GLUE's are read (no quoting), without its header."""
     csv.field_size_limit(sys.maxsize)
     try:
         with open(path, encoding="utf-8", newline="") as f:
             rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
     except OSError as e:
         raise ElectraUsageError(f"cannot read {path}: {e.strerror}") from None
-    if header and rows:
-        rows = rows[1:]
+    return rows[1:] if header and rows else rows
+
+
+def read_split(task: GlueTask, path: str, labelled: bool = True,
+               test: Optional[TestSplit] = None):
+    """-> (list of sentence tuples, list of label strings or None) from an official TSV;
+    ``test``: an unlabelled split laid out as it says."""
+    columns = task.text_columns if test is None else test.text_columns
+    header = task.header if test is None else test.header
+    rows = read_columns(path, header)
     sentences, labels = [], []
     label_column = task.label_column if labelled and task.label_column >= 0 else 0
     need = max(max(c if c >= 0 else -c - 1 for c in columns), label_column) + 1

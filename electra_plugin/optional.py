@@ -17,6 +17,7 @@ FEATURES = {
                                                                 "google.protobuf")),
     "fairseq's --tensorboard-logdir": ("tensorboard", ("tensorboardX",)),
     "the demo's curves": ("plots", ("matplotlib",)),
+    "the trials' picture": ("plots", ("matplotlib",)),
     "re-ranking n-best lists by BLEU": ("bleu", ("sacrebleu",)),
 }
 

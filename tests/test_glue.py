@@ -66,8 +66,6 @@ def test_official_metrics_on_hand_checked_cases():
 
 
 EPOCHS = {"RTE": 10, "STS-B": 10}  # ELECTRA's recipe (PAPER.md): 3 epochs for the others
-REPORT = {"mcc": "report_mcc", "f1": "report_acc_and_f1",  # fairseq's flag for a metric
-          "pearson": "report_pearson_and_spearman"}
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # hydra's deprecation notes
@@ -82,8 +80,9 @@ def test_glue_configs_follow_the_recipe_and_the_task_table(name):
     assert cfg.task.num_classes == task.num_classes
     assert cfg.criterion.regression_target == (task.labels is None)
     assert cfg.checkpoint.best_checkpoint_metric == task.metrics[0]
-    assert {k for k, on in cfg.criterion.items() if k.startswith("report_") and on} == \
-        ({REPORT[task.metrics[0]]} if task.metrics[0] in REPORT else set())
+    # the criterion logs the task's metric in validation, no flag needed
+    assert cfg.criterion._name == "sentence_prediction_metrics"
+    assert not any(on for k, on in cfg.criterion.items() if k.startswith("report_"))
     assert cfg.dataset.batch_size == 32 and cfg.optimization.max_epoch == EPOCHS.get(name, 3)
     total = cfg.optimization.max_update
     assert total == cfg.optimization.max_epoch * math.ceil(task.train_size / 32)
@@ -159,14 +158,17 @@ def test_stsb_regression_and_cola_without_header(tmp_path, spm_data, pretrained)
     save = tmp_path / "ft"
     proc = run([sys.executable, "-m", "fairseq_cli.train", stsb, "--user-dir", PLUGIN,
                 "--task", "sentence_prediction", "--arch", "electra_tiny", "--cpu",
-                "--criterion", "sentence_prediction", "--regression-target", "--num-classes",
-                "1", "--init-token", "0", "--restore-file", pretrained, "--reset-optimizer",
-                "--reset-dataloader", "--reset-meters", "--optimizer", "electra_adam",
-                "--layer-decay", "0.8", "--lr", "1e-4", "--batch-size", "8", "--max-update",
-                "3", "--save-dir", save, "--best-checkpoint-metric", "loss",
-                "--report-pearson-and-spearman", "--num-workers", "0",
+                "--criterion", "sentence_prediction_metrics", "--regression-target",
+                "--num-classes", "1", "--init-token", "0", "--restore-file", pretrained,
+                "--reset-optimizer", "--reset-dataloader", "--reset-meters", "--optimizer",
+                "electra_adam", "--layer-decay", "0.8", "--lr", "1e-4", "--batch-size", "8",
+                "--max-update", "3", "--save-dir", save, "--best-checkpoint-metric", "pearson",
+                "--maximize-best-checkpoint-metric", "--num-workers", "0",
                 "--data-buffer-size", "0"])
     assert proc.returncode == 0, proc.stderr[-3000:]
+    valid = [line for line in proc.stdout.splitlines() if "valid on 'valid' subset" in line]
+    assert valid and "| pearson " in valid[-1] and "| spearman " in valid[-1], valid
+    assert (save / "checkpoint_best.pt").is_file()
     proc = run([*GLUE, "evaluate", "--task", "STS-B",
                 "--checkpoint", save / "checkpoint_last.pt", "--data", stsb, "--json"])
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -272,7 +274,7 @@ def test_preprocess_errors(tmp_path, spm_data):
 
     rte = write_rte(tmp_path / "RTE", 4, 4)
     assert "--max-seq-len 9000" in error("RTE", rte, tmp_path / "out", "--max-seq-len", "9000")
-    assert "unknown GLUE task" in error("NOPE", rte, tmp_path / "out")
+    assert "--task NOPE is not a GLUE task" in error("NOPE", rte, tmp_path / "out")
     (rte / "dev.tsv").write_text("index\tsentence1\tsentence2\tlabel\n0\tA\tB\tmaybe\n")
     assert "label 'maybe'" in error("RTE", rte, tmp_path / "out")
     (tmp_path / "full").mkdir()

@@ -186,7 +186,7 @@ def test_joint_head_by_hand():
     context = answer_context(types, padding)
     assert context.tolist() == [[True, False, True, True]]
     gelu = lambda x: 0.5 * x * (1 + math.erf(x / math.sqrt(2)))  # noqa: E731
-    out = head(h, context, torch.tensor([2]))  # teacher forcing at the gold start 2
+    out = head(h, padding, types, torch.tensor([2]))  # teacher forcing at the gold start 2
     assert out.start[0].tolist() == pytest.approx([0.5, 2.0 - 1000, 1.0, 3.0])
     expected = [2 * gelu(1.0 + h[0, t, 1].item()) - (0 if context[0, t] else 1000)
                 for t in range(4)]
@@ -194,7 +194,7 @@ def test_joint_head_by_hand():
     p = torch.tensor([0.5, -1000.0, 1.0, 3.0]).softmax(-1)
     average = (p[:, None] * h[0]).sum(0)
     assert out.no_answer.item() == pytest.approx(gelu(1.0 + average[0].item()), abs=1e-5)
-    beam = head(h, context)  # inference: the two likeliest starts, 3 then 2
+    beam = head(h, padding, types)  # inference: the two likeliest starts, 3 then 2
     assert beam.start_top.tolist() == [[3, 2]] and beam.end.shape == (1, 2, 4)
     for row, s in enumerate((3, 2)):
         assert beam.end[0, row].tolist() == pytest.approx(

@@ -13,6 +13,7 @@ from electra_plugin import glue
 from electra_plugin.cli import finetune as finetune_cli
 from electra_plugin.cli import glue as glue_cli
 from electra_plugin.finetuning import statistics as st
+from electra_plugin.finetuning import report
 from electra_plugin.finetuning import trials as tr
 from helpers import assert_main_error, sentence, write_rte
 
@@ -74,8 +75,8 @@ def test_report_table_and_glue_score_by_hand(tmp_path):
              for s, m, mm in ((1, 70.0, 71.0), (2, 72.0, 70.0), (3, 74.0, 72.0))]
     runs += [result("pre-trained", "CoLA", s, {"CoLA": {"mcc": c}}, {"CoLA": {"mcc": 0.0}})
              for s, c in ((1, 0.5), (2, 20.0), (3, 30.0))]
-    rows = tr.report_rows(runs)
-    table = tr.markdown(rows)
+    rows = report.report_rows(runs)
+    table = report.markdown(rows, runs)
     lines = table.splitlines()
     assert lines[0] == "| arm | task | metric | runs | median | mean | std | min | max | failed |"
     # 53.0 is within a point of RTE's majority class (52.7): a failed run
@@ -85,12 +86,16 @@ def test_report_table_and_glue_score_by_hand(tmp_path):
     # CoLA's 0.5 MCC is within a point of 0: a failed run
     assert "| pre-trained | CoLA | mcc | 3 | 20.00 | 16.83 | 15.00 | 0.50 | 30.00 | 1 |" in lines
     # GLUE score: the mean of the task medians (MNLI matched, CoLA's MCC): (60 + 72 + 20) / 3
-    assert tr.glue_score(rows, "pre-trained") == (pytest.approx(152 / 3), 3)
+    assert report.glue_score(rows, "pre-trained") == (pytest.approx(152 / 3), 3)
     assert "pre-trained: GLUE score (mean of the medians over 3 tasks): 50.67" in table
-    assert tr.glue_score(tr.report_rows(runs[:3]), "pre-trained") is None  # RTE alone
-    json_path, md_path = tr.write_report(rows, runs, str(tmp_path))
+    assert report.glue_score(report.report_rows(runs[:3]), "pre-trained") is None  # RTE alone
+    # the suite's average: every dev split's judging metric, MNLI-mm too: (60+72+71+20) / 4
+    assert report.suite_average(rows, "pre-trained") == (pytest.approx(55.75), 4)
+    assert "pre-trained: average over 4 tasks of the medians: 55.75" in table
+    json_path, md_path = report.write_report(rows, runs, str(tmp_path))
     saved = json.load(open(json_path))
     assert saved["glue_score"]["pre-trained"] == pytest.approx(152 / 3)
+    assert saved["average"]["pre-trained"] == pytest.approx(55.75)
     assert {(r["task"], r["metric"]): r["median"] for r in saved["rows"]}[("RTE", "accuracy")] \
         == statistics.median([60.0, 53.0, 66.0])
     assert open(md_path).read() == table
@@ -104,7 +109,7 @@ def test_trials_usage_errors(tmp_path):
                       "--task 'RTE' is not NAME=DIR")
     assert_main_error(finetune_cli.main, ["trials", "--task", "XNLI=" + str(data), "--arch",
                                           "electra_tiny", "--workdir", str(tmp_path / "w")],
-                      "unknown task 'XNLI'", "SQuAD")
+                      "--task XNLI", "is empty", "electra-glue preprocess", "electra-squad")
     assert_main_error(finetune_cli.main, ["trials", "--task", f"RTE={data}", "--workdir",
                                           str(tmp_path / "w")],
                       "give --checkpoint CHECKPOINT or --arch ARCH")

@@ -164,8 +164,8 @@ def test_test_outputs_checks_the_checkpoint_before_the_data(tmp_path, checkpoint
         assert_main_error(finetune_cli.main, ["test-outputs", "--checkpoint", checkpoints[kind],
                                               "--data", tmp_path / "none", "--out-dir", out],
                           f"--checkpoint {checkpoints[kind]} is {what}",
-                          "test-outputs needs one fine-tuned on the task (--task "
-                          "sentence_prediction")
+                          "test-outputs needs one fine-tuned on the task (a trial's "
+                          "checkpoint_last.pt: --task sentence_prediction or token_tagging")
     assert not out.exists()
 
 

@@ -31,6 +31,7 @@ from electra_plugin.data.dictionary import load_dictionary
 from electra_plugin.data.tokenizer import load_tokenizer
 from electra_plugin.cli.vocabulary import add_json, command_parser, print_result, renamed, subcommand
 from electra_plugin.errors import ElectraUsageError, command_line
+from electra_plugin.finetuning.kinds import record_task
 from electra_plugin.output_dir import refuse_existing
 from electra_plugin.partial_output import removed_on_failure, written_whole
 
@@ -63,6 +64,7 @@ def preprocess(args):
         cut = mc.write_data_dir(args.out_dir, data, tokenizer, dictionary,
                                 os.path.join(args.pretrain_data, "dict.txt"), args.max_seq_len)
         tokenizer.save_to(args.out_dir)  # the hub interface encodes text with it
+        record_task("choice", args.out_dir)
     for name, examples in data.items():
         logger.info(f"{name}: {len(examples)} examples"
                     f"{'' if examples[0].label is not None else ' (unlabelled)'}, "

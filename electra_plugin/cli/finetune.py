@@ -19,12 +19,15 @@ Examples:
       --data data-bin/MNLI --out-dir glue-submission
 """
 
+import os
 import shlex
 import sys
 
 from electra_plugin.cli.vocabulary import command_parser, renamed, subcommand
 from electra_plugin.errors import ElectraUsageError, command_line
+from electra_plugin.finetuning import report
 from electra_plugin.finetuning import trials as tr
+from electra_plugin.finetuning.suite import read_suite, with_overrides
 
 
 def run_trials(args):
@@ -34,10 +37,22 @@ def run_trials(args):
     if args.jobs < 1:
         raise ElectraUsageError(f"--jobs {args.jobs} must be at least 1")
     seeds = tr.check_seeds(args.seeds or range(1, args.trials + 1))
+    user_dir = tr.PLUGIN
+    if args.user_dir:  # a module of one's own kinds (it imports electra_plugin)
+        user_dir = os.path.abspath(args.user_dir)
+        import_user_dir(user_dir)
     recipe = tr.Recipe(lr=args.lr, layer_decay=args.layer_decay, epochs=args.epochs,
                        max_update=args.max_update, batch_size=args.batch_size,
-                       cpu=args.cpu, extra=tuple(args.fairseq_options))
-    tasks = [tr.parse_task(spec) for spec in args.task]
+                       cpu=args.cpu, keep=args.keep, user_dir=user_dir,
+                       extra=tuple(args.fairseq_options))
+    specs = [(spec, {}) for spec in args.task or []]
+    if args.suite:
+        specs += [(f"{name}={data}", changes) for name, data, changes in read_suite(args.suite)]
+    if not specs:
+        raise ElectraUsageError("give the tasks: --task NAME=DIR (repeated) or --suite FILE")
+    tasks = [tr.parse_task(spec) for spec, _ in specs]
+    recipes = {task.name: with_overrides(recipe, changes)
+               for task, (_, changes) in zip(tasks, specs)}
     if args.checkpoint and args.arch:
         raise ElectraUsageError("give --checkpoint (fine-tune its discriminator) or --arch (a "
                                 "random initialisation), not both")
@@ -49,20 +64,35 @@ def run_trials(args):
     else:
         raise ElectraUsageError("give --checkpoint CHECKPOINT or --arch ARCH (random "
                                 "initialisation)")
-    trials = tr.plan(tasks, start, seeds, args.out_dir)
+    trials = tr.plan(tasks, start, seeds, args.out_dir, recipes=recipes)
     results = tr.run_trials(trials, recipe, jobs=args.jobs)
-    rows = tr.report_rows(results)
-    tr.print_rows(rows)
-    json_path, md_path = tr.write_report(rows, results, args.out_dir)
-    score = tr.glue_score(rows, start.label)
-    if score:
-        print(f"GLUE score (mean of the task medians, {score[1]} tasks): {score[0]:.2f}")
-    print(f"wrote {json_path} and {md_path}")
+    rows = report.report_rows(results)
+    report.print_rows(rows)
+    paths = report.write_report(rows, results, args.out_dir, picture=args.picture)
+    arm = trials[0].arm
+    average, glue = report.suite_average(rows, arm), report.glue_score(rows, arm)
+    if average:
+        print(f"average of the task medians ({average[1]} tasks): {average[0]:.2f}")
+    if glue:
+        print(f"GLUE score (mean of the task medians, {glue[1]} tasks): {glue[0]:.2f}")
+    print(f"wrote {', '.join(paths)}")
     return rows
 
 
+def import_user_dir(path):
+    """Imports a --user-dir module as fairseq-train will, so its kinds are registered."""
+    import argparse
+
+    from fairseq import utils
+
+    if not os.path.isdir(path):
+        raise ElectraUsageError(f"--user-dir {path} is not a directory (a Python package of "
+                                f"your own kinds, as fairseq's --user-dir)")
+    utils.import_user_module(argparse.Namespace(user_dir=path))
+
+
 def test_outputs(args):
-    from electra_plugin.finetuning.test_outputs import write_test_outputs
+    from electra_plugin.finetuning.kinds import write_test_outputs
 
     for path in write_test_outputs(args.checkpoint, args.data, args.out_dir, args.cpu):
         print(f"wrote {path}")
@@ -73,10 +103,20 @@ def build_parser():
     sub = p.add_subparsers(dest="command", required=True)
 
     t = subcommand(sub, "trials", "N fine-tuning runs per task, median first")
-    t.add_argument("--task", action="append", required=True, metavar="NAME=DIR",
-                   help="a GLUE task (CoLA, SST-2, MRPC, QQP, STS-B, MNLI, QNLI, RTE, WNLI; "
-                        "the sentiment set is SST-2) or SQuAD, and its preprocessed data; "
-                        "repeat for several tasks")
+    t.add_argument("--task", action="append", metavar="NAME=DIR",
+                   help="a task's name and the directory a preparation command wrote "
+                        "(electra-glue, -tag, -squad or -choice preprocess); a GLUE name "
+                        "(CoLA ... WNLI) keeps the official recipe; repeat for several tasks")
+    t.add_argument("--suite", help="a YAML file of tasks (NAME: DIR, or NAME: {data: DIR, "
+                                   "epochs: ...}), added to the --task ones")
+    t.add_argument("--keep", choices=tr.KEEP, default="final",
+                   help="the model evaluated: the final one (the paper's) or the best on dev "
+                        "by the task's metric (validated each epoch; its tables say so)")
+    t.add_argument("--picture", action="store_true",
+                   help="also trials.png: every run per task and arm, the median marked "
+                        "(the plots extra)")
+    t.add_argument("--user-dir", help="a Python package of your own fine-tuning kinds "
+                                      "(fairseq's --user-dir; it imports electra_plugin)")
     t.add_argument("--checkpoint", help="pre-training (or discriminator) checkpoint")
     t.add_argument("--arch", help="fine-tune a random initialisation of this architecture")
     t.add_argument("--model-options", type=shlex.split, default=[],

@@ -34,12 +34,18 @@ from electra_plugin.cli.vocabulary import (add_json, command_parser, print_resul
 from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.output_dir import refuse_existing
 from electra_plugin.partial_output import removed_on_failure
-from electra_plugin.glue import TEST_OUTPUTS, get_task, read_ids, read_split, score
+from electra_plugin.glue import (GLUE_TASKS, TEST_OUTPUTS, GlueTask, get_task, read_columns,
+                                 read_ids, read_split, score)
+from electra_plugin.finetuning.kinds import read_task_file, record_task
+from electra_plugin.finetuning.kinds.sentence import glue_task, own_metrics
 from electra_plugin.finetuning.evaluate import sentence_predictions
 
 
 # ------------------------------------------------------------------------------ preprocess
 logger = logging.getLogger(__name__)
+GLUE_NAMES = {spelling for task in GLUE_TASKS.values()
+              for spelling in (task.name, task.name.lower(), task.name.replace("-", ""),
+                               task.name.lower().replace("-", ""))}
 
 
 def fit_pair(pieces, max_tokens):
@@ -71,8 +77,38 @@ def preprocess(args):
         return _preprocess(args)
 
 
+def own_task(args) -> GlueTask:
+    """A user's own sentence task in GLUE's layout (train.tsv, dev.tsv): its columns from the
+    options, its classes from the training file (sorted) unless --regression."""
+    if args.text_columns is None:
+        raise ElectraUsageError(
+            f"--task {args.task} is not a GLUE task (CoLA, SST-2, MRPC, QQP, STS-B, MNLI, QNLI, "
+            f"RTE, WNLI); for a task of your own give --text-columns (e.g. 0, or 0,1 for "
+            f"pairs) and --label-column (default -1, the last), and --regression for scores")
+    try:
+        columns = tuple(int(c) for c in args.text_columns.split(","))
+    except ValueError:
+        raise ElectraUsageError(f"--text-columns {args.text_columns!r} is not column numbers "
+                                f"(0-based, comma-separated: 0 or 0,1)") from None
+    if not 1 <= len(columns) <= 2:
+        raise ElectraUsageError(f"--text-columns {args.text_columns}: give one column or a pair")
+    shape = GlueTask(args.task, columns, args.label_column, None, ("pearson",), 0,
+                     header=args.header)
+    labels = None
+    if not args.regression:
+        rows = read_columns(os.path.join(args.glue_dir, "train.tsv"), shape.header)
+        labels = tuple(sorted({row[args.label_column].strip() for row in rows
+                               if len(row) > max(args.label_column, -args.label_column - 1)}))
+        if len(labels) < 2:
+            raise ElectraUsageError(f"{args.glue_dir}/train.tsv has {len(labels)} label(s) in "
+                                    f"column {args.label_column}; a classification task needs "
+                                    f"two or more (or give --regression)")
+    return GlueTask(args.task, columns, args.label_column, labels, own_metrics(labels), 0,
+                    header=args.header)
+
+
 def _preprocess(args):
-    task = get_task(args.task)
+    task = get_task(args.task) if args.task in GLUE_NAMES else own_task(args)
     if not 4 <= args.max_seq_len <= MAX_SEQ_LEN:
         raise ElectraUsageError(f"--max-seq-len {args.max_seq_len} must be between 4 and "
                                 f"{MAX_SEQ_LEN} (and at most the model's --max-positions)")
@@ -155,6 +191,7 @@ def _preprocess(args):
     if test_outputs:  # what electra-finetune test-outputs names its predictions by
         with open(os.path.join(args.out_dir, TEST_OUTPUTS), "w") as f:
             json.dump({"task": task.name, "splits": test_outputs}, f)
+    record_task("sentence", args.out_dir, task.name)
     logger.info(f"wrote {args.out_dir} ({task.name}, {task.num_classes} "
                 f"{'output' if task.labels is None else 'classes'})")
 
@@ -162,7 +199,7 @@ def _preprocess(args):
 # -------------------------------------------------------------------------------- evaluate
 def evaluate(args):
     """Prints the metrics and returns them."""
-    glue_task = get_task(args.task)
+    glue_task = get_task(args.task) if args.task in GLUE_NAMES else recorded_task(args)
     preds, gold = sentence_predictions(args.checkpoint, args.data, [args.split],
                                        args.cpu)[args.split]
     if gold is None:
@@ -180,13 +217,33 @@ def evaluate(args):
     return results
 
 
+def recorded_task(args) -> GlueTask:
+    """A task of one's own, as its preprocessing recorded it in the data directory."""
+    prepared = read_task_file(args.data)
+    if prepared is None or prepared.kind != "sentence":
+        raise ElectraUsageError(f"--task {args.task} is not a GLUE task, and {args.data} records "
+                                f"no sentence task of its own; preprocess it with electra-glue "
+                                f"preprocess --task {args.task} --text-columns ...")
+    return glue_task(prepared)
+
+
 # ------------------------------------------------------------------------------------ main
 def build_parser():
     p = command_parser("electra-glue", __doc__)
     sub = p.add_subparsers(dest="command", required=True)
 
     pp = subcommand(sub, "preprocess", "GLUE TSVs -> binarized data for sentence_prediction")
-    pp.add_argument("--task", required=True, help="GLUE task name, e.g. RTE, MNLI, STS-B")
+    pp.add_argument("--task", required=True,
+                    help="GLUE task name (RTE, MNLI, STS-B ...), or your own task's name with "
+                         "--text-columns")
+    pp.add_argument("--text-columns", help="your own task: the 0-based column(s) of its text "
+                                           "in train.tsv and dev.tsv (0, or 0,1 for pairs)")
+    pp.add_argument("--label-column", type=int, default=-1,
+                    help="your own task: the label's column (default -1, the last)")
+    pp.add_argument("--regression", action="store_true",
+                    help="your own task: the label is a score (judged by Pearson/Spearman)")
+    pp.add_argument("--header", action=argparse.BooleanOptionalAction, default=True,
+                    help="your own task: whether the TSVs start with a header line")
     pp.add_argument("--glue-dir", required=True,
                     help="the task's directory in the official layout (train.tsv, dev.tsv ...)")
     pp.add_argument("--pretrain-data", required=True,

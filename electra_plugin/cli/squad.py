@@ -31,6 +31,7 @@ from electra_plugin.data.binarize import writable_destdir
 from electra_plugin.cli.vocabulary import (add_json, command_parser, print_result, renamed,
                                            subcommand)
 from electra_plugin.errors import ElectraUsageError, command_line
+from electra_plugin.finetuning.kinds import record_task
 from electra_plugin.output_dir import refuse_existing
 from electra_plugin.partial_output import removed_on_failure
 
@@ -126,6 +127,7 @@ def _preprocess(args):
                     f"an answer), {stats['questions truncated']} questions cut to --max-query-len, "
                     f"{stats['answers covering no piece']} answers that cover no piece, "
                     f"{unk} <unk> tokens")
+    record_task("squad", dest)
     logger.info(f"done: {os.path.abspath(dest)}")
     return 0
 

@@ -23,17 +23,20 @@ from typing import Callable, Dict, List, NamedTuple, Tuple
 
 from ..errors import ElectraUsageError
 from ..optional import require
-from .keys import (_BERT_ENCODER, CONFIG_TABLE, HEAD_KINDS, KEY_TABLE, HeadKind, Row,
-                   _encoder_rows)
+from .keys import (_BERT_ENCODER, CONFIG_TABLE, KEY_TABLE, HeadKind, Row, _encoder_rows,
+                   head_kinds)
 
-# the components each class suffix holds
+# the components each class suffix holds (and each fine-tuning kind's head class its head)
 CLASS_COMPONENTS = {
     "Model": ("discriminator",),
     "ForPreTraining": ("discriminator", "discriminator_head"),
     "ForMaskedLM": ("generator", "generator_head"),
-    **{kind.architecture[len("Electra"):]: ("discriminator", kind.component)
-       for kind in HEAD_KINDS},
 }
+
+
+def class_components() -> Dict[str, Tuple[str, ...]]:
+    return {**CLASS_COMPONENTS, **{kind.suffix: ("discriminator", kind.component)
+                                   for kind in head_kinds()}}
 
 
 class Family(NamedTuple):
@@ -50,10 +53,10 @@ class Family(NamedTuple):
     def architectures(self) -> Dict[str, Tuple[str, ...]]:
         present = {row.component for row in self.rows}
         return {self.prefix + suffix: components for suffix, components in
-                CLASS_COMPONENTS.items() if set(components) <= present}
+                class_components().items() if set(components) <= present}
 
     def head_architecture(self, kind: HeadKind) -> str:
-        return self.prefix + kind.architecture[len("Electra"):]
+        return self.prefix + kind.suffix
 
     def config_class(self):
         return getattr(require("converting to or from Hugging Face transformers"),

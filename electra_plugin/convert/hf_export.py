@@ -10,18 +10,19 @@ from typing import Dict, List, Optional
 import torch
 from omegaconf import OmegaConf
 
-from ..models.core.checkpoint import load_checkpoint, task_name
+from ..models.core.checkpoint import import_user_dir, load_checkpoint, task_name
 from ..data.conll import LABELS_FILE
 from ..data.tokenizer import (METADATA_FILE, tokenizer_from_metadata)
 from ..data.wordpiece import load_vocab, vocab_to_fairseq_indices
 from ..errors import ElectraUsageError
+from ..finetuning.kinds import kind_of_fairseq_task
 from ..partial_output import removed_on_failure
 from ..models.generators import GENERATOR_KINDS
 from ..models.core.config import complete_config
 from ..models.loading import BOOKKEEPING_KEYS, fold_embedding_delta
 from .families import BERT, MODERN, family_of_body
 from .keys import (COMPONENT_PREFIXES, HeadKind, component_of, expand, head_keys,
-                   head_kind, permute_rows, rename, symbols)
+                   head_kind, head_kinds, permute_rows, rename, symbols)
 from .hf_files import (EXPORT_FILES, HF_COPY, HF_ORDER, HF_TOKENIZER_FILES, SPECIAL_ROLES,
                        check_dictionary, encoder_fields, hf_config, prepare_out_dir, read_json,
                        transformers_module)
@@ -157,7 +158,7 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
     """An ELECTRA checkpoint -> Hugging Face directory(ies) under ``out_dir``.
 
     ``out_dir`` gets the discriminator with the checkpoint's fine-tuned head in the HF class
-    of its task (``keys.HEAD_KINDS``: sentence_prediction -> ElectraForSequenceClassification,
+    of its task (``keys.head_kinds()``: sentence_prediction -> ElectraForSequenceClassification,
     token_tagging -> ElectraForTokenClassification, squad 1.1 -> ElectraForQuestionAnswering,
     sentence_ranking -> ElectraForMultipleChoice; ``head`` picks one when it has several),
     otherwise ``ElectraForPreTraining`` with the replaced-token head or ``ElectraModel``
@@ -176,6 +177,7 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
     """
     checkpoint, out_dir = os.fspath(checkpoint), os.fspath(out_dir)
     state = load_checkpoint(checkpoint)
+    import_user_dir(state["cfg"])  # a kind of one's own says whether transformers serves it
     cfg = complete_config(OmegaConf.create(OmegaConf.to_container(state["cfg"].model)))
     family = family_of_body(cfg.get("encoder_body", None))
     weights = dict(state["model"])
@@ -209,7 +211,16 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
         for component in ("generator", "generator_head"):
             by_component.pop(component, None)
         gen_fields = None
-    kind = head_kind(task=task_name(state["cfg"].get("task", None)))
+    trained_for = task_name(state["cfg"].get("task", None))
+    finetuned = kind_of_fairseq_task(trained_for)
+    if finetuned is not None and finetuned.hf_head is None and \
+            by_component.get("classification_head"):
+        raise ElectraUsageError(
+            f"{checkpoint}'s head ({finetuned.title}, --task {trained_for}) has no "
+            f"transformers class; export the discriminator alone (electra-extract), or keep "
+            f"the fairseq checkpoint")
+    # another task's heads (an import's, a pre-training's none) are read as sentence heads
+    kind = head_kind(task=trained_for) or head_kinds()[0]
     head = _pick_head(checkpoint, by_component.get("classification_head", {}), kind, head,
                       family.rows)
     heads = sorted({k.split(".")[1] for k in by_component.get("classification_head", {})})

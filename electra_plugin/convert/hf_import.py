@@ -18,9 +18,10 @@ from ..data.tokenizer import (METADATA_FILE, TokenizersTextTokenizer, WordPieceT
 from ..data.wordpiece import BERT_SPECIAL_TOKENS, load_vocab, vocab_to_fairseq_indices
 from ..data.wordpiece import write_fairseq_dict
 from ..errors import ElectraUsageError, first_line
+from ..finetuning.kinds import kind_of_fairseq_task
 from ..models.core.config import SIZE_FIELDS, EncoderSize, cli_options, scaled_size
 from .families import BERT, LEGACY_NAMES, TIED_OUTPUT, Family, fields_from_hf
-from .keys import (CONFIG_TABLE, HEAD_KINDS, HeadKind, expand, head_kind, permute_rows, rename,
+from .keys import (CONFIG_TABLE, HeadKind, head_kinds, expand, head_kind, permute_rows, rename,
                    symbols)
 from .hf_files import (HF_BUFFERS, HF_COPY, HF_ORDER, HF_TOKENIZER_FILES,
                        SHARED_ENCODER_FIELDS, check_dictionary, encoder_fields,
@@ -257,8 +258,8 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
     fields = fields_from_hf(family, disc.config)
     components = family.architectures[disc.architecture]
     kind = head_kind(architecture=disc.architecture) if len(components) > 1 and \
-        components[1] in {k.component for k in HEAD_KINDS} else None
-    head_name = head_name or (kind.head_name if kind else HEAD_KINDS[0].head_name)
+        components[1] in {k.component for k in head_kinds()} else None
+    head_name = head_name or (kind.head_name if kind else head_kinds()[0].head_name)
     labels = _labels(disc.config) if kind and kind.component in (
         "classification_head", "token_head") else None
     sizes = {c: symbols(fields, vocab_size, len(labels) if labels else 0) for c in components}
@@ -272,7 +273,8 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
                      classifier_pooling=pooling,
                      generator_size=_default_generator_size(fields["num_heads"]),
                      generator_layers=None, embedding_sharing=None,
-                     load_checkpoint_heads=kind is not None and kind.task != "token_tagging",
+                     load_checkpoint_heads=kind is not None and
+                     kind_of_fairseq_task(kind.task).heads_from_checkpoint,
                      # HF/official ELECTRA: type 1 on the second segment, unless the
                      # tokenizer gives pairs another (an export of a model without them)
                      segment_token_types=fields["type_vocab_size"] > 1 and
@@ -328,10 +330,7 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
 
     pretraining = generator_dir is not None
     task_cfg = _task_config(kind, "electra" if pretraining else "masked_lm", out_dir, fields,
-                            head_name)
-    if kind is not None and kind.task == "token_tagging":  # the tags, in the head's order
-        with open(os.path.join(out_dir, LABELS_FILE), "w", encoding="utf-8") as f:
-            f.write("".join(label + "\n" for label in labels))
+                            head_name, labels)
     checkpoint = write_checkpoint(
         os.path.join(out_dir, "checkpoint.pt"), model_cfg, task_cfg, state,
         criterion_cfg={"_name": "electra"} if pretraining else None, overwrite=True)
@@ -426,27 +425,13 @@ def _labels(config: dict) -> List[str]:
 
 
 def _task_config(kind: Optional[HeadKind], default: str, out_dir: str, fields: dict,
-                 head_name: str):
-    """The imported checkpoint's task: the one that fine-tunes its head (token_tagging over
-    ``out_dir`` with its labels.txt, squad 1.1, sentence_ranking with RoBERTa's tokens
-    around the options and the number of options left to the data), else ``default``
+                 head_name: str, labels):
+    """The imported checkpoint's task: the one its head's fine-tuning kind gives (token_tagging
+    over ``out_dir`` with its labels.txt, squad 1.1, sentence_ranking ...), else ``default``
     (masked_lm: the same dictionary, no data files needed; sentence heads load into
     sentence_prediction runs from it)."""
-    task = {"_name": default, "data": os.path.abspath(out_dir)}
-    if kind is not None and kind.task == "sentence_ranking":  # fairseq-train's Namespace
-        from fairseq import options
-
-        args = options.parse_args_and_arch(
-            options.get_training_parser(default_task=kind.task),
-            [task["data"], "--task", kind.task, "--criterion", kind.task, "--arch", "electra",
-             "--init-token", "0", "--separator-token", "2", "--ranking-head-name", head_name,
-             "--max-positions", str(fields["max_positions"])])
-        args._name = kind.task
-        return args
-    if kind is not None and kind.task == "token_tagging":
-        return dict(task, _name=kind.task, classification_head_name=head_name,
-                    max_positions=fields["max_positions"])
-    if kind is not None and kind.task == "squad":
-        return dict(task, _name=kind.task, classification_head_name=head_name,
-                    squad_version="1.1")
-    return dict(task, tokens_per_sample=min(512, fields["max_positions"]))
+    found = None if kind is None else \
+        kind_of_fairseq_task(kind.task).imported_task(out_dir, head_name, fields, labels)
+    return found if found is not None else {
+        "_name": default, "data": os.path.abspath(out_dir),
+        "tokens_per_sample": min(512, fields["max_positions"])}

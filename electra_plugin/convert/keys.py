@@ -29,8 +29,10 @@ from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
 import torch
 
 from ..errors import ElectraUsageError
+from ..finetuning.kinds import HfHead as HeadKind
+from ..finetuning.kinds import hf_heads
 
-__all__ = ["KEY_TABLE", "CONFIG_TABLE", "HF_ARCHITECTURES", "COMPONENT_PREFIXES", "HEAD_KINDS",
+__all__ = ["KEY_TABLE", "CONFIG_TABLE", "HF_ARCHITECTURES", "COMPONENT_PREFIXES", "head_kinds",
            "Param", "expand", "rename", "permute_rows", "symbols", "component_of", "head_kind",
            "head_keys"]
 
@@ -140,33 +142,20 @@ HF_ARCHITECTURES = {
 }
 
 
-class HeadKind(NamedTuple):
-    """A fine-tuned head with a transformers class: its component in :data:`KEY_TABLE`, the
-    HF class, the fairseq task that trains it and that task's default head name."""
-
-    component: str
-    architecture: str
-    task: str
-    head_name: str
+def head_kinds() -> List[HeadKind]:
+    """The heads transformers serves: the registered fine-tuning kinds' (a kind of one's own
+    that declares none has no transformers class)."""
+    return hf_heads()
 
 
-HEAD_KINDS = (
-    HeadKind("classification_head", "ElectraForSequenceClassification", "sentence_prediction",
-             "sentence_classification_head"),
-    HeadKind("token_head", "ElectraForTokenClassification", "token_tagging", "tagging"),
-    HeadKind("span_head", "ElectraForQuestionAnswering", "squad", "squad"),
-    HeadKind("choice_head", "ElectraForMultipleChoice", "sentence_ranking",
-             "sentence_classification_head"),
-)
-
-
-def head_kind(task: Optional[str] = None, architecture: Optional[str] = None) -> HeadKind:
-    """The head kind of a fairseq task (a sentence head for any other task) or an HF class
-    (of any family: the class name's suffix)."""
-    for kind in HEAD_KINDS:
-        if task == kind.task or (architecture or "").endswith(kind.architecture[len("Electra"):]):
+def head_kind(task: Optional[str] = None, architecture: Optional[str] = None
+              ) -> Optional[HeadKind]:
+    """The head kind of a fairseq task or an HF class (of any family: the class name's
+    suffix); None when no registered kind has it."""
+    for kind in head_kinds():
+        if task == kind.task or (architecture or "").endswith(kind.suffix):
             return kind
-    return HEAD_KINDS[0]
+    return None
 
 
 def head_keys(kind: HeadKind, head: str, rows: Iterable[Row] = KEY_TABLE) -> List[str]:

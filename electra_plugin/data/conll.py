@@ -9,7 +9,7 @@ does, a word's label sits on its first piece and the other pieces are not predic
 import json
 import os
 from dataclasses import asdict, dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import ElectraUsageError
 from ..output_dir import lacks
@@ -138,14 +138,31 @@ def write_conll(path: str, sentences: Sequence[Sentence], predicted: Sequence[Se
 def tagging_scores(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]],
                    labels: Sequence[str]) -> dict:
     """Entity precision/recall/F1 (seqeval, conlleval's counting) for chunk labels, and the
-    token accuracy always; in percent."""
+    token accuracy always; in percent. See :func:`per_type_scores` for each entity type's."""
     from seqeval.metrics import f1_score, precision_score, recall_score
 
     pairs = [(g, p) for gs, ps in zip(gold, predicted) for g, p in zip(gs, ps)]
     scores = {"accuracy": 100.0 * sum(g == p for g, p in pairs) / max(1, len(pairs))}
     if is_entity_scheme(labels):
         gold, predicted = [list(g) for g in gold], [list(p) for p in predicted]
-        scores = {"f1": 100.0 * f1_score(gold, predicted),
-                  "precision": 100.0 * precision_score(gold, predicted),
-                  "recall": 100.0 * recall_score(gold, predicted), **scores}
+        scores = {"f1": 100.0 * float(f1_score(gold, predicted)),
+                  "precision": 100.0 * float(precision_score(gold, predicted)),
+                  "recall": 100.0 * float(recall_score(gold, predicted)), **scores}
     return scores
+
+
+def per_type_scores(gold: Sequence[Sequence[str]],
+                    predicted: Sequence[Sequence[str]]) -> Dict[str, Dict[str, float]]:
+    """{entity type: {precision, recall, f1 (percent), support (gold entities)}} by seqeval's
+    counting; empty for tags that are not chunks."""
+    from seqeval.metrics import classification_report
+
+    labels = {label for labels in list(gold) + list(predicted) for label in labels}
+    if not is_entity_scheme(labels):
+        return {}
+    report = classification_report([list(g) for g in gold], [list(p) for p in predicted],
+                                   output_dict=True, zero_division=0)
+    return {kind: {"precision": 100.0 * float(r["precision"]),
+                   "recall": 100.0 * float(r["recall"]), "f1": 100.0 * float(r["f1-score"]),
+                   "support": int(r["support"])}
+            for kind, r in sorted(report.items()) if not kind.endswith(" avg")}

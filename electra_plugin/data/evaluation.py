@@ -47,8 +47,6 @@ def predict_split(model, task, split, batch_size=64):
 def squad_window_logits(model, task, dataset, batch_size, device):
     """{window id: WindowLogits} of a SQuAD split's dataset: the start/end logits of its
     pieces and the no-answer logit (SQuAD 2.0), brought to the host once per batch."""
-    from .squad_answers import WindowLogits
-
     batches = task.get_batch_iterator(
         dataset=dataset, max_sentences=batch_size, max_positions=task.max_positions(),
         ignore_invalid_inputs=False, num_workers=0).next_epoch_itr(shuffle=False)
@@ -56,14 +54,21 @@ def squad_window_logits(model, task, dataset, batch_size, device):
     logits = {}
     with torch.inference_mode():
         for sample in progress(batches, len(batches), "predicting SQuAD windows"):
-            out, _ = model(**net_input_on(sample, device), classification_head_name=head)
-            start, end = (x.float().cpu().numpy() for x in (out.start, out.end))
-            no_answer = None if out.no_answer is None else out.no_answer.float().tolist()
-            top = None if out.start_top is None else out.start_top.cpu().numpy()
-            lengths = sample["net_input"]["src_lengths"].tolist()
-            for b, window in enumerate(sample["id"].tolist()):
-                n = lengths[b]
-                logits[window] = WindowLogits(
-                    start[b, :n], end[b, ..., :n], None if no_answer is None else no_answer[b],
-                    None if top is None else top[b])
+            logits.update(batch_window_logits(model, sample, head, device))
     return logits
+
+
+def batch_window_logits(model, sample, head, device):
+    """{window id: WindowLogits} of one batch of SQuAD windows, as decoding reads them (the
+    joint head's beam over starts included)."""
+    from .squad_answers import WindowLogits
+
+    out, _ = model(**net_input_on(sample, device), classification_head_name=head)
+    start, end = (x.float().cpu().numpy() for x in (out.start, out.end))
+    no_answer = None if out.no_answer is None else out.no_answer.float().tolist()
+    top = None if out.start_top is None else out.start_top.cpu().numpy()
+    lengths = sample["net_input"]["src_lengths"].tolist()
+    return {window: WindowLogits(start[b, :lengths[b]], end[b, ..., :lengths[b]],
+                                 None if no_answer is None else no_answer[b],
+                                 None if top is None else top[b])
+            for b, window in enumerate(sample["id"].tolist())}

@@ -84,7 +84,7 @@ def _joint_pairs(out_w: WindowLogits, seq_start: int):
 
 def predict_answers(meta: SquadMetadata, logits: Dict[int, WindowLogits],
                     n_best_size=N_BEST_SIZE, max_answer_len=MAX_ANSWER_LEN,
-                    no_answer_threshold=0.0) -> Dict[str, Prediction]:
+                    no_answer_threshold=0.0, partial=False) -> Dict[str, Prediction]:
     """n-best span search over each question's windows -> {question id: Prediction}.
 
     Candidates are (start, end) pairs of context pieces from the ``n_best_size`` best start
@@ -94,7 +94,9 @@ def predict_answers(meta: SquadMetadata, logits: Dict[int, WindowLogits],
     A joint-prediction window gives its own pairs: each of its K most likely starts with the
     K most likely ends given that start, scored by the two log-probabilities (official).
     For SQuAD 2.0 the answer is "" when the no-answer score (the smallest no-answer logit
-    over the question's windows) exceeds ``no_answer_threshold``.
+    over the question's windows) exceeds ``no_answer_threshold``. ``partial``: questions
+    with a window that has no logits are left out (a validation cut short) instead of an
+    error.
     """
     members = defaultdict(list)
     for w, window in enumerate(meta.windows):
@@ -103,6 +105,8 @@ def predict_answers(meta: SquadMetadata, logits: Dict[int, WindowLogits],
     for index, example in enumerate(meta.examples):
         context = meta.contexts[example.context]
         offsets = meta.piece_offsets(example.context)
+        if partial and any(w not in logits for w in members[index]):
+            continue
         is_max = max_context(meta.windows, members[index])
         scores: Dict[str, float] = {}
         null = math.inf

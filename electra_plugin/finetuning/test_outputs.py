@@ -1,7 +1,7 @@
-"""A fine-tuned checkpoint's predictions on a GLUE task's unlabelled test splits, in the
-files the GLUE server scores: one ``index<TAB>prediction`` TSV per split (RTE.tsv, MNLI-m.tsv,
-MNLI-mm.tsv, AX.tsv ...), the labels as the task's files spell them, STS-B scores clipped to
-the 0-5 scale."""
+"""The sentence kind's test-set writer: a fine-tuned checkpoint's predictions on a GLUE task's
+unlabelled test splits, in the files the GLUE server scores: one ``index<TAB>prediction`` TSV
+per split (RTE.tsv, MNLI-m.tsv, MNLI-mm.tsv, AX.tsv ...), the labels as the task's files spell
+them, STS-B scores clipped to the 0-5 scale."""
 
 import json
 import os
@@ -9,23 +9,15 @@ from typing import List
 
 from ..errors import ElectraUsageError
 from ..glue import TEST_OUTPUTS, GlueTask, get_task
-from ..models.core.checkpoint_file import require_checkpoint_file
 from ..partial_output import written_whole
-from .checkpoint_kind import read_kind
 from .evaluate import sentence_predictions
 
 STS_RANGE = (0.0, 5.0)
 
 
-def write_test_outputs(checkpoint, data, out_dir, cpu=False) -> List[str]:
+def write_glue_test_outputs(checkpoint, task_cfg, data, out_dir, cpu=False) -> List[str]:
     """Predict every test split ``electra-glue preprocess`` binarized into ``data`` and write
-    its server file into ``out_dir``; -> the paths written. The checkpoint's kind is checked
-    before the data is read."""
-    require_checkpoint_file(checkpoint)
-    finetuned = read_kind(checkpoint)
-    if finetuned.task != "sentence_prediction":
-        raise finetuned.refusal("test-outputs needs one fine-tuned on the task (--task "
-                                "sentence_prediction, as a trial's checkpoint_last.pt)")
+    its server file into ``out_dir``; -> the paths written."""
     spec_path = os.path.join(data, TEST_OUTPUTS)
     if not os.path.isfile(spec_path):
         raise ElectraUsageError(
@@ -34,7 +26,7 @@ def write_test_outputs(checkpoint, data, out_dir, cpu=False) -> List[str]:
     with open(spec_path) as f:
         spec = json.load(f)
     task = get_task(spec["task"])
-    check_outputs(checkpoint, finetuned.cfg["task"], task)
+    check_outputs(checkpoint, task_cfg, task)
     os.makedirs(out_dir, exist_ok=True)
     written = []
     predicted = sentence_predictions(checkpoint, data, list(spec["splits"]), cpu)

