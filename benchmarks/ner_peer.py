@@ -55,12 +55,15 @@ def plugin_arm(args):
         run([sys.executable, "-m", "electra_plugin.cli.tag", "preprocess", "--pretrain-data",
              args.pretrain_data, "--train", os.path.join(args.conll, "train.conll"), "--valid",
              os.path.join(args.conll, "dev.conll"), "--out-dir", data])
+    trials = args.trials_dir or os.path.join(args.out_dir, "plugin")
     run([sys.executable, "-m", "electra_plugin.cli.finetune", "trials", "--checkpoint",
          args.checkpoint, "--task", f"conll2003={data}", "--seeds", *args.seeds, "--jobs",
-         args.jobs, "--cpu", "--out-dir", os.path.join(args.out_dir, "plugin")])
-    with open(os.path.join(args.out_dir, "plugin", "trials.json")) as f:
-        runs = json.load(f)["runs"]
-    return {r["seed"]: r["scores"]["conll2003"]["f1"] for r in runs}
+         args.jobs, "--cpu", "--out-dir", trials])
+    found = {}
+    for seed in args.seeds:
+        with open(os.path.join(trials, "conll2003", f"seed-{seed}", "result.json")) as f:
+            found[int(seed)] = json.load(f)["scores"]["conll2003"]["f1"]
+    return found
 
 
 # ------------------------------------------------------------------------- transformers
@@ -205,6 +208,8 @@ def main():
     p.add_argument("--pretrain-data", help="default: the checkpoint's task.data")
     p.add_argument("--seeds", nargs="+", default=["1", "2", "3", "4", "5"])
     p.add_argument("--jobs", default="2")
+    p.add_argument("--trials-dir", help="the plugin's trials here (default OUT_DIR/plugin; a "
+                                        "suite's directory shares its finished runs)")
     p.add_argument("--peer-seed", type=int, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.peer_seed is not None:

@@ -13,8 +13,8 @@ from safetensors.torch import load_file  # noqa: E402
 
 from electra_plugin.convert import from_hf, to_hf  # noqa: E402
 from electra_plugin.errors import ElectraUsageError  # noqa: E402
-from test_hf_convert import (FAIRSEQ_INDEX, MASK_ID, VOCAB, assert_close,  # noqa: E402
-                             bert_batch, load_fairseq, randomize, save_hf)
+from conversion_helpers import (FAIRSEQ_INDEX, MASK_ID, VOCAB, assert_close,  # noqa: E402
+                                bert_batch, load_fairseq, randomize, save_hf)
 
 from transformers import BertTokenizer  # noqa: E402
 

@@ -2,17 +2,23 @@
 
 Subcommands:
   trials        fine-tune a checkpoint (or a random initialisation of an --arch) on each
-                task with N seeds, one fairseq-train command per run (printed), evaluate
-                every final model on the dev set(s), and report per task the median (the
-                paper's statistic), mean, std, min/max and the runs that never left the
-                majority-class level, plus the GLUE score; writes trials.json and trials.md.
-                A re-run skips the trials that finished.
-  test-outputs  a fine-tuned checkpoint's predictions on an unlabelled test split as the
-                GLUE server reads them (RTE.tsv, MNLI-m.tsv, AX.tsv ...)
+                task (any directory a preparation command wrote: sentence classification or
+                regression, tagging, SQuAD-format QA, multiple choice, or a kind of your own
+                from --user-dir) with N seeds, one fairseq-train command per run (printed),
+                evaluate every final model (or, --keep best, the best on dev) by the task's
+                own metric, and report per task the median (the paper's statistic), mean,
+                std, min/max and the runs that never left the constant-prediction level, an
+                average over the tasks and the GLUE score; writes trials.json and trials.md
+                (and trials.png). A re-run skips the trials that finished.
+  test-outputs  a fine-tuned checkpoint's predictions on its data's test split(s) as the
+                task's benchmark reads them (GLUE's RTE.tsv, MNLI-m.tsv, AX.tsv ...; CoNLL
+                for tagging; predictions.json for SQuAD)
 
 Examples:
   electra-finetune trials --checkpoint ck/checkpoint_last.pt --task RTE=data-bin/RTE \\
-      --task SST-2=data-bin/SST-2 --trials 10 --out-dir trials/electra-small
+      --task ner=data-bin/my-ner --trials 10 --out-dir trials/electra-small
+  electra-finetune trials --checkpoint ck/checkpoint_last.pt --suite suite.yaml --trials 5 \\
+      --picture --out-dir trials/suite
   electra-finetune trials --arch electra_small --task RTE=data-bin/RTE --trials 10 \\
       --out-dir trials/random-init
   electra-finetune test-outputs --checkpoint trials/.../checkpoint_last.pt \\
@@ -146,12 +152,13 @@ def build_parser():
     renamed(t, "--workdir", "--out-dir")
     t.set_defaults(run=run_trials)
 
-    o = subcommand(sub, "test-outputs", "test-set predictions as the GLUE server reads them")
+    o = subcommand(sub, "test-outputs", "test-set predictions as the benchmark reads them")
     o.add_argument("--checkpoint", required=True, help="a fine-tuned checkpoint of the task")
     o.add_argument("--data", required=True,
-                   help="the task's electra-glue preprocess output, with its test split(s)")
-    o.add_argument("--out-dir", required=True, help="writes the server files here (RTE.tsv, "
-                                                    "MNLI-m.tsv, MNLI-mm.tsv, AX.tsv ...)")
+                   help="the task's prepared data, with its test split(s)")
+    o.add_argument("--out-dir", required=True,
+                   help="writes the benchmark's files here (RTE.tsv, MNLI-m.tsv, AX.tsv ...; "
+                        "test.conll; predictions.json; test.choices)")
     o.add_argument("--cpu", action="store_true", help="predict on the CPU")
     o.set_defaults(run=test_outputs)
     return p

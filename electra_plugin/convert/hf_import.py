@@ -200,14 +200,11 @@ class ImportResult:
 
 def model_cli_args(model_cfg) -> List[str]:
     """fairseq-train options that build the model of ``model_cfg`` (to continue training)."""
-    from ..models.bodies import body_named
+    from ..models.bodies import discriminator_options
 
-    body = body_named(model_cfg.get("encoder_body") or "bert")
     return ["--arch", "electra"] + cli_options(model_cfg, (
-        "num_layers", "hidden_size", "num_heads", "ffn_size", "embedding_size",
-        "generator_size", "generator_layers", "max_positions", "type_vocab_size", "dropout",
-        "attention_dropout", "embedding_sharing", "encoder_body", *body.options,
-        "segment_token_types"))
+        *discriminator_options(model_cfg), "generator_size", "generator_layers", "dropout",
+        "attention_dropout", "embedding_sharing", "segment_token_types"))
 
 
 def _default_generator_size(num_heads: int) -> float:

@@ -23,7 +23,6 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..data import squad as sq
 from ..data.binarize import pretraining_data_problem
 from ..errors import PREFIX, ElectraUsageError
 from ..glue import GLUE_TASKS, data_problem, get_task
@@ -35,7 +34,6 @@ from .kinds import KINDS, FinetuningKind, PreparedTask, kind_named, prepared_tas
 logger = logging.getLogger(__name__)
 
 PLUGIN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SQUAD = "SQuAD"
 # the official fine-tuning lr and layer-wise lr decay of each size (configure_finetuning.py);
 # a size of its own (electra_tiny, size options) takes Small's
 SIZE_RECIPES = {"electra_small": (3e-4, 0.8), "electra_base": (1e-4, 0.8),
@@ -57,26 +55,21 @@ class TrialTask:
     prepared: Optional[PreparedTask] = field(default=None, compare=False)
 
     @property
-    def kind(self) -> FinetuningKind:
-        if is_squad_name(self.name):
-            return KINDS["squad"]
-        if self.prepared is not None:
-            return kind_named(self.prepared.kind)
-        return KINDS["sentence"]
+    def claimed(self) -> Optional[FinetuningKind]:
+        """The kind whose name this is (GLUE's, SQuAD's), whatever the directory holds."""
+        return next((k for k in KINDS.values() if k.claims(self.name)), None)
+
+    @property
+    def kind(self) -> Optional[FinetuningKind]:
+        return self.claimed or (None if self.prepared is None else
+                                kind_named(self.prepared.kind))
 
     @property
     def making(self) -> str:
         """The command that makes this task's data."""
-        if self.name in GLUE_TASKS:
-            return (f"electra-glue preprocess --task {self.name} --glue-dir GLUE_DIR/{self.name} "
-                    f"--pretrain-data PRETRAIN_DATA --out-dir DIR")
-        if self.prepared is None and not is_squad_name(self.name):
+        if self.kind is None:
             return "one of " + ", ".join(k.prepare.split(" --")[0] for k in KINDS.values())
-        return self.kind.prepare.replace("OUT_DIR", "DIR").replace("NAME", self.name)
-
-
-def is_squad_name(name: str) -> bool:
-    return name.lower().startswith("squad")
+        return self.kind.making(self.name)
 
 
 def parse_task(spec: str) -> TrialTask:
@@ -118,23 +111,21 @@ def check_data(task: TrialTask) -> None:
     """The task's directory holds what its fine-tuning and evaluation read (the training and
     dev splits, labelled), before any run starts: else one line naming the directory, what it
     is instead or lacks, and the command that makes the right one."""
-    if task.name in GLUE_TASKS:
-        problem = data_problem(GLUE_TASKS[task.name], task.data)
-    elif is_squad_name(task.name):
-        problem = sq.data_problem(task.data)
-    elif task.prepared is None:
+    if task.kind is None:
         problem = "is no task's data (no kind's files)"
+    elif task.claimed is not None:
+        problem = task.claimed.name_problem(task.name, task.data)
     else:
         problem = task.kind.data_problem(task.data)
     if problem is None:
         return
     if not os.listdir(task.data):
         problem = "is empty"
-    elif task.name in GLUE_TASKS or is_squad_name(task.name):
-        kind = data_kind(task.data)
-        wanted = task.name if task.name in GLUE_TASKS else SQUAD
-        if kind and wanted not in kind[0]:
-            problem = f"is {' or '.join(kind[0])} data ({kind[1]}), not {task.name} data"
+    elif task.claimed is not None:
+        found = data_kind(task.data)
+        if found and task.claimed.name_problem(task.name, task.data) is not None and \
+                task.name not in found[0] and task.claimed.title not in found[0]:
+            problem = f"is {' or '.join(found[0])} data ({found[1]}), not {task.name} data"
     raise ElectraUsageError(f"--task {task.name}: {task.data} {problem}; make {task.name} data "
                             f"with {task.making}")
 
@@ -156,7 +147,7 @@ class Start:
 def from_checkpoint(path: str, label: str = "pre-trained") -> Start:
     """A Start that fine-tunes ``path``, with the model options it was trained with."""
     # reads the config, runs nothing of the file
-    from ..models.bodies import body_named
+    from ..models.bodies import discriminator_options
     from ..models.core.config import cli_options
 
     checkpoint = read_kind(path)
@@ -165,10 +156,7 @@ def from_checkpoint(path: str, label: str = "pre-trained") -> Start:
                                  "its discriminator (electra-extract)")
     model_cfg = checkpoint.cfg["model"]
     args = ["--arch", model_cfg.get("arch", None) or model_cfg.get("_name")]
-    body = body_named(model_cfg.get("encoder_body", None) or "bert")
-    args += cli_options(model_cfg, ("num_layers", "hidden_size", "num_heads", "ffn_size",
-                                    "embedding_size", "max_positions", "type_vocab_size",
-                                    "encoder_body", *body.options, "segment_token_types"))
+    args += cli_options(model_cfg, (*discriminator_options(model_cfg), "segment_token_types"))
     return Start(label, tuple(args), os.path.abspath(path))
 
 

@@ -23,7 +23,7 @@ from ..run_config import complete_for_model, run_config
 from .collapse import warn_if_collapsed
 from .core.config import (ARCH_SIZES, CHECKPOINT_VERSION, SIZE_FIELDS, ElectraConfig,
                           EncoderSize, complete_config, discriminator_size)
-from .bodies import body_named
+from .bodies import body_named, body_of
 from .core.encoder import DisentangledEmbedding, attention_mask
 from .core.flops import FlopsCounter
 from .core.heads import ElectraClassificationHead, HeadSettings
@@ -58,8 +58,7 @@ class ElectraModel(BaseFairseqModel):
         # where the step's replacements come from (generators/); None: BERT's mlm keeps <mask>
         self.generator_kind = build_generator_kind(cfg, self.objective) if pretraining else None
         # what the encoders are (bodies/): generator and discriminator are of the same kind
-        self.body = body_named(cfg.get("encoder_body", None) or "bert")(cfg, self.vocab_size,
-                                                                self.padding_idx)
+        self.body = body_of(cfg)(cfg, self.vocab_size, self.padding_idx)
         shared = self.make_embeddings()  # the generator's; the discriminator's too unless GDES
         disc_embed = shared
         if self.generator_kind is not None and self.generator_kind.sharing == "gdes":

@@ -16,7 +16,7 @@ import torch
 from omegaconf import OmegaConf, open_dict
 
 from ..errors import ElectraUsageError
-from .bodies import BODIES, body_named
+from .bodies import BODIES, body_named, discriminator_options
 from .core.config import (CHECKPOINT_VERSION, arch_generator_layers, arch_generator_size,
                           option_default)
 from .core.flops import FlopsCounter
@@ -35,9 +35,6 @@ BOOKKEEPING_KEYS = (FlopsCounter.KEY, VERSION_KEY)
 # The settings that decide what a checkpoint's weights mean: sizes decide their shapes;
 # the encoder body, heads, objective and generator what tensors of the same shapes compute. The
 # discriminator's are compared for any model, the rest when this model pre-trains.
-DISCRIMINATOR_SETTINGS = ("encoder_body", "num_layers", "hidden_size", "num_heads", "ffn_size",
-                          "embedding_size", "max_positions", "type_vocab_size")
-BODY_OPTION_DEFAULTS = {option for body in BODIES.values() for option in body.options}
 PRETRAINING_SETTINGS = ("objective", "generator", "generator_size", "generator_layers",
                         "embedding_sharing", "two_stage_updates", "enhanced_mask_decoder")
 
@@ -47,18 +44,17 @@ def check_model_settings(model, state_dict) -> None:
 
     A vocabulary of another size alone is the data's dictionary; the body's
     ``context_settings`` (a longer context: its length limit, its RoPE theta) are the same
-    model extended; anything else is another model. Weights that did not come through fairseq's loader carry no settings and are left
-    to the shape check of ``ElectraModel.load_state_dict``.
+    model extended; anything else is another model. Weights that did not come through
+    fairseq's loader carry no settings and are left to the shape check of
+    ``ElectraModel.load_state_dict``.
     """
     path, saved = getattr(state_dict, "electra_source", (None, None))
     if saved is None:
         return
     here = model.cfg
-    body_options = tuple(dict.fromkeys(  # what the bodies read besides the sizes
-        option for cfg in (saved, here) for option in body_named(
-            cfg.get("encoder_body", None) or "bert").options
-        if option not in PRETRAINING_SETTINGS))
-    names = DISCRIMINATOR_SETTINGS + body_options + (
+    names = tuple(dict.fromkeys(  # the discriminator's options, both bodies' read
+        option for cfg in (saved, here) for option in discriminator_options(cfg)
+        if option not in PRETRAINING_SETTINGS)) + (
         PRETRAINING_SETTINGS if model.pretraining else ())
     differ = [n for n in names if _effective(saved, n) != _effective(here, n)]
     if _effective(saved, "encoder_body") == _effective(here, "encoder_body"):
@@ -111,7 +107,8 @@ def _effective(cfg, name):
         return arch_generator_layers(cfg)
     if name == "encoder_body" and value is None:
         return "bert"  # a checkpoint from before --encoder-body
-    if value is None and name in BODY_OPTION_DEFAULTS:  # from before that body option
+    if value is None and any(name in body.options for body in BODIES.values()):
+        # a checkpoint from before that body option (a --user-dir body's too)
         return option_default(name)
     return value
 

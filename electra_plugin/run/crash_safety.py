@@ -62,36 +62,40 @@ logger = logging.getLogger(__name__)
 
 def install() -> None:
     """Wrap fairseq's functions once per process (importing the plugin twice is harmless)."""
-    if getattr(indexed_dataset.make_dataset, "electra_checked", False):
+    if getattr(indexed_dataset.make_dataset, "electra_wrapper", None):
         return
-    _wrap(indexed_dataset, "make_dataset", _checked_make_dataset)
-    _wrap(checkpoint_utils, "load_checkpoint_to_cpu", _named_damage)
-    _wrap(checkpoint_utils, "load_checkpoint", _resume_from_intact)
-    _wrap(checkpoint_utils, "load_checkpoint", _one_run_per_save_dir)
-    _wrap(checkpoint_utils, "load_checkpoint", _refuse_a_start_file_that_is_none)
-    _wrap(checkpoint_utils, "save_checkpoint", _one_line_write_errors)
-    PathManager.copy = staticmethod(functools.partial(_atomic_copy, PathManager.copy))
-    _wrap(distributed_utils, "_broadcast_object_slow", _broadcast_from_own_rank)
+    wrap_function(indexed_dataset, "make_dataset", _checked_make_dataset)
+    wrap_function(checkpoint_utils, "load_checkpoint_to_cpu", _named_damage)
+    wrap_function(checkpoint_utils, "load_checkpoint", _resume_from_intact)
+    wrap_function(checkpoint_utils, "load_checkpoint", _one_run_per_save_dir)
+    wrap_function(checkpoint_utils, "load_checkpoint", _refuse_a_start_file_that_is_none)
+    wrap_function(checkpoint_utils, "save_checkpoint", _one_line_write_errors)
+    wrap_function(PathManager, "copy", _atomic_copy)  # a partial binds no self: static
+    wrap_function(distributed_utils, "_broadcast_object_slow", _broadcast_from_own_rank)
     wrap_method(Trainer, "train_step", step_or_stop)
     wrap_method(Trainer, "save_checkpoint", save_finite_only)
     wrap_method(Trainer, "save_checkpoint", _warn_at_the_end_if_collapsed)
 
 
-def _wrap(module, name, wrapper):
-    original = getattr(module, name)
+def wrap_function(owner, name, wrapper):
+    """``owner.name`` becomes ``wrapper(original, *args)``; it keeps the original's name and
+    signature (``__wrapped__``) and names its wrapper (``electra_wrapper``), which
+    docs/design.md lists and tests/test_fairseq_wraps.py checks."""
+    original = getattr(owner, name)
     wrapped = functools.wraps(original)(functools.partial(wrapper, original))
-    wrapped.electra_checked = True
-    setattr(module, name, wrapped)
+    wrapped.electra_wrapper = wrapper.__name__
+    setattr(owner, name, wrapped)
 
 
 def wrap_method(cls, name, wrapper):
-    """:func:`_wrap` for a method: a partial object would not bind ``self``."""
+    """:func:`wrap_function` for a method: a partial object would not bind ``self``."""
     original = getattr(cls, name)
 
     @functools.wraps(original)
     def method(self, *args, **kwargs):
         return wrapper(original, self, *args, **kwargs)
 
+    method.electra_wrapper = wrapper.__name__
     setattr(cls, name, method)
 
 

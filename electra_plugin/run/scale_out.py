@@ -20,7 +20,6 @@ functions; each only adds to what fairseq does (docs/long_runs.md, "Several node
   kept is ``--global-batch-size``'s.
 """
 
-import functools
 import logging
 import os
 
@@ -30,7 +29,7 @@ from fairseq.distributed import utils as distributed_utils
 from fairseq.trainer import Trainer
 
 from ..errors import ElectraUsageError
-from .crash_safety import wrap_method
+from .crash_safety import wrap_function, wrap_method
 
 logger = logging.getLogger(__name__)
 
@@ -39,15 +38,13 @@ LAYOUT = "electra_data_parallel"  # the key in a checkpoint's extra_state
 
 def install() -> None:
     """Wrap fairseq's functions once per process."""
-    if getattr(Trainer.load_checkpoint, "electra_scale_out", False):
+    if getattr(Trainer.load_checkpoint, "electra_wrapper", None):
         return
-    launch_init = distributed_utils._infer_torch_distributed_launch_init
-    distributed_utils._infer_torch_distributed_launch_init = functools.wraps(launch_init)(
-        functools.partial(_device_from_local_rank, launch_init))
+    wrap_function(distributed_utils, "_infer_torch_distributed_launch_init",
+                  _device_from_local_rank)
     wrap_method(Trainer, "save_checkpoint", _record_layout)
     wrap_method(Trainer, "load_checkpoint", _continue_on_this_layout)
     wrap_method(EpochBatchIterator, "load_state_dict", _restore_position)
-    Trainer.load_checkpoint.electra_scale_out = True
 
 
 def _device_from_local_rank(original, cfg):

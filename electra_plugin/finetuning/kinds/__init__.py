@@ -7,8 +7,9 @@ from .base import (TASK_FILE, Evaluation, FinetuningKind, HfHead, PreparedTask,
                    read_task_file, write_task_file)
 from .registry import (KINDS, hf_heads, kind_named, kind_of_fairseq_task, prepared_task,
                        record_task, register_kind, write_test_outputs)
-from . import sentence, tagging, squad, choice  # noqa: E402,F401,I001  (built in, in this order)
+# the built-in kinds, in this order
+from . import sentence, tagging, squad, choice  # noqa: E402,F401,I001
 
 __all__ = ["KINDS", "TASK_FILE", "Evaluation", "FinetuningKind", "HfHead", "PreparedTask",
-           "register_kind", "record_task", "kind_named", "kind_of_fairseq_task", "hf_heads", "prepared_task",
-           "read_task_file", "write_task_file", "write_test_outputs"]
+           "register_kind", "record_task", "kind_named", "kind_of_fairseq_task", "hf_heads",
+           "prepared_task", "read_task_file", "write_task_file", "write_test_outputs"]

@@ -111,13 +111,25 @@ class FinetuningKind:
     # whether a checkpoint's heads are registered before its weights load (fairseq's
     # --load-checkpoint-heads); False where the kind's task registers the head itself
     heads_from_checkpoint: bool = True
-    # why a constant prediction is the floor ("the majority class" ...), for the report
-    baseline_means: str = "a constant prediction"
 
     def data_problem(self, directory: str, splits: Sequence[str] = ("train", "valid")
                      ) -> Optional[str]:
         """Why ``directory`` is not this kind's data with labelled ``splits``, or None."""
         raise NotImplementedError
+
+    def claims(self, name: str) -> bool:
+        """Whether a task of this name is of this kind whatever its directory (GLUE's and
+        SQuAD's names), so that other data is refused as not this task's."""
+        return False
+
+    def name_problem(self, name: str, directory: str) -> Optional[str]:
+        """Why ``directory`` is not the data of the task ``name`` (one this kind claims), or
+        None."""
+        return self.data_problem(directory)
+
+    def making(self, name: str) -> str:
+        """The command that makes the data of a task ``name`` of this kind."""
+        return self.prepare.replace("OUT_DIR", "DIR").replace("NAME", name)
 
     def describe(self, directory: str, name: str) -> PreparedTask:
         """A directory without a task file, read from its layout."""

@@ -24,7 +24,6 @@ class ChoiceKind(FinetuningKind):
     hf_head = HfHead("choice_head", "ForMultipleChoice", "sentence_ranking",
                      "sentence_classification_head")
     title = "multiple-choice"
-    baseline_means = "always the most frequent option index"
 
     def imported_task(self, data_dir, head_name, fields, labels):
         """sentence_ranking (fairseq's argparse task: a Namespace) with RoBERTa's tokens around

@@ -62,7 +62,6 @@ class SentenceKind(FinetuningKind):
     hf_head = HfHead("classification_head", "ForSequenceClassification", "sentence_prediction",
                      "sentence_classification_head")
     title = "sentence classification"
-    baseline_means = "the majority class; 0 for correlations and MCC"
 
     def data_problem(self, directory, splits=("train", "valid")):
         inputs, labels = layout(directory)
@@ -71,6 +70,19 @@ class SentenceKind(FinetuningKind):
         shape = GlueTask("sentences", tuple(range(inputs)), -1,
                          None if regression else (labels or ("?",)), ("accuracy",), 0)
         return data_problem(shape, directory, list(splits))
+
+    def claims(self, name):
+        return name in GLUE_TASKS
+
+    def name_problem(self, name, directory):
+        """A GLUE task's data as GLUE's table has it: its inputs, its classes in order."""
+        return data_problem(GLUE_TASKS[name], directory)
+
+    def making(self, name):
+        if name in GLUE_TASKS:
+            return (f"electra-glue preprocess --task {name} --glue-dir GLUE_DIR/{name} "
+                    f"--pretrain-data PRETRAIN_DATA --out-dir DIR")
+        return super().making(name)
 
     def describe(self, directory, name):
         inputs, labels = layout(directory)

@@ -23,12 +23,14 @@ class SquadKind(FinetuningKind):
     # SQuAD 1.1's plain head; 2.0's no-answer classifier has no transformers slot
     hf_head = HfHead("span_head", "ForQuestionAnswering", "squad", "squad")
     title = "SQuAD"
-    baseline_means = "empty answers"
 
     def imported_task(self, data_dir, head_name, fields, labels):
         """squad 1.1: transformers' class is the plain span head."""
         return dict(_name=self.fairseq_task, data=os.path.abspath(data_dir),
                     classification_head_name=head_name, squad_version="1.1")
+
+    def claims(self, name):
+        return name.lower().startswith("squad")
 
     def data_problem(self, directory, splits=("train", "valid")):
         return sq.data_problem(directory, splits)

@@ -26,7 +26,6 @@ class TaggingKind(FinetuningKind):
                "--valid DEV.conll --out-dir OUT_DIR")
     hf_head = HfHead("token_head", "ForTokenClassification", "token_tagging", "tagging")
     title = "token tagging"
-    baseline_means = "every word O (or the first label)"
 
     def data_problem(self, directory, splits=("train", "valid")):
         return conll.data_problem(directory, splits)

@@ -10,7 +10,7 @@ model is built.
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from omegaconf import OmegaConf, open_dict
@@ -66,34 +66,39 @@ class EncoderSize:
     embedding: int
 
 
+def shapes_discriminator(help: str) -> dict:
+    """The metadata of an option that shapes the discriminator (with the options its body
+    reads, models.bodies.discriminator_options gives what builds one)."""
+    return {"help": help, "discriminator": True}
+
+
 @dataclass
 class ElectraConfig(FairseqDataclass):
     # --- sizes: None is filled from the --arch (or model._name)
     num_layers: Optional[int] = field(
-        default=None, metadata={"help": "discriminator Transformer layers"})
+        default=None, metadata=shapes_discriminator("discriminator Transformer layers"))
     hidden_size: Optional[int] = field(
-        default=None, metadata={"help": "discriminator hidden size"})
+        default=None, metadata=shapes_discriminator("discriminator hidden size"))
     num_heads: Optional[int] = field(
-        default=None, metadata={"help": "discriminator attention heads"})
+        default=None, metadata=shapes_discriminator("discriminator attention heads"))
     ffn_size: Optional[int] = field(
-        default=None, metadata={"help": "discriminator feed-forward inner size"})
+        default=None, metadata=shapes_discriminator("discriminator feed-forward inner size"))
     embedding_size: Optional[int] = field(
-        default=None, metadata={"help": "token embedding size; projected to the hidden size "
-                                        "when different (ELECTRA-Small: 128 -> 256)"})
+        default=None, metadata=shapes_discriminator(
+            "token embedding size; projected to the hidden size when different "
+            "(ELECTRA-Small: 128 -> 256)"))
     max_positions: int = field(
-        default=512, metadata={"help": "number of learned position embeddings"})
+        default=512, metadata=shapes_discriminator("number of learned position embeddings"))
     type_vocab_size: int = field(
-        default=2, metadata={"help": "token type (segment) embeddings; 0 disables them"})
+        default=2, metadata=shapes_discriminator(
+            "token type (segment) embeddings; 0 disables them"))
     encoder_body: Optional[str] = field(
-        default=None, metadata={"help": "the encoders' body, the generator's and the "
-                                        "discriminator's alike: bert (ELECTRA's post-LN "
-                                        "Transformer with learned absolute positions, "
-                                        "official), deberta (DeBERTa-v2/v3's: no absolute "
-                                        "positions, disentangled attention over "
-                                        "log-bucketed relative positions), modern "
-                                        "(ModernBERT's: RoPE, GeGLU, pre-LN without biases, "
-                                        "local/global attention, unpadded); unset: the "
-                                        "--arch's (bert)"})
+        default=None, metadata=shapes_discriminator(
+            "the encoders' body, the generator's and the discriminator's alike: bert "
+            "(ELECTRA's post-LN Transformer with learned absolute positions, official), "
+            "deberta (DeBERTa-v2/v3's: no absolute positions, disentangled attention over "
+            "log-bucketed relative positions), modern (ModernBERT's: RoPE, GeGLU, pre-LN "
+            "without biases, local/global attention, unpadded); unset: the --arch's (bert)"))
     position_buckets: int = field(
         default=256, metadata={"help": "deberta: relative-position buckets on either side "
                                        "(DeBERTa-v3's 256; exact within half of them, "
@@ -235,6 +240,12 @@ def cli_options(cfg, names) -> List[str]:
             continue
         args += ["--" + name.replace("_", "-")] + ([] if value is True else [str(value)])
     return args
+
+
+def marked_discriminator_options() -> Tuple[str, ...]:
+    """The options marked :func:`shapes_discriminator`, in the config's order."""
+    return tuple(name for name, f in ElectraConfig.__dataclass_fields__.items()
+                 if f.metadata.get("discriminator"))
 
 
 def option_default(name: str):

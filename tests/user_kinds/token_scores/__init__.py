@@ -146,7 +146,6 @@ class TokenScoresKind(FinetuningKind):
     fairseq_task = "token_scores"
     criterion = "token_scores"
     prepare = "token_scores.prepare(PRETRAIN_DATA, OUT_DIR, splits)"
-    baseline_means = "a constant score (no correlation)"
 
     def data_problem(self, directory, splits=("train", "valid")):
         return lacks(directory, ["dict.txt"] + [f"{s}.{e}" for s in splits
