@@ -138,6 +138,8 @@ def peer_seed(args):
     tokenizer = transformers.AutoTokenizer.from_pretrained(hf)
     model = transformers.ElectraForTokenClassification.from_pretrained(
         hf, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id=ids)
+    if args.peer_init == "glorot":  # the plugin's (official) head init, to attribute a gap
+        torch.nn.init.xavier_uniform_(model.classifier.weight)
     train_rows, dev_rows = encode(train, tokenizer, ids), encode(dev, tokenizer, ids)
     updates = math.ceil(len(train_rows) / BATCH) * EPOCHS
     lr, decay = SMALL
@@ -183,7 +185,8 @@ def peer_arm(args):
         while pending and len(running) < int(args.jobs):
             seed = pending.pop(0)
             cmd = [sys.executable, __file__, "--peer-seed", seed, "--checkpoint",
-                   args.checkpoint, "--conll", args.conll, "--out-dir", args.out_dir]
+                   args.checkpoint, "--conll", args.conll, "--out-dir", args.out_dir,
+                   "--peer-init", args.peer_init]
             print("$ " + " ".join(map(str, cmd)), flush=True)
             running.append(subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE,
                                             text=True, env=dict(os.environ,
@@ -210,6 +213,11 @@ def main():
     p.add_argument("--jobs", default="2")
     p.add_argument("--trials-dir", help="the plugin's trials here (default OUT_DIR/plugin; a "
                                         "suite's directory shares its finished runs)")
+    p.add_argument("--peer-init", choices=("transformers", "glorot"), default="transformers",
+                   help="the transformers head's init: its own N(0, 0.02), or Glorot-uniform "
+                        "as the plugin's")
+    p.add_argument("--peer-only", action="store_true",
+                   help="run the transformers arm alone (a probe; the plugin's runs kept)")
     p.add_argument("--peer-seed", type=int, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.peer_seed is not None:
@@ -220,8 +228,11 @@ def main():
 
         args.pretrain_data = read_kind(args.checkpoint).cfg["task"]["data"]
     os.makedirs(args.out_dir, exist_ok=True)
-    ours = plugin_arm(args)
     theirs = peer_arm(args)
+    if args.peer_only:
+        print(json.dumps({"transformers": theirs, "init": args.peer_init}))
+        return
+    ours = plugin_arm(args)
     seeds = sorted(ours)
     table = ["| seed | plugin (electra-finetune trials) | transformers |", "|---:|---:|---:|"]
     table += [f"| {s} | {ours[s]:.2f} | {theirs[s]:.2f} |" for s in seeds]

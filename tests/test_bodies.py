@@ -11,11 +11,11 @@ from omegaconf import OmegaConf
 
 from electra_plugin.errors import ElectraUsageError
 from electra_plugin.models.bodies import BODIES, body_named
-from electra_plugin.models.core.config import EncoderSize
+from electra_plugin.models.core.config import EncoderSize, option_default
 from electra_plugin.models.electra import init_bert_params
 from electra_plugin.models.generators import model_sizes
-from helpers import (assert_main_error, assert_usage_error, masked_batch, records, run, tiny_model,
-                     train_cmd)
+from helpers import (assert_main_error, assert_usage_error, assert_usage_line, masked_batch,
+                     records, run, tiny_model, train_cmd)
 
 VOCAB, PAD = 100, 1
 HIDDEN, LAYERS, HEADS, FFN, MAX_POSITIONS = 64, 2, 4, 128, 64
@@ -437,3 +437,22 @@ def test_trials_and_import_give_the_body_options_as_fairseq_train_parses_them(tm
             str(tmp_path), "--user-dir", PLUGIN, "--task", "electra", *args])
         assert parsed.encoder_body == "deberta" and parsed.position_buckets == 32
         assert parsed.enhanced_mask_decoder is True
+
+
+@pytest.mark.parametrize("body, option, value, owner", [
+    ("bert", "position_buckets", 64, "deberta"),
+    ("bert", "local_attention", 64, "modern"),
+    ("deberta", "global_rope_theta", 8e4, "modern"),
+    ("modern", "enhanced_mask_decoder", True, "deberta"),
+])
+def test_an_option_the_body_does_not_read_is_refused(body, option, value, owner):
+    """Another body's option, set, is one line naming both bodies (as a generator kind
+    refuses an option it does not read), not a model that silently ignores it; the option at
+    its default passes."""
+    extra = {"type_vocab_size": 0} if body == "modern" else {}
+    with pytest.raises(ElectraUsageError) as caught:
+        tiny_model(encoder_body=body, **{option: value}, **extra)
+    assert_usage_line(caught.value, f"--{option.replace('_', '-')} {value} is an option of "
+                                     f"--encoder-body {owner}, which --encoder-body {body} "
+                                     f"does not read")
+    tiny_model(encoder_body=body, **{option: option_default(option)}, **extra)

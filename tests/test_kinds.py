@@ -320,3 +320,48 @@ def test_a_kind_from_a_user_dir(tmp_path, spm_data):
     assert_one_line_error(export, "head (token scores, --task token_scores) has no "
                                   "transformers class", "electra-extract")
     assert not (tmp_path / "hf").exists()
+
+
+@pytest.mark.slow  # electra-glue preprocess runs fairseq-preprocess
+def test_sentence_tasks_of_ones_own(tmp_path, spm_data):
+    """A three-way set and a regression set in GLUE's layout, by column: the classes from the
+    training file, the metrics of their kind; what is wrong is one line."""
+    rng = random.Random(3)
+    for name, labels in (("nli", ["yes", "no", "maybe"]), ("sts", None)):
+        d = tmp_path / name
+        d.mkdir()
+        for split in ("train", "dev"):
+            rows = [f"{i}\t{sentence(rng)}\t{sentence(rng)}\t"
+                    f"{rng.choice(labels) if labels else round(rng.uniform(0, 5), 2)}"
+                    for i in range(12)]
+            (d / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+        glue_cli.main(["preprocess", "--task", name, "--text-columns", "1,2", "--glue-dir",
+                       str(d), "--no-header", "--pretrain-data", str(spm_data), "--out-dir",
+                       str(tmp_path / f"{name}-bin"), *(["--regression"] if not labels else [])])
+    nli, sts = (read_task_file(tmp_path / f"{n}-bin") for n in ("nli", "sts"))
+    assert (nli.kind, nli.metrics, nli.labels) == ("sentence", ("accuracy", "mcc"),
+                                                   ("maybe", "no", "yes"))
+    assert (sts.metrics, sts.labels, nli.counts) == (("pearson", "spearman"), None,
+                                                     {"train": 12, "valid": 12})
+    assert nli.details == {"inputs": 2, "glue": False}
+    from electra_plugin.finetuning import trials as tr
+
+    task = tr.parse_task(f"mine={tmp_path / 'nli-bin'}")
+    options = task.kind.train_options(task.prepared, ["--arch", "electra_tiny"])
+    assert options[options.index("--num-classes") + 1] == "3"
+    scores = tr.parse_task(f"s={tmp_path / 'sts-bin'}")
+    assert "--regression-target" in scores.kind.train_options(scores.prepared, [])
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "train.tsv").write_text("a cat\tx\nthe dog\tx\n")
+    for glue_dir, argv, phrase in (
+            ("nli", ["--text-columns", "one"], "--text-columns 'one' is not column numbers"),
+            ("nli", [], "--task nli is not a GLUE task"),
+            ("one", ["--text-columns", "0"], "has 1 label(s) in column -1; a classification "
+                                              "task needs two or more (or give --regression)")):
+        with pytest.raises(ElectraUsageError) as caught:
+            glue_cli.main(["preprocess", "--task", "nli", "--glue-dir", str(tmp_path / glue_dir),
+                           "--pretrain-data", str(spm_data), "--out-dir",
+                           str(tmp_path / "x"), "--no-header", *argv])
+        assert_usage_line(caught.value, phrase)
+    assert not (tmp_path / "x").exists()

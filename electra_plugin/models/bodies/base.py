@@ -6,7 +6,7 @@ from typing import Dict, Optional, Tuple, Type
 import torch.nn as nn
 
 from ...errors import ElectraUsageError
-from ..core.config import EncoderSize
+from ..core.config import EncoderSize, option_default
 from ..core.flops import paper_encoder_flops
 from ..core.heads import ElectraGeneratorPredictions
 
@@ -51,6 +51,14 @@ class EncoderBody:
 
     def __init__(self, cfg, vocab_size: int, padding_idx: int):
         self.cfg, self.vocab_size, self.padding_idx = cfg, vocab_size, padding_idx
+        for other, body in BODIES.items():  # another body's option, set: refused, not ignored
+            for option in body.options:
+                value = cfg.get(option, None)
+                if option not in self.options and value not in (None, option_default(option)):
+                    raise ElectraUsageError(
+                        f"--{option.replace('_', '-')} {value} is an option of --encoder-body "
+                        f"{other}, which --encoder-body {self.name} does not read; drop it or "
+                        f"use --encoder-body {other}")
         if cfg.get("checkpoint_activations", False) and not self.checkpoints_activations:
             raise ElectraUsageError(
                 f"--checkpoint-activations is not implemented for --encoder-body {self.name}; "
