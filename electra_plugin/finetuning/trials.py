@@ -1,12 +1,14 @@
 """Fine-tuning trials: one checkpoint (or a random initialisation) fine-tuned on each task
-with several seeds, each run an ordinary ``fairseq-train`` command, each final model
-evaluated on the task's dev split(s), and the runs summarised per task, median first.
+(of any fine-tuning kind, :mod:`.kinds`) with several seeds, each run an ordinary
+``fairseq-train`` command, each final model evaluated on the task's dev split(s) by the
+task's own metric, and the runs summarised per task, median first (:mod:`.report`).
 
 The paper's dev results are medians of many fine-tuning runs; the official code's
-``num_trials``. No model is picked on the dev set: every trial is evaluated as it ends
-(``checkpoint_last.pt``), as the official code does. A trial that finished has its
-``result.json`` in its directory and is not run again; an interrupted one resumes from its
-``checkpoint_last.pt`` (fairseq's own resume).
+``num_trials``. By default no model is picked on the dev set: every trial is evaluated as it
+ends (``checkpoint_last.pt``), as the official code does (``keep="best"``: the best on dev,
+named so in the tables). A trial that finished has its ``result.json`` in its directory and
+is not run again; an interrupted one resumes from its ``checkpoint_last.pt`` (fairseq's own
+resume).
 """
 
 import contextlib
