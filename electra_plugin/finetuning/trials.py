@@ -102,7 +102,7 @@ def data_kind(directory: str) -> Optional[Tuple[List[str], str]]:
     if glue:
         return glue, "electra-glue preprocess"
     for kind in KINDS.values():
-        if kind.name != "sentence" and kind.data_problem(directory, ["train"]) is None:
+        if kind.data_problem(directory, ["train"]) is None:
             return [kind.title], kind.prepare.split(" --")[0]
     if pretraining_data_problem(directory, ["train"]) is None:
         return ["pre-training"], "electra-prepare"

@@ -52,9 +52,10 @@ def check_model_settings(model, state_dict) -> None:
     if saved is None:
         return
     here = model.cfg
-    names = tuple(dict.fromkeys(  # the discriminator's options, both bodies' read
-        option for cfg in (saved, here) for option in discriminator_options(cfg)
-        if option not in PRETRAINING_SETTINGS)) + (
+    names = tuple(dict.fromkeys(  # the body first, then the options of both bodies
+        ("encoder_body", *(option for cfg in (saved, here)
+                           for option in discriminator_options(cfg)
+                           if option not in PRETRAINING_SETTINGS)))) + (
         PRETRAINING_SETTINGS if model.pretraining else ())
     differ = [n for n in names if _effective(saved, n) != _effective(here, n)]
     if _effective(saved, "encoder_body") == _effective(here, "encoder_body"):

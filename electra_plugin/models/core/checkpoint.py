@@ -21,6 +21,7 @@ one :class:`~electra_plugin.errors.ElectraUsageError` line.
 import argparse
 import logging
 import os
+import sys
 from collections import OrderedDict
 from dataclasses import is_dataclass
 from typing import Any, Dict, Mapping, Optional
@@ -247,7 +248,10 @@ def import_user_dir(cfg) -> None:
     when it is there, as fairseq does before it builds a checkpoint's task."""
     common = cfg.get("common", None) if cfg is not None else None
     user_dir = common.get("user_dir", None) if common is not None else None
-    if user_dir and os.path.isdir(user_dir):
-        from fairseq import utils
+    if not user_dir or not os.path.isdir(user_dir):
+        return
+    if os.path.basename(os.path.normpath(user_dir)) in sys.modules:
+        return  # imported already: the plugin itself (maybe by another path), or the module
+    from fairseq import utils
 
-        utils.import_user_module(common)
+    utils.import_user_module(common)
