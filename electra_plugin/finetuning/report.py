@@ -126,13 +126,13 @@ def write_report(rows: Sequence[Row], results: Sequence[dict], workdir: str,
     """``trials.json`` (every run and the summaries) and ``trials.md`` in ``workdir``, and
     with ``picture`` ``trials.png``; -> their paths."""
     arms = list(dict.fromkeys(r.arm for r in rows))
+    averages = {arm: suite_average(rows, arm) for arm in arms}
+    glue = {arm: glue_score(rows, arm) for arm in arms}
     data = {"rows": [dict(arm=r.arm, task=r.name, metric=r.metric, judges=r.judges,
                           seeds=r.seeds, scores=r.scores, **r.summary.as_dict())
                      for r in rows],
-            "average": {arm: suite_average(rows, arm)[0] for arm in arms
-                        if suite_average(rows, arm)},
-            "glue_score": {arm: glue_score(rows, arm)[0] for arm in arms
-                           if glue_score(rows, arm)},
+            "average": {arm: value[0] for arm, value in averages.items() if value},
+            "glue_score": {arm: value[0] for arm, value in glue.items() if value},
             "per_type": [dict(arm=arm, task=task, types=found)
                          for (arm, task), found in per_type(results).items()],
             "runs": list(results)}

@@ -125,8 +125,7 @@ def check_data(task: TrialTask) -> None:
         problem = "is empty"
     elif task.claimed is not None:
         found = data_kind(task.data)
-        if found and task.claimed.name_problem(task.name, task.data) is not None and \
-                task.name not in found[0] and task.claimed.title not in found[0]:
+        if found and task.name not in found[0] and task.claimed.title not in found[0]:
             problem = f"is {' or '.join(found[0])} data ({found[1]}), not {task.name} data"
     raise ElectraUsageError(f"--task {task.name}: {task.data} {problem}; make {task.name} data "
                             f"with {task.making}")

@@ -48,9 +48,8 @@ class SquadKind(FinetuningKind):
                              "windows": {s: len(m.windows) for s, m in found.items()}})
 
     def training_examples(self, task):
-        """Windows, what an update's batch holds."""
-        return len(sq.SquadMetadata.load(sq.split_paths(task.directory, "train")["metadata"])
-                   .windows)
+        """Windows, what an update's batch holds (recorded by :meth:`describe`)."""
+        return task.details["windows"]["train"]
 
     def train_options(self, task, model_args):
         return ["--task", self.fairseq_task, "--criterion", self.criterion]
