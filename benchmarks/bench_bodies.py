@@ -3,8 +3,8 @@
 same sizes, in one run on the same random batches, interleaved repeats.
 
 Each row is fairseq's ``Trainer.train_step`` on the plugin (the harness of
-``bench_pretrain.py``: ``PluginStep``, official hyperparameters, fp32) with
-``--encoder-body``, on a **fixed-length** batch (every sequence T tokens) and a
+``bench_pretrain.py``: ``PluginStep``, official hyperparameters, fp32 or with ``--precision
+bf16`` the plugin's --autocast-bf16) with ``--encoder-body``, on a **fixed-length** batch (every sequence T tokens) and a
 **mixed-length** one (the same sequences cut to lengths drawn uniformly from T/4..T and
 padded, where the modern body's unpadded layers skip the padding). It prints real tokens/s
 (padding not counted), ms per update, the FLOPs the step executes (forward, backward and
@@ -156,6 +156,8 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3, help="timed repeats (median reported)")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                   help="bf16: the plugin's --autocast-bf16, MFU against the bf16 peak")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--tokens", type=int, default=None,
                    help="tokens per batch at every length (batch size N / T)")
@@ -175,9 +177,9 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    peak = matmul_peak(device, "fp32")
+    peak = matmul_peak(device, args.precision)
     print(f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
-          f"fp32 matmul peak {peak / 1e9:.1f} GFLOP/s")
+          f"{args.precision} matmul peak {peak / 1e9:.1f} GFLOP/s")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         data = write_dictionary(Path(tmp), args.vocab)
@@ -186,7 +188,8 @@ def main(argv=None):
                 batch_size = args.tokens // length if args.tokens else \
                     args.batch_size or (16 if size == "small" else 4)
                 positions = ["--max-positions", str(max(512, length))] + (
-                    ["--release-cpu-memory"] if args.release_cpu_memory else [])
+                    ["--release-cpu-memory"] if args.release_cpu_memory else []) + (
+                    ["--autocast-bf16"] if args.precision == "bf16" else [])
                 runners = {body: PluginStep(data, ARCHS[size], length, batch_size, device,
                                             extra=["--encoder-body", body.removesuffix(DENSE),
                                                    *positions])

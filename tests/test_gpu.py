@@ -17,7 +17,7 @@ from helpers import (
 )
 
 
-pytestmark = [pytest.mark.gpu,
+pytestmark = [pytest.mark.gpu, pytest.mark.slow,  # most run fairseq-train
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 # a deterministic step (no dropout, argmax sampling), so that precisions differ by rounding
@@ -59,6 +59,18 @@ def test_each_precision_trains_like_fp32(precision, fp32_run, data_bin, tmp_path
     state = checkpoint(tmp_path / "checkpoint_last.pt")
     assert all(torch.isfinite(v).all() for v in state["model"].values())
     assert state["cfg"]["common"]["tpu"] is False
+
+
+@pytest.mark.parametrize("body", ["deberta", "modern"])
+def test_each_body_trains_in_bf16_like_fp32(body, data_bin, tmp_path):
+    """The DeBERTa and modern bodies under --bf16 (electra-train) against their own fp32."""
+    body_flags = ("--encoder-body", body)
+    full = records(gpu_train(data_bin, tmp_path / "fp32", *body_flags))
+    low = records(gpu_train(data_bin, tmp_path / "bf16", *body_flags, "--bf16"))
+    assert [r["num_updates"] for r in low] == [r["num_updates"] for r in full]
+    for a, b in zip(low, full):
+        for key, atol in TOLERANCE["bf16"].items():
+            assert math.isfinite(a[key]) and abs(a[key] - b[key]) <= atol, (body, key, a, b)
 
 
 def test_hydra_bf16_on_gpu(data_bin, tmp_path):
