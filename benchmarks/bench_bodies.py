@@ -23,6 +23,7 @@ fits the exponent of its time per sequence against T.
     python benchmarks/bench_bodies.py                      # CPU: small B16 and base B4, T=128
     python benchmarks/bench_bodies.py --sizes small --lengths 512 --batch-size 4
     python benchmarks/bench_bodies.py --device cuda --lengths 512 --batch-size 32
+    python benchmarks/bench_bodies.py --sizes small --baseline REV   # before/after a change
     python benchmarks/bench_bodies.py --sizes small --tokens 8192 --kinds fixed \
         --lengths 512 1024 2048 4096 8192 --bodies modern modern-dense bert deberta \
         --longest bert=1024 deberta=1024 --no-flops --warmup 1 --steps 1 --repeats 1 \
@@ -46,8 +47,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_pretrain import (PluginStep, make_batches, matmul_peak, synchronize,  # noqa: E402
-                            time_steps, write_dictionary)
+from bench_pretrain import (PluginStep, make_batches, matmul_peak,  # noqa: E402
+                            plugin_at_revision, synchronize, time_steps, write_dictionary)
 
 ARCHS = {"small": "electra_small", "base": "electra_base"}
 
@@ -71,13 +72,19 @@ def executed_flops(runner, batch):
 
 
 DENSE = "-dense"  # a body name's suffix: its local layers on the dense masked attention
+AT = "@"  # a row's suffix: the plugin as of that git revision (--baseline)
+
+
+def encoder_body(row: str) -> str:
+    """The --encoder-body of a row name (``modern-dense@REV`` -> modern)."""
+    return row.split(AT)[0].removesuffix(DENSE)
 
 
 @contextmanager
 def speed_setting(body):
     """ELECTRA_SPEED=-window for a ``modern-dense`` row, the setting as it was otherwise."""
     before = os.environ.get("ELECTRA_SPEED")
-    if body.endswith(DENSE):
+    if body.split(AT)[0].endswith(DENSE):
         os.environ["ELECTRA_SPEED"] = "-window"
     try:
         yield
@@ -171,6 +178,9 @@ def main(argv=None):
                         "runners in one process would otherwise each hold their peak)")
     p.add_argument("--local-layer-exponent", action="store_true",
                    help="also time one local layer per length and fit its exponent")
+    p.add_argument("--baseline", metavar="REV",
+                   help="also time each body as of git revision REV (rows BODY@REV, "
+                        "interleaved with this checkout's: before/after in one run)")
     p.add_argument("--json", type=Path, help="write the rows here")
     args = p.parse_args(argv)
     longest = {body: int(t) for body, t in (item.split("=") for item in args.longest)}
@@ -183,6 +193,7 @@ def main(argv=None):
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         data = write_dictionary(Path(tmp), args.vocab)
+        baseline = plugin_at_revision(args.baseline, Path(tmp)) if args.baseline else None
         for size in args.sizes:
             for length in args.lengths:
                 batch_size = args.tokens // length if args.tokens else \
@@ -190,10 +201,14 @@ def main(argv=None):
                 positions = ["--max-positions", str(max(512, length))] + (
                     ["--release-cpu-memory"] if args.release_cpu_memory else []) + (
                     ["--autocast-bf16"] if args.precision == "bf16" else [])
-                runners = {body: PluginStep(data, ARCHS[size], length, batch_size, device,
-                                            extra=["--encoder-body", body.removesuffix(DENSE),
-                                                   *positions])
-                           for body in args.bodies if length <= longest.get(body, length)}
+                rows_here = [body + suffix for body in args.bodies for suffix in
+                             ["", *([AT + args.baseline] if args.baseline else [])]
+                             if length <= longest.get(body, length)]
+                runners = {row: PluginStep(data, ARCHS[size], length, batch_size, device,
+                                           extra=["--encoder-body", encoder_body(row),
+                                                  *positions],
+                                           package=baseline if AT in row else None, name=row)
+                           for row in rows_here}
                 if not runners:  # every body left out at this length (--longest)
                     continue
                 task = next(iter(runners.values())).task

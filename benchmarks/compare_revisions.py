@@ -69,6 +69,15 @@ VARIANTS = {
     "gdes": (["--embedding-sharing", "gdes"], None),
     "generator_layers": (["--generator-layers", "0.5"], None),
     "temperature0": (["--temperature", "0"], None),
+    "electric": (["--objective", "electric", "--generator", "two_tower"], None),
+    "layer_decay": (["--optimizer", "electra_adam", "--layer-decay", "0.8"], None),
+    # each body, with padded batches (the modern body's unpadded rows) and its own variants
+    "deberta": (["--encoder-body", "deberta", "--sample-break-mode", "eos"], None),
+    "deberta+gdes+emd": (["--encoder-body", "deberta", "--embedding-sharing", "gdes",
+                          "--enhanced-mask-decoder"], None),
+    "modern": (["--encoder-body", "modern", "--sample-break-mode", "eos"], None),
+    "modern+layer_decay": (["--encoder-body", "modern", "--optimizer", "electra_adam",
+                            "--layer-decay", "0.8"], None),
 }
 
 

@@ -5,8 +5,9 @@ registers is imported here.
 """
 
 from . import criterions, optim, tasks  # noqa: F401
-from .run import crash_safety, scale_out  # noqa: F401
+from .run import command_line, crash_safety, scale_out  # noqa: F401
 from .models import electra  # noqa: F401  (registers the model and its archs)
 
 crash_safety.install()
 scale_out.install()
+command_line.install()

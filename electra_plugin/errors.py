@@ -1,7 +1,7 @@
 """The one error type the plugin raises for bad user input, and its command-line edge."""
 
-import os
 import sys
+from typing import Optional
 
 PREFIX = "electra_plugin: error: "
 
@@ -23,36 +23,25 @@ class ElectraUsageError(ValueError):
     Library code raises it; a Python caller (hub interface, notebook, server) catches it
     like any ``ValueError``. Only command lines turn it into the line and exit status 1:
     our own through :func:`command_line`, and fairseq's (``fairseq-train``,
-    ``fairseq-hydra-train`` ... with ``--user-dir``) through :class:`CommandLineExit`.
+    ``fairseq-hydra-train`` ... with ``--user-dir``) through
+    :mod:`electra_plugin.run.command_line`.
     """
 
-    def __new__(cls, message=""):
-        if cls is ElectraUsageError and _in_fairseq_command_line():
-            # fairseq's trainer and hydra turn every Exception into a traceback, but let
-            # SystemExit through: there the error leaves as one
-            return CommandLineExit(message)
-        return super().__new__(cls, message)
-
     def __init__(self, message=""):
         self.message = _one_line(message)
         super().__init__(PREFIX + self.message)
 
 
-class CommandLineExit(SystemExit):
-    """:class:`ElectraUsageError` in a fairseq command-line process: exits with the line."""
-
-    def __init__(self, message=""):
-        self.message = _one_line(message)
-        super().__init__(PREFIX + self.message)
-
-
-def _in_fairseq_command_line() -> bool:
-    """Whether this process runs fairseq's command line (or ``electra-train``, which is it)."""
-    main = sys.modules.get("__main__")
-    module = getattr(getattr(main, "__spec__", None), "name", None) or ""
-    program = os.path.basename(sys.argv[0]) if sys.argv else ""
-    return module.startswith("fairseq_cli.") or program.startswith("fairseq-") or \
-        program == "electra-train" or module == "electra_plugin.cli.train"
+def usage_error_in_chain(error: BaseException) -> Optional[ElectraUsageError]:
+    """The ElectraUsageError that ``error`` is or was raised from (fairseq's trainer wraps one
+    raised while it loads a checkpoint in an exception of its own), or None."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, ElectraUsageError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def command_line(main):

@@ -27,6 +27,37 @@ VOCAB = (["[PAD]"] + [f"[unused{i}]" for i in range(6)] + ["[UNK]", "[CLS]", "[S
 FAIRSEQ_INDEX = torch.tensor(vocab_to_fairseq_indices(VOCAB))  # vocab row -> fairseq id
 MASK_ID = VOCAB.index("[MASK]")
 
+SIZES = dict(vocab_size=len(VOCAB), hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+             intermediate_size=96, max_position_embeddings=64, pad_token_id=0)
+# the DeBERTa and ModernBERT bodies' transformers classes (prefix) and the config options
+# they compute
+FAMILIES = {
+    "deberta": ("DebertaV2", dict(
+        type_vocab_size=2, relative_attention=True, position_buckets=16, pos_att_type=[
+            "p2c", "c2p"], share_att_key=True, norm_rel_ebd="layer_norm",
+        position_biased_input=False, layer_norm_eps=1e-7, hidden_act="gelu", legacy=False,
+        max_relative_positions=-1, pooler_hidden_size=64, pooler_hidden_act="gelu")),
+    "modern": ("ModernBert", dict(
+        local_attention=16, global_attn_every_n_layers=3, bos_token_id=VOCAB.index("[CLS]"),
+        cls_token_id=VOCAB.index("[CLS]"), eos_token_id=VOCAB.index("[SEP]"),
+        sep_token_id=VOCAB.index("[SEP]"))),
+}
+
+
+def hf_model(body, suffix, seed, **extra):
+    """A transformers ``{prefix}{suffix}`` of ``body`` with random weights."""
+    import transformers
+
+    prefix, options = FAMILIES[body]
+    config = getattr(transformers, prefix + "Config")(**{**SIZES, **options, **extra})
+    config.architectures = [prefix + suffix]
+    model = getattr(transformers, prefix + suffix)(config)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():  # norms near 1, everything else small and random
+        for name, p in model.named_parameters():
+            center = 1.0 if "norm" in name.lower() and name.endswith("weight") else 0.0
+            p.copy_(torch.randn(p.shape, generator=gen) * (0.1 if center else 0.05) + center)
+    return model.eval()
 
 
 def randomize(model, seed):

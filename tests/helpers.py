@@ -22,7 +22,7 @@ from tokenizers.normalizers import BertNormalizer
 from tokenizers.pre_tokenizers import BertPreTokenizer
 
 from electra_plugin.convert import model_cli_args
-from electra_plugin.errors import ElectraUsageError
+from electra_plugin.errors import ElectraUsageError, usage_error_in_chain
 from electra_plugin.models.electra import ElectraModel
 from electra_plugin.optim.layer_decay import ElectraAdamConfig
 from electra_plugin.tasks.electra_pretraining import ElectraPretrainingConfig, ElectraPretrainingTask
@@ -153,9 +153,10 @@ def assert_one_line_error(proc, *phrases) -> str:
 
 def train_in_process(cmd) -> None:
     """A ``train_cmd`` (fairseq-train, or electra-train when the module is swapped in) run by
-    the same main in this process: the run without an interpreter's start-up, and an
+    the same main in this process, as a Python caller runs it (not through the command
+    line's ``call_main``): the run without an interpreter's start-up, and an
     ElectraUsageError it raises reaches the caller as the exception."""
-    from fairseq import distributed_utils, options
+    from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq_cli import train
 
@@ -164,20 +165,17 @@ def train_in_process(cmd) -> None:
     argv = [str(c) for c in cmd[3:]]
     args = train_cli.parse_args(argv) if cmd[2] == "electra_plugin.cli.train" else \
         options.parse_args_and_arch(options.get_training_parser(), input_args=argv)
-    distributed_utils.call_main(convert_namespace_to_omegaconf(args), train.main)
+    train.main(convert_namespace_to_omegaconf(args))
 
 
 def usage_error_in(error: BaseException) -> ElectraUsageError:
     """The ElectraUsageError that ``error`` is or was raised from: fairseq's trainer wraps
     one raised while it loads a checkpoint (``raise Exception("Cannot load model parameters
     ...")`` in an ``except``), so there it is the wrapper's ``__context__``."""
-    seen, chain = set(), error
-    while chain is not None and id(chain) not in seen:
-        if isinstance(chain, ElectraUsageError):
-            return chain
-        seen.add(id(chain))
-        chain = chain.__cause__ or chain.__context__
-    pytest.fail(f"no ElectraUsageError in the chain of {type(error).__name__}: {error}")
+    found = usage_error_in_chain(error)
+    if found is None:
+        pytest.fail(f"no ElectraUsageError in the chain of {type(error).__name__}: {error}")
+    return found
 
 
 def assert_usage_line(error: BaseException, *phrases) -> str:
@@ -585,3 +583,47 @@ def python_docs_paragraphs(n):
 
     paragraphs = [p for key in sorted(topics) for p in topics[key].split("\n\n") if p.strip()]
     return paragraphs[:: max(1, len(paragraphs) // n)][:n]
+
+
+# ------------------------------------------------------- one task of every fine-tuning kind
+
+NER = "the DT O\ncat NN B-ANI\nsees VB O\na DT O\ndog NN B-ANI\n\nmy PR O\nneighbour NN B-PER\n"
+
+
+def prepared_suite(root, spm_data):
+    """A binary sentence task of one's own, NER, SQuAD 1.1 and multiple choice, each made by
+    its preparation command; -> the suite file naming them."""
+    from electra_plugin.cli import choice as choice_cli
+    from electra_plugin.cli import glue as glue_cli
+    from electra_plugin.cli import squad as squad_cli
+    from electra_plugin.cli import tag as tag_cli
+
+    rng = random.Random(0)
+    own = root / "own"
+    own.mkdir()
+    for split, n in (("train", 40), ("dev", 16)):
+        rows = ["text\tlabel"] + [f"{sentence(rng)}\t{rng.choice(['pos', 'neg'])}"
+                                  for _ in range(n)]
+        (own / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    glue_cli.main(["preprocess", "--task", "opinions", "--text-columns", "0", "--glue-dir",
+                   str(own), "--pretrain-data", str(spm_data), "--out-dir", str(root / "own-bin")])
+    (root / "ner.conll").write_text((NER + "\n") * 6)
+    (root / "ner-test.conll").write_text("a O\ndog O\n\nmy O\ncat O\n")
+    tag_cli.main(["preprocess", "--pretrain-data", str(spm_data), "--train",
+                  str(root / "ner.conll"), "--valid", str(root / "ner.conll"), "--test",
+                  str(root / "ner-test.conll"), "--out-dir", str(root / "ner-bin")])
+    squad = write_json(root / "squad.json", squad_json("1.1"))
+    squad_cli.main(["preprocess", "--pretrain-data", str(spm_data), "--train", str(squad),
+                    "--valid", str(squad), "--test", str(squad), "--out-dir",
+                    str(root / "squad-bin"),
+                    "--max-seq-len", "64", "--doc-stride", "16", "--max-query-len", "16"])
+    (root / "mc.jsonl").write_text("".join(json.dumps(
+        {"context": sentence(rng), "choices": [sentence(rng), sentence(rng)],
+         "label": rng.randrange(2)}) + "\n" for _ in range(12)))
+    choice_cli.main(["preprocess", "--pretrain-data", str(spm_data), "--train",
+                     str(root / "mc.jsonl"), "--valid", str(root / "mc.jsonl"), "--test",
+                     str(root / "mc.jsonl"), "--out-dir", str(root / "mc-bin")])
+    (root / "suite.yaml").write_text(
+        "tasks:\n  opinions: own-bin\n  ner:\n    data: ner-bin\n    batch_size: 4\n"
+        "  squad: squad-bin\n  choice: mc-bin\n")
+    return root / "suite.yaml"

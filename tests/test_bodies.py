@@ -2,8 +2,10 @@
 ``DebertaV2Model`` on random weights, trained through fairseq-train, and the registry's
 one-line refusal of an unknown body."""
 
+import json
 import math
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -303,13 +305,19 @@ VARIANTS = [dict(), dict(objective="electra_15"), dict(objective="replace_mlm"),
 @pytest.mark.parametrize("body", ["deberta", "modern"])
 def test_every_generator_and_objective_trains_with_each_body(body):
     """One criterion step of every variant on each body: finite losses, gradients everywhere
-    the step trains (the variants' code is the same for every body)."""
+    the step trains (the variants' code is the same for every body). Electric's towers attend
+    one direction each, a mask the modern body (padding only) does not read: refused."""
     from electra_plugin.criterions.electra import ElectraCriterion
     from helpers import sample_for
 
     extra = [dict(embedding_sharing="gdes", enhanced_mask_decoder=True)] \
         if body == "deberta" else []
-    for options in VARIANTS + extra:
+    towers = dict(generator="two_tower", objective="electric")
+    if body == "modern":
+        with pytest.raises(ElectraUsageError, match="--generator two_tower reads each tower in "
+                           "one direction.*--encoder-body modern does not read"):
+            tiny_model(encoder_body=body, **towers)
+    for options in [v for v in VARIANTS if body != "modern" or v != towers] + extra:
         model, task = tiny_model(encoder_body=body, **options)
         loss, _, log = ElectraCriterion(task, 50.0)(model, sample_for(task))
         loss.backward()
@@ -456,3 +464,116 @@ def test_an_option_the_body_does_not_read_is_refused(body, option, value, owner)
                                      f"--encoder-body {owner}, which --encoder-body {body} "
                                      f"does not read")
     tiny_model(encoder_body=body, **{option: option_default(option)}, **extra)
+
+
+# ----------------------------------------------------- the contract, and a body of one's own
+
+USER_BODY = Path(__file__).resolve().parent / "user_bodies" / "alibi"
+
+
+@pytest.fixture(scope="module")
+def every_body():
+    """The registered bodies, a --user-dir one among them (tests/user_bodies/alibi)."""
+    sys.path.insert(0, str(USER_BODY.parent))
+    try:
+        import alibi  # noqa: F401  (registers --encoder-body alibi)
+    finally:
+        sys.path.remove(str(USER_BODY.parent))
+    return sorted(BODIES)
+
+
+def test_every_body_keeps_the_encoder_contract(every_body):
+    """For each registered body: both encoders are the typed Encoder; ``layers()`` is the
+    discriminator's depth and layer-wise lr decay's tags follow it; ``forward`` is ``encode``
+    over the batch's layout; a real token's output does not depend on the padding after it;
+    the config is completed as the body says (token types); the other bodies' options are
+    refused; its transformers family is found or refused in one line; FLOPs are counted."""
+    from electra_plugin.convert.families import FAMILIES, family_of_body
+    from electra_plugin.models.core.contract import BatchLayout, Encoder
+    from electra_plugin.optim.layer_decay import TAG
+
+    assert {"bert", "deberta", "modern", "alibi"} <= set(every_body)
+    for name in every_body:
+        model, task = tiny_model(encoder_body=name, dropout=0.0, attention_dropout=0.0)
+        body = BODIES[name]
+        assert isinstance(model.discriminator, Encoder) and isinstance(model.generator, Encoder)
+        layers = model.discriminator.layers()
+        assert len(layers) == model.cfg.num_layers, name
+        below = {id(p) for m in model.discriminator.below_layers() for p in m.parameters()}
+        assert below and below <= {id(p) for p in model.discriminator.parameters()}
+        for depth, layer in enumerate(layers, start=1):
+            assert all(p.optim_overrides[TAG]["depth"] == depth for p in layer.parameters())
+        if not body.token_types:
+            assert model.cfg.type_vocab_size == 0 and not model.cfg.segment_token_types
+        model.eval()
+        tokens = masked_batch(task, rows=3, length=12, seed=2)[2]
+        padding = tokens.eq(model.padding_idx)
+        assert padding.any(), "the batch must hold padding"
+        with torch.no_grad():
+            whole = model.discriminator(tokens)[0]
+            assert torch.equal(whole, model.discriminator.encode(tokens, BatchLayout(padding))[0])
+            for row in range(len(tokens)):  # each row alone, cut to its real tokens
+                real = int((~padding[row]).sum())
+                alone = model.discriminator(tokens[row:row + 1, :real])[0]
+                torch.testing.assert_close(alone[0], whole[row, :real], rtol=1e-5, atol=1e-5)
+        assert model.body.paper_encoder_flops(EncoderSize(2, 64, 2, 128, 64), 50, 12, 12) > 0
+        for other, owner in BODIES.items():
+            for option in owner.options if other != name else ():
+                if option not in body.options:
+                    with pytest.raises(ElectraUsageError, match=f"is an option of --encoder-body "
+                                                                f"{other}"):
+                        tiny_model(encoder_body=name, **{option: _other_value(option)})
+        if name in FAMILIES:
+            assert family_of_body(name, "ck.pt").body == name
+        else:
+            with pytest.raises(ElectraUsageError, match=f"ck.pt: --encoder-body {name} has no "
+                                                        f"transformers family"):
+                family_of_body(name, "ck.pt")
+
+
+def _other_value(option):
+    default = option_default(option)
+    return (not default) if isinstance(default, bool) else 2 * default
+
+
+@pytest.mark.slow
+def test_a_body_from_a_user_dir(tmp_path, spm_data):
+    """A body in one --user-dir file (post-LN with ALiBi): pre-trains through fairseq-train,
+    resumes exactly (4 updates == 2, stop, 2 more), fine-tunes with every kind through
+    trials, and its export is refused in one line (no transformers family)."""
+    from helpers import (assert_one_line_error, assert_same_params, checkpoint, command,
+                         failure, prepared_suite)
+
+    def pretrain(save_dir, updates):
+        cmd = train_cmd(spm_data, save_dir, "--max-update", str(updates), "--disable-validation",
+                        "--encoder-body", "alibi")
+        cmd[cmd.index("--user-dir") + 1] = str(USER_BODY)
+        return run(cmd)
+
+    once, twice = tmp_path / "once", tmp_path / "twice"
+    straight, first = pretrain(once, 4), pretrain(twice, 2)
+    resumed = pretrain(twice, 4)
+    for proc in (straight, first, resumed):
+        assert proc.returncode == 0, failure("fairseq-train --user-dir alibi", proc)
+    keys = ("num_updates", "loss", "disc_loss", "gen_loss", "train_flops")
+    assert [{k: r[k] for k in keys} for r in records(straight.stdout)] == \
+        [{k: r[k] for k in keys} for r in records(first.stdout) + records(resumed.stdout)]
+    ck = once / "checkpoint_last.pt"
+    assert_same_params(checkpoint(ck)["model"], checkpoint(twice / "checkpoint_last.pt")["model"],
+                       atol=0.0, what="resumed vs uninterrupted")
+
+    suite = prepared_suite(tmp_path, spm_data)
+    work = tmp_path / "work"
+    proc = run(command("finetune", "trials", "--user-dir", USER_BODY, "--checkpoint", ck,
+                       "--suite", suite, "--trials", "1", "--max-update", "2", "--cpu",
+                       "--out-dir", work))
+    assert proc.returncode == 0, failure("electra-finetune trials --user-dir alibi", proc)
+    runs = json.loads((work / "trials.json").read_text())["runs"]
+    assert sorted((r["task"], r["kind"]) for r in runs if not r.get("failed_run")) == [
+        ("choice", "choice"), ("ner", "tagging"), ("opinions", "sentence"), ("squad", "squad")]
+    assert all("--encoder-body alibi" in " ".join(r["command"]) for r in runs)
+
+    export = run(command("convert", "export", "--checkpoint", ck, "--out-dir", tmp_path / "hf"))
+    assert_one_line_error(export, "--encoder-body alibi has no transformers family",
+                          "keep the fairseq checkpoint")
+    assert not (tmp_path / "hf").exists()

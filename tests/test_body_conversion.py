@@ -13,39 +13,13 @@ from safetensors.torch import load_file  # noqa: E402
 
 from electra_plugin.convert import from_hf, to_hf  # noqa: E402
 from electra_plugin.errors import ElectraUsageError  # noqa: E402
-from conversion_helpers import (FAIRSEQ_INDEX, MASK_ID, VOCAB, assert_close,  # noqa: E402
-                                bert_batch, load_fairseq, randomize, save_hf)
+from conversion_helpers import (FAIRSEQ_INDEX, FAMILIES, MASK_ID, SIZES, VOCAB,  # noqa: E402
+                                assert_close, bert_batch, hf_model, load_fairseq, save_hf)
 
 from transformers import BertTokenizer  # noqa: E402
 
-SIZES = dict(vocab_size=len(VOCAB), hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
-             intermediate_size=96, max_position_embeddings=64, pad_token_id=0)
-FAMILIES = {
-    "deberta": (transformers.DebertaV2Config, "DebertaV2", dict(
-        type_vocab_size=2, relative_attention=True, position_buckets=16, pos_att_type=[
-            "p2c", "c2p"], share_att_key=True, norm_rel_ebd="layer_norm",
-        position_biased_input=False, layer_norm_eps=1e-7, hidden_act="gelu", legacy=False,
-        max_relative_positions=-1, pooler_hidden_size=64, pooler_hidden_act="gelu")),
-    "modern": (transformers.ModernBertConfig, "ModernBert", dict(
-        local_attention=16, global_attn_every_n_layers=3, bos_token_id=VOCAB.index("[CLS]"),
-        cls_token_id=VOCAB.index("[CLS]"), eos_token_id=VOCAB.index("[SEP]"),
-        sep_token_id=VOCAB.index("[SEP]"))),
-}
 HEADS = ["ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering",
          "ForMultipleChoice"]
-
-
-def hf_model(body, suffix, seed, **extra):
-    config_class, prefix, options = FAMILIES[body]
-    config = config_class(**{**SIZES, **options, **extra})
-    config.architectures = [prefix + suffix]
-    model = getattr(transformers, prefix + suffix)(config)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():  # norms near 1, everything else small and random
-        for name, p in model.named_parameters():
-            center = 1.0 if "norm" in name.lower() and name.endswith("weight") else 0.0
-            p.copy_(torch.randn(p.shape, generator=gen) * (0.1 if center else 0.05) + center)
-    return model.eval()
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +36,7 @@ def largest_difference(ours, theirs, mask):
 @pytest.mark.parametrize("body", ["deberta", "modern"])
 def test_pretraining_pair_imports_equal_to_transformers_and_exports_bit_for_bit(
         body, bert, tmp_path):
-    prefix = FAMILIES[body][1]
+    prefix = FAMILIES[body][0]
     disc = hf_model(body, "Model", seed=1)
     gen = hf_model(body, "ForMaskedLM", seed=2, num_hidden_layers=2)
     getattr(gen, gen.base_model_prefix).embeddings.load_state_dict(disc.embeddings.state_dict())
@@ -113,7 +87,7 @@ def test_heads_import_equal_to_transformers_and_export_back(body, suffix, bert, 
     extra = dict(classifier_pooling="mean") if body == "modern" and \
         suffix == "ForSequenceClassification" else {}
     hf = hf_model(body, suffix, seed=3, num_labels=labels, **extra)
-    prefix = FAMILIES[body][1]
+    prefix = FAMILIES[body][0]
     hf_dir = save_hf(hf, tmp_path / "hf")
     result = from_hf(hf_dir, out_dir=tmp_path / "imported")
     if result.task in ("squad", "sentence_ranking"):  # tasks that read their own data files
@@ -188,7 +162,7 @@ def test_projected_models_are_refused_in_one_line(tmp_path):
 
     model = hf_model("modern", "Model", seed=5)
     hf_dir = save_hf(model, tmp_path / "hf")
-    imported = from_hf(hf_dir, out_dir=tmp_path / "imported")
+    from_hf(hf_dir, out_dir=tmp_path / "imported")  # the data directory of the checkpoint below
     # a projected model (embedding size != hidden size): no ModernBERT class has the slot
     projected, _ = tiny_model(encoder_body="modern", embedding_size=32)
     path = tmp_path / "projected.pt"

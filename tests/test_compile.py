@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from electra_plugin.models.core.encoder import attention_mask
+from electra_plugin.models.core.contract import BatchLayout
 from electra_plugin.speed import compile_encoders
 from helpers import masked_batch, records, run, tiny_model, train_cmd
 
@@ -20,7 +20,7 @@ COUNTING_TRAIN = ("import json, sys; from fairseq_cli import train; train.cli_ma
 
 def encode_and_grads(model, src, device):
     model.to(device)
-    hidden, _ = model.discriminator.encode(src.to(device), attention_mask(src.eq(1).to(device)))
+    hidden, _ = model.discriminator.encode(src.to(device), BatchLayout(src.eq(1).to(device)))
     # a loss the last LayerNorm does not absorb (a sum of squares would leave rounding noise)
     weights = torch.randn(hidden.shape, generator=torch.Generator().manual_seed(0))
     (hidden * weights.to(device)).sum().backward()

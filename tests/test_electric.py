@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 from electra_plugin.criterions.electra import ElectraCriterion
 from electra_plugin.errors import ElectraUsageError
+from electra_plugin.models.core.contract import BatchLayout
 from electra_plugin.models.core.flops import (paper_discriminator_output, paper_encoder_flops,
                                               paper_generator_output)
 from electra_plugin.models.objectives import OBJECTIVES, PretrainingOutput
@@ -122,10 +123,9 @@ def cloze(model, tokens):
     """(B x T x V log q, B x T x 2H the head's input) of the original ``tokens``."""
     seen = []
     handle = model.cloze_head.register_forward_hook(lambda m, args, o: seen.append(args[0]))
-    padding = tokens.eq(model.padding_idx)
-    attn_mask = (~padding)[:, None, None, :] if padding.any() else None
+    layout = BatchLayout(tokens.eq(model.padding_idx))
     with torch.no_grad():
-        log_q, baseline = model.generator_kind.propose(model, tokens, attn_mask, None)
+        log_q, baseline = model.generator_kind.propose(model, tokens, layout, None)
     handle.remove()
     assert baseline is None
     return log_q, seen[0]

@@ -10,7 +10,7 @@ import sys
 import electra_plugin  # noqa: F401  (installs the wraps)
 from helpers import REPO
 
-ROW = re.compile(r"^\| `(fairseq\.[\w.]+)\((.*?)\)` \| (.*?) \|", re.M)
+ROW = re.compile(r"^\| `((?:fairseq|hydra)\.[\w.]+)\((.*?)\)` \| (.*?) \|", re.M)
 
 
 def documented():
@@ -31,7 +31,7 @@ def resolve(path):
             continue
         for name in parts[cut:]:
             obj = getattr(obj, name)
-        return obj
+        return getattr(obj, "fget", obj)  # a property: its getter
     raise ImportError(path)
 
 
@@ -71,7 +71,7 @@ def test_no_wrap_is_left_out_of_the_table():
     table = documented()
     wrapped = set()
     for key, module in list(sys.modules.items()):
-        if not key.startswith("fairseq") or module is None:
+        if not key.startswith(("fairseq", "hydra")) or module is None:
             continue
         name = module.__name__  # fairseq also files some modules under a second name
         owners = [(name, vars(module))] + [
@@ -79,6 +79,6 @@ def test_no_wrap_is_left_out_of_the_table():
             if inspect.isclass(cls) and cls.__module__ == name]
         for owner, members in owners:
             for attr, value in members.items():
-                if wrappers_of(getattr(value, "__func__", value)):
+                if wrappers_of(getattr(value, "__func__", getattr(value, "fget", value))):
                     wrapped.add(f"{owner}.{attr}")
     assert wrapped == set(table), (wrapped ^ set(table))

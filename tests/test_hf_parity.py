@@ -37,12 +37,8 @@ transformers = pytest.importorskip(
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from electra_plugin.convert.hf_files import (  # noqa: E402
-    HIDDEN_ACT,
-    LAYER_NORM_EPS,
-    encoder_fields,
-    hf_config,
-)
+from electra_plugin.convert.families import BERT  # noqa: E402
+from electra_plugin.convert.hf_files import encoder_fields, hf_config  # noqa: E402
 from electra_plugin.convert.keys import (  # noqa: E402
     CONFIG_TABLE,
     HF_ARCHITECTURES,
@@ -215,8 +211,8 @@ def test_pretraining_step_matches_transformers(english_data):
     disc, gen, names = hf_models(model, task)
     # settings the plugin hard-codes, as the HF configs carry them
     for hf in (disc, gen):
-        assert hf.config.layer_norm_eps == LAYER_NORM_EPS == 1e-12
-        assert hf.config.hidden_act == HIDDEN_ACT == "gelu"
+        assert hf.config.layer_norm_eps == BERT.fixed["layer_norm_eps"] == 1e-12
+        assert hf.config.hidden_act == BERT.fixed["hidden_act"] == "gelu"
         assert hf.config.pad_token_id == pad == model.padding_idx
         assert getattr(hf.config, "position_embedding_type", "absolute") == "absolute"
     for module in [*model.modules(), *disc.modules(), *gen.modules()]:

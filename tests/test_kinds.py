@@ -12,13 +12,10 @@ from pathlib import Path
 import pytest
 from fairseq.logging import metrics
 
-from helpers import (REPO, assert_one_line_error, assert_usage_line, command, failure,
-                     python_docs_paragraphs, run, sentence, squad_json, write_json)
-from electra_plugin.cli import choice as choice_cli
+from helpers import (NER, REPO, assert_one_line_error, assert_usage_line, command, failure,
+                     prepared_suite, run, sentence, squad_json)
 from electra_plugin.cli import finetune as finetune_cli
 from electra_plugin.cli import glue as glue_cli
-from electra_plugin.cli import squad as squad_cli
-from electra_plugin.cli import tag as tag_cli
 from electra_plugin.criterions.sentence import SentenceMetricsCriterion
 from electra_plugin.criterions.tagging import TaggingCriterion
 from electra_plugin.data import conll
@@ -165,43 +162,6 @@ def test_conll_files_as_people_have_them(tmp_path):
 
 
 # ------------------------------------------------------- every kind through trials, for real
-
-NER = "the DT O\ncat NN B-ANI\nsees VB O\na DT O\ndog NN B-ANI\n\nmy PR O\nneighbour NN B-PER\n"
-
-
-def prepared_suite(root, spm_data):
-    """A binary sentence task of one's own, NER, SQuAD 1.1 and multiple choice, each made by
-    its preparation command; -> the suite file naming them."""
-    rng = random.Random(0)
-    own = root / "own"
-    own.mkdir()
-    for split, n in (("train", 40), ("dev", 16)):
-        rows = ["text\tlabel"] + [f"{sentence(rng)}\t{rng.choice(['pos', 'neg'])}"
-                                  for _ in range(n)]
-        (own / f"{split}.tsv").write_text("\n".join(rows) + "\n")
-    glue_cli.main(["preprocess", "--task", "opinions", "--text-columns", "0", "--glue-dir",
-                   str(own), "--pretrain-data", str(spm_data), "--out-dir", str(root / "own-bin")])
-    (root / "ner.conll").write_text((NER + "\n") * 6)
-    (root / "ner-test.conll").write_text("a O\ndog O\n\nmy O\ncat O\n")
-    tag_cli.main(["preprocess", "--pretrain-data", str(spm_data), "--train",
-                  str(root / "ner.conll"), "--valid", str(root / "ner.conll"), "--test",
-                  str(root / "ner-test.conll"), "--out-dir", str(root / "ner-bin")])
-    squad = write_json(root / "squad.json", squad_json("1.1"))
-    squad_cli.main(["preprocess", "--pretrain-data", str(spm_data), "--train", str(squad),
-                    "--valid", str(squad), "--test", str(squad), "--out-dir",
-                    str(root / "squad-bin"),
-                    "--max-seq-len", "64", "--doc-stride", "16", "--max-query-len", "16"])
-    (root / "mc.jsonl").write_text("".join(json.dumps(
-        {"context": sentence(rng), "choices": [sentence(rng), sentence(rng)],
-         "label": rng.randrange(2)}) + "\n" for _ in range(12)))
-    choice_cli.main(["preprocess", "--pretrain-data", str(spm_data), "--train",
-                     str(root / "mc.jsonl"), "--valid", str(root / "mc.jsonl"), "--test",
-                     str(root / "mc.jsonl"), "--out-dir", str(root / "mc-bin")])
-    (root / "suite.yaml").write_text(
-        "tasks:\n  opinions: own-bin\n  ner:\n    data: ner-bin\n    batch_size: 4\n"
-        "  squad: squad-bin\n  choice: mc-bin\n")
-    return root / "suite.yaml"
-
 
 @pytest.mark.slow
 def test_every_kind_through_trials_by_its_dev_metric(tmp_path, spm_data):

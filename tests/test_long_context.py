@@ -9,15 +9,16 @@ from omegaconf import OmegaConf
 from helpers import REPO, composed, tiny_model
 
 from electra_plugin.errors import ElectraUsageError
-from electra_plugin.models.core.config import complete_config
+from electra_plugin.models.core.checkpoint import remember_settings
 
 
 def saved_weights(model):
     """The model's state dict as a checkpoint hands it over: with the settings it was
-    trained with (models/core/checkpoint.py's remember_settings)."""
-    weights = model.state_dict()
-    weights.electra_source = ("stage1.pt", complete_config(model.cfg.copy()))
-    return weights
+    trained with (models/core/checkpoint.py's remember_settings), copied as a caller may copy
+    it: the settings are an entry of the dict, which the copy keeps."""
+    state = {"model": model.state_dict(), "cfg": {"model": model.cfg.copy()}}
+    remember_settings(state, "stage1.pt")
+    return dict(state["model"])
 
 
 def test_a_longer_context_with_a_larger_global_theta_loads_the_shorter_checkpoint():

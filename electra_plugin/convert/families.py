@@ -19,9 +19,10 @@ them too (the body's ``head_transform``).
 """
 
 import math
-from typing import Callable, Dict, List, NamedTuple, Tuple
+from typing import Callable, Dict, Tuple
 
 from ..errors import ElectraUsageError
+from ..models.core.encoder import LAYER_NORM_EPS
 from ..optional import require
 from .keys import (_BERT_ENCODER, CONFIG_TABLE, KEY_TABLE, HeadKind, Row, _encoder_rows,
                    head_kinds)
@@ -39,15 +40,24 @@ def class_components() -> Dict[str, Tuple[str, ...]]:
                                    for kind in head_kinds()}}
 
 
-class Family(NamedTuple):
-    body: str
-    model_type: str
-    prefix: str  # of the class names
-    base: str  # the base model's attribute in the other classes, with its dot
-    rows: Tuple[Row, ...]
-    config_table: Tuple[Tuple[str, str], ...]  # our field <-> the HF config's
-    fixed: Dict[str, object]  # HF config values the body computes (anything else: refused)
-    always_token_types: bool  # the HF embeddings hold a token type table even with none
+class Family:
+    """The transformers side of one encoder body: its classes (``prefix`` + suffix), the base
+    model's attribute in them (``base``, with its dot), the tensor rows, the config fields
+    both ways and what the config must say for the body to compute it. A body of one's own
+    (a ``--user-dir`` module) gets a transformers family by registering one
+    (:func:`register_family`); without one its checkpoints stay fairseq checkpoints."""
+
+    always_token_types = False  # the HF embeddings hold a token type table even with none
+    projects_embeddings = False  # the HF classes have a slot for an embedding projection
+    pools_mean = False  # the HF task heads can read the mean of the tokens
+    names_special_ids = True  # the HF config names the start and separator ids
+
+    def __init__(self, body: str, model_type: str, prefix: str, base: str,
+                 rows: Tuple[Row, ...], config_table: Tuple[Tuple[str, str], ...],
+                 fixed: Dict[str, object], tied_output: Tuple[str, str]):
+        self.body, self.model_type, self.prefix, self.base = body, model_type, prefix, base
+        self.rows, self.config_table, self.fixed = rows, config_table, fixed
+        self.tied_output = tied_output  # (the generator's output layer, the table it ties to)
 
     @property
     def architectures(self) -> Dict[str, Tuple[str, ...]]:
@@ -58,17 +68,89 @@ class Family(NamedTuple):
     def head_architecture(self, kind: HeadKind) -> str:
         return self.prefix + kind.suffix
 
+    @property
+    def pretraining_class(self) -> str:
+        """The class a pre-training checkpoint's discriminator leaves as: with the replaced
+        token head where the family has a class for it, else the base model."""
+        with_head = self.prefix + "ForPreTraining"
+        return with_head if with_head in self.architectures else self.prefix + "Model"
+
     def config_class(self):
         return getattr(require("converting to or from Hugging Face transformers"),
                        self.prefix + "Config")
+
+    def check_config(self, config: dict, path: str) -> dict:
+        """``config`` (a transformers ``to_dict()``) if the body computes what it describes;
+        the first option it does not implement is refused in one line, naming it."""
+        for name, value in self.fixed.items():
+            theirs = config.get(name, value)
+            same = math.isclose(float(theirs), float(value), rel_tol=1e-6) if \
+                isinstance(value, float) else (sorted(theirs) == sorted(value) if
+                                               isinstance(value, list) else theirs == value)
+            if not same and name not in WRITTEN_ONLY:
+                raise ElectraUsageError(f"{path}: {name} {theirs!r} is not supported; the "
+                                        f"plugin's {self.body} body computes {name} {value!r}")
+        if config["hidden_size"] % config["num_attention_heads"]:
+            raise ElectraUsageError(f"{path}: hidden_size {config['hidden_size']} is not "
+                                    f"divisible by num_attention_heads "
+                                    f"{config['num_attention_heads']}")
+        return config
+
+    def fields_from_hf(self, config: dict) -> dict:
+        """The plugin's model fields of one encoder's HF config."""
+        fields = {ours: config[theirs] for ours, theirs in self.config_table}
+        if not self.projects_embeddings:  # the embeddings are as wide as the layers
+            fields["embedding_size"] = fields["hidden_size"]
+        return fields
+
+    def hf_config_values(self, fields: dict) -> dict:
+        """The HF config's fields of one encoder."""
+        return dict({theirs: fields[ours] for ours, theirs in self.config_table}, **self.fixed)
+
+    def head_config(self, architecture: str, cfg) -> dict:
+        """Config fields the head class ``architecture`` reads (none by default)."""
+        return {}
 
 
 _SHARED_FIELDS = (("num_layers", "num_hidden_layers"), ("hidden_size", "hidden_size"),
                   ("num_heads", "num_attention_heads"), ("ffn_size", "intermediate_size"),
                   ("max_positions", "max_position_embeddings"))
 
-BERT = Family("bert", "electra", "Electra", "electra.", KEY_TABLE, CONFIG_TABLE,
-              dict(hidden_act="gelu", layer_norm_eps=1e-12), True)
+class BertFamily(Family):
+    always_token_types = True
+    projects_embeddings = True
+    names_special_ids = False
+
+    def check_config(self, config, path):
+        act, eps = self.fixed["hidden_act"], self.fixed["layer_norm_eps"]
+        if config["hidden_act"] != act:
+            raise ElectraUsageError(f"{path}: hidden_act '{config['hidden_act']}' is not "
+                                    f"supported; the plugin's ELECTRA uses '{act}' (exact GELU)")
+        if not math.isclose(float(config["layer_norm_eps"]), eps, rel_tol=1e-6):
+            raise ElectraUsageError(f"{path}: layer_norm_eps {config['layer_norm_eps']} is not "
+                                    f"supported; the plugin's ELECTRA uses {eps}")
+        if config.get("position_embedding_type", "absolute") != "absolute":
+            raise ElectraUsageError(f"{path}: position_embedding_type "
+                                    f"'{config['position_embedding_type']}' is not supported "
+                                    f"(only 'absolute')")
+        return super().check_config(config, path)
+
+    def head_config(self, architecture, cfg):
+        """ELECTRA's multiple-choice summary is the sentence_ranking head (first token,
+        dense, GELU, dropout, one logit)."""
+        if architecture == self.prefix + "ForMultipleChoice":
+            return dict(summary_type="first", summary_use_proj=True, summary_activation="gelu",
+                        summary_last_dropout=cfg.dropout)
+        return {}
+
+
+_SHARED_FIELDS = (("num_layers", "num_hidden_layers"), ("hidden_size", "hidden_size"),
+                  ("num_heads", "num_attention_heads"), ("ffn_size", "intermediate_size"),
+                  ("max_positions", "max_position_embeddings"))
+
+BERT = BertFamily("bert", "electra", "Electra", "electra.", KEY_TABLE, CONFIG_TABLE,
+                  dict(hidden_act="gelu", layer_norm_eps=LAYER_NORM_EPS),
+                  ("generator_lm_head.weight", "electra.embeddings.word_embeddings.weight"))
 
 
 def _deberta_encoder(component, prefix):
@@ -89,8 +171,21 @@ def _head_rows(component, rows):
             for ours, theirs, shape, parts in rows for p in parts]
 
 
+class DebertaFamily(Family):
+    def check_config(self, config, path):
+        if config.get("embedding_size", config["hidden_size"]) != config["hidden_size"]:
+            raise ElectraUsageError(f"{path}: embedding_size {config['embedding_size']} differs "
+                                    f"from hidden_size; DeBERTa's embedding projection is not "
+                                    f"supported")
+        return super().check_config(config, path)
+
+    def hf_config_values(self, fields):
+        return dict(super().hf_config_values(fields), pooler_hidden_size=fields["hidden_size"],
+                    pooler_dropout=fields["dropout"])
+
+
 _WB = ("weight", "bias")
-DEBERTA = Family("deberta", "deberta-v2", "DebertaV2", "deberta.", (
+DEBERTA = DebertaFamily("deberta", "deberta-v2", "DebertaV2", "deberta.", (
     *_deberta_encoder("discriminator", "discriminator."),
     *_deberta_encoder("generator", "generator."),
     *_head_rows("generator_head", [
@@ -109,7 +204,8 @@ DEBERTA = Family("deberta", "deberta-v2", "DebertaV2", "deberta.", (
     dict(hidden_act="gelu", layer_norm_eps=1e-7, relative_attention=True,
          max_relative_positions=-1, pos_att_type=["p2c", "c2p"], share_att_key=True,
          norm_rel_ebd="layer_norm", position_biased_input=False, conv_kernel_size=0,
-         legacy=False, pooler_hidden_act="gelu"), False)
+         legacy=False, pooler_hidden_act="gelu"),
+    ("lm_predictions.lm_head.decoder.weight", "deberta.embeddings.word_embeddings.weight"))
 
 
 def _modern_encoder(component, prefix):
@@ -126,7 +222,50 @@ def _modern_encoder(component, prefix):
         ("word_embeddings", "tok_embeddings"), ("encoder.layer.", "layers.")))
 
 
-MODERN = Family("modern", "modernbert", "ModernBert", "model.", (
+def _rope_theta(config: dict, kind: str, old: str):
+    """transformers 5 keeps ModernBERT's thetas in rope_parameters, older ones flat."""
+    params = (config.get("rope_parameters") or {}).get(kind) or {}
+    if params.get("rope_type", "default") != "default":
+        return None
+    return params.get("rope_theta", config.get(old))
+
+
+class ModernFamily(Family):
+    pools_mean = True
+
+    def check_config(self, config, path):
+        every = config["global_attn_every_n_layers"]
+        expected = ["sliding_attention" if i % every else "full_attention"
+                    for i in range(config["num_hidden_layers"])]
+        layer_types = config.get("layer_types") or expected
+        thetas = dict(global_rope_theta=_rope_theta(config, "full_attention",
+                                                    "global_rope_theta"),
+                      local_rope_theta=_rope_theta(config, "sliding_attention",
+                                                   "local_rope_theta"))
+        for name, value, needs in (
+                ("layer_types", layer_types, f"global attention every {every} layers from "
+                 f"the first" if layer_types != expected else None),
+                ("local_attention", config["local_attention"],
+                 f"a window no wider than max_position_embeddings "
+                 f"{config['max_position_embeddings']}" if config["local_attention"] >
+                 config["max_position_embeddings"] else None),
+                ("rope_parameters", config.get("rope_parameters"),
+                 "the default RoPE, no scaling" if None in thetas.values() else None)):
+            if needs:
+                raise ElectraUsageError(f"{path}: {name} {value!r} is not supported; the "
+                                        f"plugin's modern body needs {needs}")
+        return super().check_config(dict(config, **thetas), path)
+
+    def fields_from_hf(self, config):
+        return dict(super().fields_from_hf(config), type_vocab_size=0)
+
+    def head_config(self, architecture, cfg):
+        """ModernBERT's heads pool as the plugin's head does (first token or mean)."""
+        return dict(classifier_pooling="mean" if cfg.get("classifier_pooling") == "mean"
+                    else "cls", classifier_dropout=cfg.dropout)
+
+
+MODERN = ModernFamily("modern", "modernbert", "ModernBert", "model.", (
     *_modern_encoder("discriminator", "discriminator."),
     *_modern_encoder("generator", "generator."),
     Row("generator_head", "generator_head.dense.weight", "head.dense.weight", ("E", "H")),
@@ -147,14 +286,32 @@ MODERN = Family("modern", "modernbert", "ModernBert", "model.", (
     dict(hidden_activation="gelu", norm_eps=1e-5, norm_bias=False, attention_bias=False,
          mlp_bias=False, decoder_bias=True, classifier_bias=False, tie_word_embeddings=True,
          classifier_activation="gelu"),
-    False)
+    ("decoder.weight", "model.embeddings.tok_embeddings.weight"))
 
 WRITTEN_ONLY = ("legacy",)  # read either way (LEGACY_NAMES), written as the newer layout
-FAMILIES = {family.body: family for family in (BERT, DEBERTA, MODERN)}
+FAMILIES: Dict[str, Family] = {}
 
 
-def family_of_body(body) -> Family:
-    return FAMILIES[body or "bert"]
+def register_family(family: Family) -> Family:
+    """``family`` serves ``--encoder-body family.body`` in electra-convert (the built-in
+    bodies' below; a ``--user-dir`` body's from its own module)."""
+    FAMILIES[family.body] = family
+    return family
+
+
+for _family in (BERT, DEBERTA, MODERN):
+    register_family(_family)
+
+
+def family_of_body(body: str, where: str) -> Family:
+    """The transformers family of ``--encoder-body body``; a body without one is refused in
+    one line, naming ``where`` (its checkpoints are fairseq's alone)."""
+    if body not in FAMILIES:
+        raise ElectraUsageError(
+            f"{where}: --encoder-body {body} has no transformers family (electra-convert converts "
+            f"{', '.join(FAMILIES)}); keep the fairseq checkpoint, or register a family for "
+            f"the body (electra_plugin.convert.families.register_family)")
+    return FAMILIES[body]
 
 
 def family_of_model_type(model_type, path: str) -> Family:
@@ -166,83 +323,6 @@ def family_of_model_type(model_type, path: str) -> Family:
         f"{', '.join(f.model_type for f in FAMILIES.values())} (ELECTRA, DeBERTa-v2/v3, "
         f"ModernBERT)")
 
-
-def _rope_theta(config: dict, kind: str, old: str):
-    """transformers 5 keeps ModernBERT's thetas in rope_parameters, older ones flat."""
-    params = (config.get("rope_parameters") or {}).get(kind) or {}
-    if params.get("rope_type", "default") != "default":
-        return None
-    return params.get("rope_theta", config.get(old))
-
-
-def _modern_checks(config: dict) -> List[Tuple[str, object, str]]:
-    every = config["global_attn_every_n_layers"]
-    expected = ["sliding_attention" if i % every else "full_attention"
-                for i in range(config["num_hidden_layers"])]
-    return [("layer_types", config.get("layer_types") or expected,
-             f"global attention every {every} layers from the first" if
-             (config.get("layer_types") or expected) != expected else None),
-            ("local_attention", config["local_attention"],
-             f"a window no wider than max_position_embeddings "
-             f"{config['max_position_embeddings']}" if config["local_attention"] >
-             config["max_position_embeddings"] else None),
-            ("rope_parameters", config.get("rope_parameters"), "the default RoPE, no scaling"
-             if None in (_rope_theta(config, "full_attention", "global_rope_theta"),
-                         _rope_theta(config, "sliding_attention", "local_rope_theta")) else None)]
-
-
-def check_config(family: Family, config: dict, path: str) -> dict:
-    """``config`` (a transformers ``to_dict()``) if the body computes what it describes; the
-    first option it does not implement is refused in one line, naming it."""
-    for name, value in family.fixed.items():
-        theirs = config.get(name, value)
-        same = math.isclose(float(theirs), float(value), rel_tol=1e-6) if \
-            isinstance(value, float) else (sorted(theirs) == sorted(value) if
-                                           isinstance(value, list) else theirs == value)
-        if not same and name not in WRITTEN_ONLY:
-            raise ElectraUsageError(f"{path}: {name} {theirs!r} is not supported; the plugin's "
-                                    f"{family.body} body computes {name} {value!r}")
-    if family is DEBERTA and config.get("embedding_size", config["hidden_size"]) != \
-            config["hidden_size"]:
-        raise ElectraUsageError(f"{path}: embedding_size {config['embedding_size']} differs from "
-                                f"hidden_size; DeBERTa's embedding projection is not supported")
-    if family is MODERN:
-        for name, value, needs in _modern_checks(config):
-            if needs:
-                raise ElectraUsageError(f"{path}: {name} {value!r} is not supported; the "
-                                        f"plugin's modern body needs {needs}")
-        config = dict(config, global_rope_theta=_rope_theta(
-            config, "full_attention", "global_rope_theta"), local_rope_theta=_rope_theta(
-            config, "sliding_attention", "local_rope_theta"))
-    if config["hidden_size"] % config["num_attention_heads"]:
-        raise ElectraUsageError(f"{path}: hidden_size {config['hidden_size']} is not divisible "
-                                f"by num_attention_heads {config['num_attention_heads']}")
-    return config
-
-
-def fields_from_hf(family: Family, config: dict) -> dict:
-    fields = {ours: config[theirs] for ours, theirs in family.config_table}
-    if family is not BERT:  # no projection: the embeddings are as wide as the layers
-        fields["embedding_size"] = fields["hidden_size"]
-    if family is MODERN:
-        fields["type_vocab_size"] = 0
-    return fields
-
-
-def hf_config_values(family: Family, fields: dict) -> dict:
-    """The HF config's fields of one encoder."""
-    values = {theirs: fields[ours] for ours, theirs in family.config_table}
-    if family is DEBERTA:
-        values.update(pooler_hidden_size=fields["hidden_size"], pooler_dropout=fields["dropout"])
-    return dict(values, **family.fixed)
-
-
-# the HF names of the tensors a generator class may hold twice (the tied output layer)
-TIED_OUTPUT: Dict[str, Tuple[str, str]] = {
-    "bert": ("generator_lm_head.weight", "electra.embeddings.word_embeddings.weight"),
-    "deberta": ("lm_predictions.lm_head.decoder.weight", "deberta.embeddings.word_embeddings.weight"),
-    "modern": ("decoder.weight", "model.embeddings.tok_embeddings.weight"),
-}
 
 # transformers' older DeBERTa masked-LM layout (``legacy``) -> today's names
 LEGACY_NAMES: Callable[[str], str] = lambda key: key.replace(  # noqa: E731

@@ -18,9 +18,10 @@ from ..errors import ElectraUsageError
 from ..finetuning.kinds import kind_of_fairseq_task
 from ..partial_output import removed_on_failure
 from ..models.generators import GENERATOR_KINDS
+from ..models.bodies import body_of
 from ..models.core.config import complete_config
 from ..models.loading import BOOKKEEPING_KEYS, fold_embedding_delta
-from .families import BERT, MODERN, family_of_body
+from .families import BERT, family_of_body
 from .keys import (COMPONENT_PREFIXES, HeadKind, component_of, expand, head_keys,
                    head_kind, head_kinds, permute_rows, rename, symbols)
 from .hf_files import (EXPORT_FILES, HF_COPY, HF_ORDER, HF_TOKENIZER_FILES, SPECIAL_ROLES,
@@ -179,7 +180,7 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
     state = load_checkpoint(checkpoint)
     import_user_dir(state["cfg"])  # a kind of one's own says whether transformers serves it
     cfg = complete_config(OmegaConf.create(OmegaConf.to_container(state["cfg"].model)))
-    family = family_of_body(cfg.get("encoder_body", None))
+    family = family_of_body(body_of(cfg).name, checkpoint)
     weights = dict(state["model"])
     for key in BOOKKEEPING_KEYS:  # the FLOPs count and the checkpoint format
         weights.pop(key, None)
@@ -198,7 +199,8 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
     gen_fields = encoder_fields(fields, GENERATOR_KINDS[cfg.generator](cfg).size()) \
         if "generator" in by_component else None
     for encoder in (fields, gen_fields):
-        if family is not BERT and encoder and encoder["hidden_size"] != fields["embedding_size"]:
+        if not family.projects_embeddings and encoder and \
+                encoder["hidden_size"] != fields["embedding_size"]:
             raise ElectraUsageError(
                 f"{checkpoint}: an encoder {encoder['hidden_size']} wide reads "
                 f"{fields['embedding_size']}-dim embeddings through a projection, which "
@@ -225,7 +227,7 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
                       family.rows)
     heads = sorted({k.split(".")[1] for k in by_component.get("classification_head", {})})
     if head is not None and kind.component in ("classification_head", "choice_head") and \
-            cfg.get("classifier_pooling", "first") != "first" and family is not MODERN:
+            cfg.get("classifier_pooling", "first") != "first" and not family.pools_mean:
         raise ElectraUsageError(f"{checkpoint}'s classification head reads the mean of the "
                                 f"tokens (--classifier-pooling mean), HF's the first token; "
                                 f"export the discriminator alone (a checkpoint without the "
@@ -281,8 +283,8 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
                 f"checkpoint")
         dropped = [c for c in ("discriminator_head",) if c in by_component]
     elif "discriminator_head" in by_component and \
-            family.prefix + "ForPreTraining" in family.architectures:
-        architecture, dropped = family.prefix + "ForPreTraining", []
+            family.pretraining_class != family.prefix + "Model":
+        architecture, dropped = family.pretraining_class, []
     else:
         architecture = family.prefix + "Model"
         dropped = ["the replaced-token head (no transformers class of this body holds it: "
@@ -311,7 +313,7 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
     permute_rows(hf_state, params, to_hf=True, fairseq_index=index)
     if architecture == family.prefix + "Model":  # the base class: no prefix
         hf_state = {k[len(family.base):]: v for k, v in hf_state.items()}
-    ids = _special_ids(dictionary, index) if family is not BERT else {}
+    ids = _special_ids(dictionary, index) if family.names_special_ids else {}
 
     gen_dir = os.path.join(out_dir, "generator") if "generator" in by_component else None
     prepare_out_dir(out_dir, overwrite, EXPORT_FILES)
@@ -324,7 +326,7 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
         _write_model_dir(out_dir, hf_state,
                          hf_config(fields, architecture, len(dictionary), pad_token_id, dtype,
                                    labels, family, **ids,
-                                   **_head_config(architecture, cfg, family)),
+                                   **family.head_config(architecture, cfg)),
                          vocab_path, tokenizer_settings, dict_dir, spm_path, fast, hf_tok_dir)
         if gen_dir is not None:
             gen_class = family.prefix + "ForMaskedLM"
@@ -402,16 +404,3 @@ def _special_ids(dictionary, index: Optional[torch.Tensor]) -> dict:
     rows = index.tolist() if index is not None else list(range(len(dictionary)))
     bos, eos = rows.index(dictionary.bos()), rows.index(dictionary.eos())
     return dict(bos_token_id=bos, cls_token_id=bos, eos_token_id=eos, sep_token_id=eos)
-
-
-def _head_config(architecture: str, cfg, family) -> dict:
-    """Config fields a head class reads: ELECTRA's multiple-choice summary is the
-    sentence_ranking head (first token, dense, GELU, dropout, one logit); ModernBERT's
-    heads pool as the plugin's head does (first token or mean)."""
-    if family is MODERN:
-        return dict(classifier_pooling="mean" if cfg.get("classifier_pooling") == "mean"
-                    else "cls", classifier_dropout=cfg.dropout)
-    if architecture == "ElectraForMultipleChoice":
-        return dict(summary_type="first", summary_use_proj=True, summary_activation="gelu",
-                    summary_last_dropout=cfg.dropout)
-    return {}

@@ -6,7 +6,6 @@ The decisions both directions share are in :mod:`electra_plugin.convert`.
 
 import json
 import logging
-import math
 import os
 from typing import Dict, Optional, Sequence
 
@@ -32,10 +31,6 @@ HF_COPY = "hf_"
 SPECIAL_ROLES = ("bos_token", "pad_token", "eos_token", "unk_token", "mask_token")
 # Non-persistent buffers that transformers 4.x wrote into some checkpoints: not parameters.
 HF_BUFFERS = ("electra.embeddings.position_ids", "electra.embeddings.token_type_ids")
-TIED_LM_WEIGHT = ("generator_lm_head.weight", "electra.embeddings.word_embeddings.weight")
-# What the plugin's encoder computes; anything else in a config.json is an error.
-LAYER_NORM_EPS = 1e-12
-HIDDEN_ACT = "gelu"
 SHARED_ENCODER_FIELDS = ("embedding_size", "max_positions", "type_vocab_size")
 
 
@@ -53,7 +48,7 @@ def read_json(path: str) -> dict:
 def read_hf_config(model_dir: str):
     """(config.json of an HF directory with defaults filled and unsupported settings
     rejected, the model family of the body that computes it)."""
-    from .families import BERT, check_config, family_of_model_type
+    from .families import family_of_model_type
 
     if not os.path.isdir(model_dir):
         raise ElectraUsageError(f"{model_dir} is not a directory (expected a Hugging Face model "
@@ -71,19 +66,7 @@ def read_hf_config(model_dir: str):
     if config.get("is_decoder") or config.get("add_cross_attention"):
         raise ElectraUsageError(f"{path}: decoder models (is_decoder / add_cross_attention) "
                                 f"are not supported")
-    if family is not BERT:
-        return check_config(family, config, path), family
-    if config["hidden_act"] != HIDDEN_ACT:
-        raise ElectraUsageError(f"{path}: hidden_act '{config['hidden_act']}' is not supported; "
-                                f"the plugin's ELECTRA uses '{HIDDEN_ACT}' (exact GELU)")
-    if not math.isclose(float(config["layer_norm_eps"]), LAYER_NORM_EPS, rel_tol=1e-6):
-        raise ElectraUsageError(f"{path}: layer_norm_eps {config['layer_norm_eps']} is not "
-                                f"supported; the plugin's ELECTRA uses {LAYER_NORM_EPS}")
-    if config.get("position_embedding_type", "absolute") != "absolute":
-        raise ElectraUsageError(f"{path}: position_embedding_type "
-                                f"'{config['position_embedding_type']}' is not supported "
-                                f"(only 'absolute')")
-    return check_config(family, config, path), family
+    return family.check_config(config, path), family
 
 
 def transformers_module():
@@ -96,7 +79,7 @@ def hf_config(fields: dict, architecture: str, vocab_size: int, pad_token_id: in
               **extra):
     """The transformers config of one encoder of ``family`` (default ELECTRA's; ``extra``:
     its head's fields)."""
-    from .families import BERT, hf_config_values
+    from .families import BERT
 
     family = family or BERT
     if labels is not None:
@@ -104,7 +87,7 @@ def hf_config(fields: dict, architecture: str, vocab_size: int, pad_token_id: in
                  "label2id": {label: i for i, label in enumerate(labels)}}
     return family.config_class()(
         architectures=[architecture], vocab_size=vocab_size, pad_token_id=pad_token_id,
-        dtype=dtype, **hf_config_values(family, fields), **extra)
+        dtype=dtype, **family.hf_config_values(fields), **extra)
 
 
 def encoder_fields(fields: dict, size: EncoderSize) -> dict:

@@ -6,7 +6,7 @@ import logging
 import os
 import shutil
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Collection, Dict, List, Optional, Tuple
 
 import torch
 from tokenizers.models import WordPiece
@@ -20,7 +20,7 @@ from ..data.wordpiece import write_fairseq_dict
 from ..errors import ElectraUsageError, first_line
 from ..finetuning.kinds import kind_of_fairseq_task
 from ..models.core.config import SIZE_FIELDS, EncoderSize, cli_options, scaled_size
-from .families import BERT, LEGACY_NAMES, TIED_OUTPUT, Family, fields_from_hf
+from .families import LEGACY_NAMES, Family
 from .keys import (CONFIG_TABLE, HeadKind, head_kinds, expand, head_kind, permute_rows, rename,
                    symbols)
 from .hf_files import (HF_BUFFERS, HF_COPY, HF_ORDER, HF_TOKENIZER_FILES,
@@ -122,11 +122,35 @@ class _HFModel:
         return cls(model_dir, config, weights, architecture, family)
 
 
-def _read_vocab(model_dir: str) -> Tuple[List[str], torch.Tensor]:
+def _embedding_rows(model: _HFModel) -> int:
+    """The rows of the word embedding table, which config.json's vocab_size must give."""
+    rows = model.config["vocab_size"]
+    table = model.weights.get(model.family.tied_output[1])
+    if table is not None and table.size(0) != rows:
+        raise ElectraUsageError(f"{model.path}: config.json has vocab_size {rows} but the word "
+                                f"embeddings {table.size(0)} rows")
+    return rows
+
+
+def _padding(model_dir: str, rows: int, count: int, taken: Collection[str],
+             form: str = "madeupword{:04d}") -> List[str]:
+    """Names for the embedding rows beyond the tokenizer's ``count`` tokens: released
+    checkpoints pad the table (ModernBERT's 50,368 rows for 50,285 tokens, DeBERTa-v3's
+    128,100 for 128,001); keeping every row, pre-training continues on the checkpoint's
+    table and export gives it back."""
+    if rows < count:
+        raise ElectraUsageError(f"{model_dir}: config.json has vocab_size {rows}, fewer than the "
+                                f"{count} tokens of its tokenizer; the tokenizer files are not "
+                                f"this model's")
+    return fast_tokenizer.placeholders(rows - count, taken, form)
+
+
+def _read_vocab(model_dir: str, rows: int) -> Tuple[List[str], torch.Tensor]:
     """WordPiece entries of an HF directory and, per entry, its fairseq dictionary index.
 
     Reads vocab.txt, or else the WordPiece model of a tokenizer.json (what transformers 5
-    writes instead of vocab.txt).
+    writes instead of vocab.txt). The ``rows`` of the embedding table beyond the entries
+    get placeholders in brackets, which BERT's pre-tokenizer splits, so no text gives them.
     """
     path = os.path.join(model_dir, "vocab.txt")
     if os.path.isfile(path):
@@ -134,6 +158,7 @@ def _read_vocab(model_dir: str) -> Tuple[List[str], torch.Tensor]:
     else:
         tokens = _tokenizer_json_vocab(model_dir)
         path = os.path.join(model_dir, "tokenizer.json")
+    tokens += _padding(model_dir, rows, len(tokens), set(tokens), "[madeupword{:04d}]")
     index = vocab_to_fairseq_indices(tokens)
     if sorted(index) != list(range(len(tokens))):
         twice = [t for t in BERT_SPECIAL_TOKENS if tokens.count(t) > 1]
@@ -160,9 +185,10 @@ def _tokenizer_json_vocab(model_dir: str) -> List[str]:
     return tokens
 
 
-def _renumbered_tokenizer(model_dir: str):
+def _renumbered_tokenizer(model_dir: str, rows: int):
     """(tokenizer.json renumbered to fairseq's order, HF id -> fairseq row) of a checkpoint
-    whose tokenizer is not WordPiece (sentencepiece/Unigram, BPE, ...), or None."""
+    whose tokenizer is not WordPiece (sentencepiece/Unigram, BPE, ...), or None; the
+    ``rows`` of the embedding table beyond its tokens get placeholders."""
     tokenizer = hf_fast_tokenizer(model_dir)
     if tokenizer is None or isinstance(tokenizer.model, WordPiece) or \
             os.path.isfile(os.path.join(model_dir, "vocab.txt")):
@@ -179,8 +205,10 @@ def _renumbered_tokenizer(model_dir: str):
         raise ElectraUsageError(f"{model_dir}: the tokenizer needs cls (or bos), pad, sep (or "
                                 f"eos), unk and mask tokens to map onto fairseq's <s> <pad> "
                                 f"</s> <unk> <mask>")
+    padding = _padding(model_dir, rows, tokenizer.get_vocab_size(with_added_tokens=True),
+                       tokenizer.get_vocab(with_added_tokens=True))
     try:
-        renumbered, new_of = fast_tokenizer.renumbered(tokenizer, roles)
+        renumbered, new_of = fast_tokenizer.renumbered(tokenizer, roles, padding=padding)
     except ElectraUsageError as e:
         raise ElectraUsageError(f"{model_dir}: {e}") from None
     return renumbered, torch.tensor(new_of)
@@ -242,17 +270,14 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
             f"{discriminator_dir} is a generator ({disc.architecture}); give the discriminator "
             f"({family.prefix}ForPreTraining or {family.prefix}Model) first and the generator "
             f"as the generator")
-    other = _renumbered_tokenizer(discriminator_dir)  # None: WordPiece
+    vocab_size = _embedding_rows(disc)
+    other = _renumbered_tokenizer(discriminator_dir, vocab_size)  # None: WordPiece
     if other is None:
-        tokens, index = _read_vocab(discriminator_dir)
+        tokens, index = _read_vocab(discriminator_dir, vocab_size)
     else:
         index = other[1]
         tokens = [other[0].id_to_token(i) for i in range(len(index))]
-    vocab_size = len(tokens)
-    if disc.config["vocab_size"] != vocab_size:
-        raise ElectraUsageError(f"{discriminator_dir}: config.json has vocab_size "
-                                f"{disc.config['vocab_size']} but vocab.txt {vocab_size} entries")
-    fields = fields_from_hf(family, disc.config)
+    fields = family.fields_from_hf(disc.config)
     components = family.architectures[disc.architecture]
     kind = head_kind(architecture=disc.architecture) if len(components) > 1 and \
         components[1] in {k.component for k in head_kinds()} else None
@@ -277,12 +302,13 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
                      segment_token_types=fields["type_vocab_size"] > 1 and
                      pair_token_type(discriminator_dir) != 0)
     if generator_dir is not None:
-        pretraining_class = family.prefix + ("ForPreTraining" if family is BERT else "Model")
+        pretraining_class = family.pretraining_class
         if disc.architecture != pretraining_class:
+            bare = pretraining_class == family.prefix + "Model"
             raise ElectraUsageError(
                 f"{discriminator_dir} is an {disc.architecture}, not {pretraining_class}; a "
                 f"pre-training checkpoint (with a generator) needs "
-                f"{'the replaced-token head' if family is BERT else 'the bare discriminator'}")
+                f"{'the bare discriminator' if bare else 'the replaced-token head'}")
         generator_dir = os.fspath(generator_dir)
         gen_state, model_cfg["generator_size"], model_cfg["generator_layers"], untied = \
             _import_generator(generator_dir, disc, fields, tokens, index)
@@ -308,9 +334,7 @@ def from_hf(discriminator_dir, generator_dir=None, *, out_dir,
             f.writelines(line + "\n" for line in described.dict_lines())
         described.save_metadata(out_dir)
         _keep_hf_order(discriminator_dir, out_dir, index)
-    elif os.path.isfile(os.path.join(discriminator_dir, "vocab.txt")):
-        shutil.copyfile(os.path.join(discriminator_dir, "vocab.txt"), vocab_path)
-    else:
+    else:  # the entries as BERT reads them, placeholders included
         with open(vocab_path, "w", encoding="utf-8", newline="\n") as f:
             f.write("".join(token + "\n" for token in tokens))
     if other is None:
@@ -367,18 +391,18 @@ def _import_generator(generator_dir, disc: _HFModel, fields: dict, tokens, index
     if gen.architecture != family.prefix + "ForMaskedLM":
         raise ElectraUsageError(f"{generator_dir} is an {gen.architecture}, not a generator "
                                 f"({family.prefix}ForMaskedLM)")
+    if _embedding_rows(gen) != len(tokens):
+        raise ElectraUsageError(f"{generator_dir}: vocab_size {gen.config['vocab_size']} differs "
+                                f"from the discriminator's {len(tokens)}")
     if any(os.path.isfile(os.path.join(generator_dir, name))
            for name in ("vocab.txt", "tokenizer.json")):
-        other = _renumbered_tokenizer(generator_dir)
-        theirs = _read_vocab(generator_dir)[0] if other is None else \
+        other = _renumbered_tokenizer(generator_dir, len(tokens))
+        theirs = _read_vocab(generator_dir, len(tokens))[0] if other is None else \
             [other[0].id_to_token(i) for i in range(len(other[1]))]
         if theirs != list(tokens):
             raise ElectraUsageError(f"{generator_dir}: the generator's vocabulary differs from "
                                     f"the discriminator's")
-    if gen.config["vocab_size"] != len(tokens):
-        raise ElectraUsageError(f"{generator_dir}: vocab_size {gen.config['vocab_size']} differs "
-                                f"from the discriminator's {len(tokens)}")
-    gen_fields = fields_from_hf(family, gen.config)
+    gen_fields = family.fields_from_hf(gen.config)
     for field in SHARED_ENCODER_FIELDS:
         if gen_fields[field] != fields[field]:
             theirs = dict(CONFIG_TABLE)[field]
@@ -392,7 +416,7 @@ def _import_generator(generator_dir, disc: _HFModel, fields: dict, tokens, index
     generator_size = _fit_generator_size(fields, gen_fields, generator_dir)
     generator_layers = _fit_generator_layers(fields, gen_fields, generator_dir)
     weights = dict(gen.weights)
-    tied_output, tied_to = TIED_OUTPUT[family.body]
+    tied_output, tied_to = family.tied_output
     lm_weight = weights.pop(tied_output, None)
     embeddings = weights.get(tied_to)
     if lm_weight is not None and embeddings is not None and not (

@@ -22,10 +22,11 @@ Two pieces stay hand-written, each for one reason:
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from types import SimpleNamespace
-from typing import List, Sequence, Tuple
+from typing import Collection, List, Sequence, Tuple
 
 import numpy as np
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, processors
@@ -36,7 +37,8 @@ from electra_plugin.errors import ElectraUsageError
 from electra_plugin.optional import require
 
 __all__ = ["FAIRSEQ_SPECIALS", "BERT_NAMES", "sentencepiece_tokenizer", "wordpiece_tokenizer",
-           "renumbered", "set_templates", "special_ids", "unk_specials", "trim_offsets"]
+           "placeholders", "renumbered", "set_templates", "special_ids", "unk_specials",
+           "trim_offsets"]
 
 # Names of ids 0-3 and of <mask> (the last id).
 FAIRSEQ_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
@@ -149,13 +151,25 @@ def trim_offsets(text: str, tokens: Sequence[str], offsets) -> List[Tuple[int, i
     return spans
 
 
-def renumbered(tokenizer: Tokenizer, roles: Sequence[int],
-               pair_type: int = 0) -> Tuple[Tokenizer, List[int]]:
+def placeholders(count: int, taken: Collection[str],
+                 form: str = "madeupword{:04d}") -> List[str]:
+    """``count`` names for embedding rows no token uses, numbered as fairseq names the
+    entries that pad a dictionary (madeupword0000, ...), skipping any name in ``taken``."""
+    names = (form.format(i) for i in itertools.count())
+    return list(itertools.islice((name for name in names if name not in taken), count))
+
+
+def renumbered(tokenizer: Tokenizer, roles: Sequence[int], pair_type: int = 0,
+               padding: Sequence[str] = ()) -> Tuple[Tokenizer, List[int]]:
     """Any ``tokenizers`` tokenizer in fairseq's order: (the tokenizer, old id -> new id).
 
     ``roles``: the old ids of <s>, <pad>, </s>, <unk> and <mask> (transformers' cls or bos,
     pad, sep or eos, unk and mask tokens); they become 0-3 and the last id, every other id
     keeps its order. The pair template becomes the plugin's ``<s> A </s> B </s>``.
+    ``padding``: names for the old ids after the tokenizer's (a released checkpoint's
+    embedding rows beyond its tokens); they go just before <mask>, in the model's vocabulary
+    where it never produces them: a Unigram piece far below every other, a BPE token no
+    merge makes.
     """
     spec = json.loads(tokenizer.to_str())
     size = tokenizer.get_vocab_size(with_added_tokens=True)
@@ -166,20 +180,39 @@ def renumbered(tokenizer: Tokenizer, roles: Sequence[int],
         raise ElectraUsageError(
             "the tokenizer's special tokens must be five different tokens of its vocabulary "
             "(<mask> may be an added one) and it may add no other tokens")
-    order = list(roles[:4]) + [i for i in range(size) if i not in roles] + [roles[4]]
-    new_of = [0] * size
+    if padding and not (model["type"] == "Unigram" or
+                        model["type"] == "BPE" and not model.get("ignore_merges")):
+        raise ElectraUsageError(
+            f"the {len(padding)} embedding rows beyond the tokenizer's {size} tokens need tokens "
+            f"it never produces, which a Unigram or a BPE model (not ignoring merges) holds, not "
+            f"this {model['type']} one")
+    rows = size + len(padding)
+    order = list(roles[:4]) + [i for i in range(rows) if i not in roles] + [roles[4]]
+    new_of = [0] * rows
     for new, old in enumerate(order):
         new_of[old] = new
     if isinstance(model["vocab"], list):  # Unigram: the list position is the id
-        model["vocab"] = [model["vocab"][old] for old in order if old < in_model]
+        low = min(score for _, score in model["vocab"]) - _UNREACHABLE
+        model["vocab"] = [model["vocab"][old] if old < in_model else [padding[old - size], low]
+                          for old in order if old < in_model or old >= size]
         if model.get("unk_id") is not None:
             model["unk_id"] = new_of[model["unk_id"]]
     else:  # BPE, WordPiece, WordLevel: token -> id
         model["vocab"] = {token: new_of[i] for token, i in model["vocab"].items()}
+        model["vocab"].update((name, new_of[size + k]) for k, name in enumerate(padding))
     for added in spec.get("added_tokens") or []:
         added["id"] = new_of[added["id"]]
     spec["post_processor"] = None
     out = Tokenizer.from_str(json.dumps(spec))
-    names = [out.id_to_token(i) for i in (0, 1, 2, 3, size - 1)]
+    placed = set(new_of[size:])
+    encoded = out.encode_batch(list(padding), add_special_tokens=False)
+    # a Unigram lattice lacking a character of the name takes the piece
+    made = [name for name, e in zip(padding, encoded) if placed & set(e.ids)]
+    if made:
+        raise ElectraUsageError(
+            f"the text {made[0]!r} would give the placeholder token of that name, one of "
+            f"{len(padding)} for the embedding rows beyond the tokenizer's {size} tokens (its "
+            f"vocabulary lacks some of the name's characters)")
+    names = [out.id_to_token(i) for i in (0, 1, 2, 3, rows - 1)]
     set_templates(out, names, pair_type)
     return out, new_of

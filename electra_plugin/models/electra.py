@@ -14,17 +14,20 @@ from typing import Optional
 
 import torch
 import torch.nn as nn
-from fairseq.models import BaseFairseqModel, register_model, register_model_architecture
+from fairseq.models import BaseFairseqModel, register_model
 from torch.profiler import record_function
 
 from ..errors import ElectraUsageError
 from ..optim.layer_decay import tag_parameters
 from ..run_config import complete_for_model, run_config
 from .collapse import warn_if_collapsed
-from .core.config import (ARCH_SIZES, CHECKPOINT_VERSION, SIZE_FIELDS, ElectraConfig,
-                          EncoderSize, complete_config, discriminator_size)
+from .core.config import (ARCH_SIZES, CHECKPOINT_VERSION, ElectraConfig,
+                          EncoderSize, complete_config, discriminator_size,
+                          register_fairseq_arch)
 from .bodies import body_named, body_of
-from .core.encoder import DisentangledEmbedding, attention_mask
+from .core.checkpoint import take_settings
+from .core.contract import BatchLayout
+from .core.encoder import DisentangledEmbedding
 from .core.flops import FlopsCounter
 from .core.heads import ElectraClassificationHead, HeadSettings
 from .generators import build_generator_kind
@@ -96,19 +99,13 @@ class ElectraModel(BaseFairseqModel):
             init_bert_params)
 
     def tag_parameters(self):
-        """Depth tags for ``--optimizer electra_adam`` (layer-wise lr decay)."""
-
-        def layer_of(name):
-            if name.startswith("discriminator.embeddings"):
-                return 0
-            if name.startswith("discriminator.encoder.") and \
-                    not name.startswith("discriminator.encoder.layer."):
-                return 0  # what every layer reads (DeBERTa's relative embeddings)
-            if name.startswith("discriminator.encoder.layer."):
-                return int(name.split(".")[3]) + 1
-            return None
-
-        tag_parameters(self.named_parameters(), self.cfg.num_layers, layer_of)
+        """Depth tags for ``--optimizer electra_adam`` (layer-wise lr decay), from the
+        discriminator's :meth:`~.core.contract.Encoder.layers` and what it reads below them."""
+        layers = self.discriminator.layers()
+        depths = {id(p): i + 1 for i, layer in enumerate(layers) for p in layer.parameters()}
+        depths.update({id(p): 0 for module in self.discriminator.below_layers()
+                       for p in module.parameters()})
+        tag_parameters(self.named_parameters(), len(layers), lambda _, p: depths.get(id(p)))
 
     @classmethod
     def build_model(cls, cfg, task):
@@ -204,7 +201,7 @@ class ElectraModel(BaseFairseqModel):
         """
         generator = self.generator_kind  # None: BERT's mlm keeps <mask>
         padding_mask = src_tokens.eq(self.padding_idx)
-        attn_mask = attention_mask(padding_mask, has_padding)  # shared by both encoders
+        layout = BatchLayout(padding_mask, has_padding)  # the batch's, for both encoders
         # 1. mask: the positions the dataset picked (--mask-prob, <mask> or kept as it says)
         masked = target.ne(self.padding_idx)
         positions = masked.flatten().nonzero().squeeze(1) if masked_positions is None \
@@ -219,11 +216,11 @@ class ElectraModel(BaseFairseqModel):
             # 2. generator: M x V log-probabilities, a small masked LM's at the masked positions
             with stage("generator"):
                 if generator.cloze:  # Electric: q at every token, from the original tokens
-                    noise_log_probs, baseline = generator.propose(self, original, attn_mask,
+                    noise_log_probs, baseline = generator.propose(self, original, layout,
                                                                   None, token_types)
                     gen_log_probs = noise_log_probs.flatten(0, 1)[positions]
                 else:
-                    gen_log_probs, baseline = generator.propose(self, src_tokens, attn_mask,
+                    gen_log_probs, baseline = generator.propose(self, src_tokens, layout,
                                                                 positions, token_types)
             with stage("sample"):
                 # 3. sample, without gradient: the discriminator's loss never reaches the
@@ -240,7 +237,7 @@ class ElectraModel(BaseFairseqModel):
         if generator is None or generator.runs_discriminator(self):
             # 5. discriminator: one replaced/original logit per token (discriminator_head)
             with stage("discriminator"):
-                hidden, _ = self.discriminator.encode(corrupted, attn_mask, token_types)
+                hidden, _ = self.discriminator.encode(corrupted, layout, token_types)
                 main, copy = self.objective.predict(self, hidden, positions)
         out = PretrainingOutput(
             generator_log_probs=gen_log_probs, baseline_logits=baseline,
@@ -352,9 +349,9 @@ class ElectraModel(BaseFairseqModel):
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         """Reject a checkpoint of another model with one line instead of fairseq's wrapper."""
-        check_model_settings(self, state_dict)  # names the settings that differ
-        adopt_segment_types(self, state_dict, model_cfg)
-        path, _ = getattr(state_dict, "electra_source", (None, None))
+        path, saved = take_settings(state_dict)  # the checkpoint's settings, out of the weights
+        check_model_settings(self, state_dict, path, saved)  # names the settings that differ
+        adopt_segment_types(self, saved, model_cfg)
         pretrained_start = not self.pretraining and any(
             k.startswith(("generator", "discriminator_head")) for k in state_dict)
         self.upgrade_state_dict(state_dict)
@@ -398,16 +395,5 @@ def init_bert_params(module):
         module.weight.data[module.padding_idx].zero_()
 
 
-def _register_arch(name):
-    @register_model_architecture("electra", name)
-    def fill_sizes(args):
-        for key in SIZE_FIELDS:
-            value = ARCH_SIZES[name][key]
-            if getattr(args, key, None) is None:
-                setattr(args, key, value)
-
-    return fill_sizes
-
-
-for _name in ARCH_SIZES:
-    _register_arch(_name)
+for _name in ARCH_SIZES:  # the archs named before the model was registered
+    register_fairseq_arch(_name)

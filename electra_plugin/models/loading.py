@@ -6,7 +6,7 @@ A resume or restore with another ``--arch``, size, objective or generator used t
 the first tensor whose shape differed (the token embeddings, then blamed on the dictionary)
 or, where the shapes agree (another head count, another objective), not at all.
 :func:`check_model_settings` compares the model settings the checkpoint was trained with
-(kept with its weights by :func:`electra_plugin.models.core.checkpoint.remember_settings`) with this
+(an entry of its weights, from :func:`electra_plugin.models.core.checkpoint.remember_settings`) with this
 model's before anything is loaded.
 """
 
@@ -39,8 +39,9 @@ PRETRAINING_SETTINGS = ("objective", "generator", "generator_size", "generator_l
                         "embedding_sharing", "two_stage_updates", "enhanced_mask_decoder")
 
 
-def check_model_settings(model, state_dict) -> None:
-    """Raise naming every setting in which the checkpoint's model differs from ``model``.
+def check_model_settings(model, state_dict, path, saved) -> None:
+    """Raise naming every setting in which the checkpoint's model (``saved``: its settings,
+    ``path``: its file) differs from ``model``.
 
     A vocabulary of another size alone is the data's dictionary; the body's
     ``context_settings`` (a longer context: its length limit, its RoPE theta) are the same
@@ -48,7 +49,6 @@ def check_model_settings(model, state_dict) -> None:
     fairseq's loader carry no settings and are left to the shape check of
     ``ElectraModel.load_state_dict``.
     """
-    path, saved = getattr(state_dict, "electra_source", (None, None))
     if saved is None:
         return
     here = model.cfg
@@ -186,12 +186,12 @@ def check_fits(model, state_dict, strict: bool) -> None:
                 f"is it an ELECTRA checkpoint of the same --arch?")
 
 
-def adopt_segment_types(model, state_dict, model_cfg=None) -> None:
+def adopt_segment_types(model, saved, model_cfg=None) -> None:
     """With --segment-token-types unset, read pairs as the weights' own model did: a
     checkpoint pre-trained on segment pairs (or imported from HF) gives its fine-tuning
     type 1 on the second segment. The choice is written into the run's model config
-    (``model_cfg``, which fairseq saves), so the fine-tuned checkpoint keeps it."""
-    _, saved = getattr(state_dict, "electra_source", (None, None))
+    (``model_cfg``, which fairseq saves), so the fine-tuned checkpoint keeps it. ``saved``:
+    the checkpoint's model settings (None: weights that came without them)."""
     if saved is None or model.cfg.get("segment_token_types", None) is not None:
         return
     adopted = bool(saved.get("segment_token_types", None))

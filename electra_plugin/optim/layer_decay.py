@@ -21,12 +21,12 @@ TAG = "electra"  # key inside p.optim_overrides, which fairseq's fp16 wrapper co
 def tag_parameters(named_parameters, num_layers: int, layer_of) -> None:
     """Record depth and weight-decay exemption on each parameter.
 
-    ``layer_of(name)`` returns 0 for embeddings, ``i + 1`` for Transformer layer ``i`` and
+    ``layer_of(name, p)`` returns 0 for embeddings, ``i + 1`` for Transformer layer ``i`` and
     None for everything above the encoder (depth ``num_layers + 1``). LayerNorm weights and
     biases are exempt from weight decay, as in the official optimizer.
     """
     for name, p in named_parameters:
-        depth = layer_of(name)
+        depth = layer_of(name, p)
         overrides = dict(getattr(p, "optim_overrides", None) or {})
         overrides[TAG] = {
             "depth": num_layers + 1 if depth is None else depth,

@@ -87,6 +87,14 @@ def wrap_function(owner, name, wrapper):
     setattr(owner, name, wrapped)
 
 
+def wrap_property(cls, name, wrapper):
+    """:func:`wrap_function` for a property's getter."""
+    prop = getattr(cls, name)
+    getter = functools.wraps(prop.fget)(functools.partial(wrapper, prop.fget))
+    getter.electra_wrapper = wrapper.__name__
+    setattr(cls, name, property(getter, prop.fset))
+
+
 def wrap_method(cls, name, wrapper):
     """:func:`wrap_function` for a method: a partial object would not bind ``self``."""
     original = getattr(cls, name)

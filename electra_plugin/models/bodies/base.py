@@ -6,7 +6,8 @@ from typing import Dict, Optional, Tuple, Type
 import torch.nn as nn
 
 from ...errors import ElectraUsageError
-from ..core.config import EncoderSize, option_default
+from ..core.config import BODY_COMPLETIONS, EncoderSize, option_default, register_arch
+from ..core.contract import Encoder
 from ..core.flops import paper_encoder_flops
 from ..core.heads import ElectraGeneratorPredictions
 
@@ -18,6 +19,9 @@ def register_body(name):
     def register(cls):
         cls.name = name
         BODIES[name] = cls
+        BODY_COMPLETIONS[name] = cls.complete_config
+        for arch, settings in cls.archs.items():
+            register_arch(arch, dict(settings, encoder_body=name))
         return cls
 
     return register
@@ -35,14 +39,15 @@ class EncoderBody:
 
     ``embeddings`` returns a module mapping ``(tokens, token_types)`` to B x T x E (with a
     ``word_embeddings`` attribute, which GDES and the tied heads read; ``word_embeddings``
-    given: that table instead of a new one). ``encoder`` returns a module with
-    ``encode(tokens, attn_mask, token_types, return_all_hiddens)`` and
-    ``forward(tokens, token_types, padding_mask, return_all_hiddens)``, each giving
-    ``(B x T x H, states)``, whose Transformer layers are ``encoder.layer``.
+    given: that table instead of a new one). ``encoder`` returns an
+    :class:`..core.contract.Encoder`: ``encode`` over the batch's ``BatchLayout``, its
+    ``layers()`` and what lies below them.
     """
 
     name: str = None
     options: Tuple[str, ...] = ()  # the config fields this body reads besides the sizes
+    # its --arch names: {name: sizes and settings} (the hydra presets name them)
+    archs: Dict[str, dict] = {}
     # settings no weight of this body depends on, which a context extension changes (a
     # checkpoint resumed at a longer length); a checkpoint of the same body loads under others
     context_settings: Tuple[str, ...] = ()
@@ -65,11 +70,18 @@ class EncoderBody:
                 f"drop it or use --encoder-body "
                 f"{'|'.join(n for n, b in BODIES.items() if b.checkpoints_activations)}")
 
+    @classmethod
+    def complete_config(cls, cfg) -> None:
+        """Fill in, in place, what this body decides in a model config (after the arch's
+        sizes): a body that reads no token types has no table and reads pairs without."""
+        if not cls.token_types:
+            cfg.type_vocab_size, cfg.segment_token_types = 0, False
+
     def embeddings(self, word_embeddings=None) -> nn.Module:
         raise NotImplementedError
 
     def encoder(self, embeddings: nn.Module, size: EncoderSize,
-                generator: bool = False) -> nn.Module:
+                generator: bool = False) -> Encoder:
         """``generator``: the masked-LM generator's encoder (a body may decode it its own
         way: DeBERTa's enhanced mask decoder)."""
         raise NotImplementedError

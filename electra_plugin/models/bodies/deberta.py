@@ -23,7 +23,8 @@ import torch.nn as nn
 
 from ...speed import Dropout
 from ..core.config import EncoderSize
-from ..core.encoder import ElectraIntermediate, ElectraResidualOutput, attention_mask
+from ..core.contract import BatchLayout, Encoder
+from ..core.encoder import ElectraIntermediate, ElectraResidualOutput
 from ..core.heads import ElectraGeneratorPredictions
 from ..core.flops import _DROPOUT, _LAYER_NORM, _paper_layer, paper_encoder_flops
 from .base import EncoderBody, register_body
@@ -146,9 +147,9 @@ class DebertaEncoder(nn.Module):
         self.LayerNorm = nn.LayerNorm(hidden, eps=LAYER_NORM_EPS)
 
 
-class DebertaTransformer(nn.Module):
-    """Embeddings (possibly shared) -> optional projection -> DeBERTa-v2 layers; the
-    interface of :class:`..core.encoder.ElectraTransformer`.
+class DebertaTransformer(Encoder):
+    """Embeddings (possibly shared) -> optional projection -> DeBERTa-v2 layers. The relative
+    positions are the batch's (:meth:`BatchLayout.cached`): one table for both encoders.
 
     With ``enhanced_mask_decoder`` (DeBERTa's EMD, the DeBERTa-v3 generator's) the output is
     the last layer's run twice over the states entering it, its queries starting from those
@@ -173,20 +174,20 @@ class DebertaTransformer(nn.Module):
         self.position_embeddings = nn.Embedding(max_positions, size.hidden) \
             if enhanced_mask_decoder else None
 
-    def forward(self, tokens, token_types=None, padding_mask=None, return_all_hiddens=False):
-        if padding_mask is None:
-            padding_mask = tokens.eq(self.padding_idx)
-        return self.encode(tokens, attention_mask(padding_mask), token_types, return_all_hiddens)
+    def below_layers(self):
+        return [*super().below_layers(), self.encoder.rel_embeddings, self.encoder.LayerNorm]
 
-    def encode(self, tokens, attn_mask, token_types=None, return_all_hiddens=False):
+    def encode(self, tokens, layout: BatchLayout, token_types=None, return_all_hiddens=False):
         x = self.embeddings(tokens, token_types)
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
-        rel_pos = relative_positions(tokens.size(1), self.position_buckets, self.max_positions,
-                                     tokens.device)
+        setting = (tokens.size(1), self.position_buckets, self.max_positions)
+        rel_pos = layout.cached(("deberta relative positions", setting),
+                                lambda: relative_positions(*setting, tokens.device))
         rel_embeddings = self.encoder.LayerNorm(self.encoder.rel_embeddings.weight)
+        attn_mask = layout.attn_mask
         states: List[torch.Tensor] = [x] if return_all_hiddens else []
-        layers = self.encoder.layer
+        layers = self.layers()
         decoder = self.position_embeddings is not None
         for layer in layers[:-1] if decoder else layers:
             x = layer(x, attn_mask, rel_pos, rel_embeddings)
@@ -205,6 +206,14 @@ class DebertaTransformer(nn.Module):
 @register_body("deberta")
 class DebertaBody(EncoderBody):
     options = ("position_buckets", "enhanced_mask_decoder")
+    # DeBERTa-v3's generator (the discriminator's width, half its depth), so that one
+    # embedding block of the hidden size serves both, as their HF classes hold it
+    archs = {"electra_deberta_small": dict(num_layers=12, hidden_size=256, num_heads=4,
+                                           ffn_size=1024, embedding_size=256,
+                                           generator_size=1.0, generator_layers=0.5),
+             "electra_deberta_base": dict(num_layers=12, hidden_size=768, num_heads=12,
+                                          ffn_size=3072, embedding_size=768,
+                                          generator_size=1.0, generator_layers=0.5)}
 
     @property
     def position_buckets(self) -> int:

@@ -25,6 +25,7 @@ from ...speed import Dropout
 from ...speed.unpad import Layout
 from ...speed.window import keys_per_query
 from ..core.config import EncoderSize
+from ..core.contract import BatchLayout, Encoder
 from ..core.heads import ElectraGeneratorPredictions
 from ..core.flops import _DROPOUT, _GELU, _LAYER_NORM, _SOFTMAX
 from .base import EncoderBody, register_body
@@ -135,9 +136,12 @@ class ModernPredictionHead(nn.Module):
         return self.norm(F.gelu(self.dense(x)))
 
 
-class ModernTransformer(nn.Module):
+class ModernTransformer(Encoder):
     """Embeddings (possibly shared) -> optional projection -> ModernBERT layers -> final
-    norm; the interface of :class:`..core.encoder.ElectraTransformer`."""
+    norm. The unpadded rows and the rotary tables are the batch's
+    (:meth:`BatchLayout.cached`): built once for both encoders. It reads the padding only."""
+
+    reads_any_mask = False
 
     def __init__(self, embeddings, size: EncoderSize, dropout, attention_dropout, padding_idx,
                  global_every: int, window: int, global_theta: float, local_theta: float,
@@ -156,27 +160,23 @@ class ModernTransformer(nn.Module):
         self.padding_idx, self.head_dim = padding_idx, size.hidden // size.heads
         self.thetas = {None: global_theta, "local": local_theta}
 
-    def forward(self, tokens, token_types=None, padding_mask=None, return_all_hiddens=False):
-        if padding_mask is None:
-            padding_mask = tokens.eq(self.padding_idx)
-        return self._run(tokens, padding_mask, return_all_hiddens)
-
-    def encode(self, tokens, attn_mask, token_types=None, return_all_hiddens=False):
-        """``attn_mask``: bool B x 1 x 1 x T (True = attend) or None."""
-        return self._run(tokens, None if attn_mask is None else ~attn_mask[:, 0, 0, :],
-                         return_all_hiddens)
-
-    def _run(self, tokens, padding_mask, return_all_hiddens):
+    def encode(self, tokens, batch: BatchLayout, token_types=None, return_all_hiddens=False):
+        if batch.custom_mask:
+            raise ValueError("the modern body reads the padding only, not another attention "
+                             "mask")
         x = self.embeddings(tokens)
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
-        layout = Layout(padding_mask, *tokens.shape, tokens.device)
+        layout = batch.cached("modern unpadded", lambda: Layout(
+            batch.padding_mask if batch.has_padding else None, *tokens.shape, tokens.device))
         x = layout.pack(x)
-        ropes = {kind: rotary(layout.positions, self.head_dim, theta)
+        ropes = {kind: batch.cached(("modern rope", self.head_dim, theta),
+                                    lambda theta=theta: rotary(layout.positions, self.head_dim,
+                                                               theta))
                  for kind, theta in self.thetas.items()}
         states: List[torch.Tensor] = [layout.unpack(x)] if return_all_hiddens else []
         recompute = self.checkpoint_activations and self.training and torch.is_grad_enabled()
-        for layer in self.encoder.layer:
+        for layer in self.layers():
             rope = ropes[None if layer.attn.window is None else "local"]
             # recomputed in the backward pass with the same dropout draws (the RNG state
             # is replayed), so the gradients are the ones without checkpointing
@@ -194,6 +194,14 @@ class ModernTransformer(nn.Module):
 class ModernBody(EncoderBody):
     options = ("global_attn_every_n_layers", "local_attention", "global_rope_theta",
                "local_rope_theta")
+    # ModernBERT-base's shape (22 layers, GeGLU inner size 1.5 x hidden); small:
+    # ELECTRA-Small's; the generator as DeBERTa-v3's (full width, half the depth)
+    archs = {"electra_modern_small": dict(num_layers=12, hidden_size=256, num_heads=4,
+                                          ffn_size=384, embedding_size=256,
+                                          generator_size=1.0, generator_layers=0.5),
+             "electra_modern_base": dict(num_layers=22, hidden_size=768, num_heads=12,
+                                         ffn_size=1152, embedding_size=768,
+                                         generator_size=1.0, generator_layers=0.5)}
     # no position embeddings: the length limit and the global layers' RoPE theta are what
     # ModernBERT's second stage raises (1,024 -> 8,192 tokens, theta 10,000 -> 160,000)
     context_settings = ("max_positions", "global_rope_theta")

@@ -22,9 +22,8 @@ import argparse
 import logging
 import os
 import sys
-from collections import OrderedDict
 from dataclasses import is_dataclass
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, MutableMapping, Optional, Tuple
 
 import torch
 from fairseq.criterions import CRITERION_DATACLASS_REGISTRY, CRITERION_REGISTRY
@@ -43,7 +42,7 @@ from ...partial_output import written_whole
 logger = logging.getLogger(__name__)
 
 __all__ = ["build_fairseq_config", "write_checkpoint", "load_checkpoint", "is_electra_model_cfg",
-           "remember_settings"]
+           "remember_settings", "take_settings", "SETTINGS_KEY"]
 
 # fairseq's argparse tasks (sentence_ranking ...) save their settings as a Namespace, a plain
 # attribute container: without it torch's weights-only loader refuses their checkpoints,
@@ -227,20 +226,34 @@ def load_checkpoint(path, arg_overrides: Optional[Dict[str, Any]] = None) -> Dic
     return state
 
 
+# the entry of a loaded checkpoint's weights that holds its file and model settings
+SETTINGS_KEY = "_electra_settings"
+
+
 def remember_settings(state, path) -> None:
-    """Keep, with the weights ``state["model"]``, their file and the model settings they were
-    trained with, completed from the arch: fairseq hands a model only the weights, and
-    :func:`electra_plugin.models.loading.check_model_settings` compares them."""
+    """Put into the weights ``state["model"]``, as an entry (which a copy of the dict keeps),
+    their file and the model settings they were trained with, completed from the arch:
+    fairseq hands a model only the weights, and ``ElectraModel.load_state_dict`` takes the
+    entry out (:func:`take_settings`) to compare them before it loads anything."""
     weights, cfg = state.get("model"), (state.get("cfg") or {}).get("model", None)
-    if not isinstance(weights, Mapping) or not is_electra_model_cfg(cfg):
+    if not isinstance(weights, MutableMapping) or not is_electra_model_cfg(cfg):
         return
     try:
         cfg = complete_config(OmegaConf.create(OmegaConf.to_container(cfg, resolve=True)))
     except (ElectraUsageError, OmegaConfBaseException):
         return  # a config that cannot build a model fails where it is built, with its line
-    if not hasattr(weights, "__dict__"):  # a plain dict takes no attribute; the same tensors
-        weights = state["model"] = OrderedDict(weights)
-    weights.electra_source = (os.fspath(path), cfg)
+    weights[SETTINGS_KEY] = {"file": os.fspath(path),  # plain values: ranks pickle it
+                             "model": OmegaConf.to_container(cfg, resolve=True,
+                                                             enum_to_str=True)}
+
+
+def take_settings(state_dict) -> Tuple[Optional[str], Optional[DictConfig]]:
+    """(file, completed model settings) that :func:`remember_settings` put into a checkpoint's
+    weights, removed from them; (None, None) for weights that came another way."""
+    entry = state_dict.pop(SETTINGS_KEY, None)
+    if entry is None:
+        return None, None
+    return entry["file"], OmegaConf.create(entry["model"])
 
 
 def import_user_dir(cfg) -> None:

@@ -10,9 +10,10 @@ model is built.
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY, register_model_architecture
 from omegaconf import OmegaConf, open_dict
 
 from ...errors import ElectraUsageError
@@ -31,22 +32,10 @@ ARCH_SIZES = {
                          embedding_size=768, generator_size=1 / 3),
     "electra_large": dict(num_layers=24, hidden_size=1024, num_heads=16, ffn_size=4096,
                           embedding_size=1024, generator_size=0.25),
-    # the other bodies: DeBERTa-v3's generator (the discriminator's width, half its depth),
-    # so that one embedding block of the hidden size serves both, as their HF classes hold it
-    "electra_deberta_small": dict(num_layers=12, hidden_size=256, num_heads=4, ffn_size=1024,
-                                  embedding_size=256, generator_size=1.0,
-                                  generator_layers=0.5, encoder_body="deberta"),
-    "electra_deberta_base": dict(num_layers=12, hidden_size=768, num_heads=12, ffn_size=3072,
-                                 embedding_size=768, generator_size=1.0, generator_layers=0.5,
-                                 encoder_body="deberta"),
-    # ModernBERT-base's shape (22 layers, GeGLU inner size 1.5 x hidden); small: ELECTRA-Small's
-    "electra_modern_small": dict(num_layers=12, hidden_size=256, num_heads=4, ffn_size=384,
-                                 embedding_size=256, generator_size=1.0, generator_layers=0.5,
-                                 encoder_body="modern"),
-    "electra_modern_base": dict(num_layers=22, hidden_size=768, num_heads=12, ffn_size=1152,
-                                embedding_size=768, generator_size=1.0, generator_layers=0.5,
-                                encoder_body="modern"),
-}
+}  # the other bodies' archs are theirs (EncoderBody.archs, added by register_arch)
+# each body's completion of a model config (its EncoderBody.complete_config, registered by
+# register_body: this module is below the bodies)
+BODY_COMPLETIONS: Dict[str, Callable] = {}
 # what an --arch fills besides the sizes when the option is unset
 ARCH_DEFAULTS = {"encoder_body": "bert"}
 SIZE_FIELDS = ("num_layers", "hidden_size", "num_heads", "ffn_size", "embedding_size")
@@ -273,8 +262,8 @@ def complete_config(cfg):
         for k in SIZE_FIELDS + tuple(ARCH_DEFAULTS):
             if cfg[k] is None:
                 cfg[k] = ARCH_SIZES.get(arch, {}).get(k, ARCH_DEFAULTS.get(k))
-        if cfg.encoder_body == "modern":  # ModernBERT has no token types
-            cfg.type_vocab_size, cfg.segment_token_types = 0, False
+        if cfg.encoder_body in BODY_COMPLETIONS:
+            BODY_COMPLETIONS[cfg.encoder_body](cfg)
         missing = [k for k in SIZE_FIELDS if cfg[k] is None]
         if missing:
             raise ElectraUsageError(
@@ -284,6 +273,23 @@ def complete_config(cfg):
             raise ElectraUsageError(
                 f"hidden size {cfg.hidden_size} is not divisible by {cfg.num_heads} heads")
     return cfg
+
+
+def register_arch(name: str, settings: dict) -> None:
+    """``--arch name`` fills ``settings`` (the sizes, a body's own choices) where unset; the
+    fairseq arch is registered at once where the electra model is (models/electra.py
+    registers the ones named before it)."""
+    ARCH_SIZES[name] = settings
+    if "electra" in MODEL_REGISTRY and name not in ARCH_MODEL_REGISTRY:
+        register_fairseq_arch(name)
+
+
+def register_fairseq_arch(name: str) -> None:
+    @register_model_architecture("electra", name)
+    def fill_sizes(args):
+        for key in SIZE_FIELDS:
+            if getattr(args, key, None) is None:
+                setattr(args, key, ARCH_SIZES[name][key])
 
 
 def arch_generator_size(cfg) -> float:

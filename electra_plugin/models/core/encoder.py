@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from ...speed import Dropout, attention, project_qkv
 from .config import EncoderSize
+from .contract import BatchLayout, Encoder
 
 LAYER_NORM_EPS = 1e-12
 
@@ -144,7 +145,7 @@ class ElectraEncoder(nn.Module):
         self.layer = nn.ModuleList(ElectraLayer(**layer_kwargs) for _ in range(num_layers))
 
 
-class ElectraTransformer(nn.Module):
+class ElectraTransformer(Encoder):
     """Embeddings (possibly shared) -> optional projection -> post-LN Transformer layers.
 
     transformers' ``ElectraModel``, with its parts' names (``embeddings``,
@@ -164,36 +165,13 @@ class ElectraTransformer(nn.Module):
         )
         self.padding_idx = padding_idx
 
-    def forward(self, tokens, token_types=None, padding_mask=None, return_all_hiddens=False):
-        """tokens: B x T -> (B x T x H last hidden state, list of every layer's B x T x H).
-
-        The list holds the projected embeddings then each layer's output when
-        ``return_all_hiddens`` is set, and is empty otherwise.
-        """
-        if padding_mask is None:
-            padding_mask = tokens.eq(self.padding_idx)
-        return self.encode(tokens, attention_mask(padding_mask), token_types, return_all_hiddens)
-
-    def encode(self, tokens, attn_mask, token_types=None, return_all_hiddens=False):
-        """``forward`` with the mask of :func:`attention_mask` given (computed once per batch)."""
+    def encode(self, tokens, layout: BatchLayout, token_types=None, return_all_hiddens=False):
         x = self.embeddings(tokens, token_types)
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
         states: List[torch.Tensor] = [x] if return_all_hiddens else []
-        for layer in self.encoder.layer:
-            x = layer(x, attn_mask)
+        for layer in self.layers():
+            x = layer(x, layout.attn_mask)
             if return_all_hiddens:
                 states.append(x)
         return x, states
-
-
-def attention_mask(padding_mask, has_padding: Optional[bool] = None):
-    """B x T padding mask -> bool B x 1 x 1 x T "may attend" mask over keys, or None.
-
-    None when nothing is padded lets SDPA pick its fastest kernel (flash attention on GPUs).
-    Checking costs a host-device sync unless ``has_padding`` says it (the electra task's
-    collater knows it on the host).
-    """
-    if has_padding is None:
-        has_padding = bool(padding_mask.any())
-    return (~padding_mask)[:, None, None, :] if has_padding else None

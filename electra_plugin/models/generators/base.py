@@ -111,9 +111,11 @@ class GeneratorKind:
 
     # -------------------------------------------------------------- the step
 
-    def propose(self, model, src_tokens, attn_mask, positions, token_types=None):
+    def propose(self, model, src_tokens, layout, positions, token_types=None):
         """-> (M x V fp32 log-probabilities at the M masked positions, M baseline logits or
-        None); ``token_types``: B x T segments (None: type 0). A ``cloze`` kind is given the
+        None); ``layout``: the batch's :class:`..core.contract.BatchLayout` (the
+        discriminator reads the same one); ``token_types``: B x T segments (None: type 0). A
+        ``cloze`` kind is given the
         original tokens and no positions, and gives B x T x V: every token's."""
         raise NotImplementedError
 

@@ -111,9 +111,9 @@ class FastElectraGenerator(MaskedLMGenerator):
     def loaded(self, model):
         self.ready = None
 
-    def propose(self, model, src_tokens, attn_mask, positions, token_types=None):
+    def propose(self, model, src_tokens, layout, positions, token_types=None):
         self.load_weights(model)
-        return super().propose(model, src_tokens, attn_mask, positions, token_types)
+        return super().propose(model, src_tokens, layout, positions, token_types)
 
     def loss(self, model, out, per_token):
         loss, logs = super().loss(model, out, per_token)

@@ -37,9 +37,9 @@ class MaskedLMGenerator(GeneratorKind):
         model.generator_head = model.body.generator_head(
             self.size().hidden, model.generator.embeddings.word_embeddings)
 
-    def propose(self, model, src_tokens, attn_mask, positions, token_types=None):
+    def propose(self, model, src_tokens, layout, positions, token_types=None):
         with nullcontext() if self.trains(model) else torch.no_grad():
-            hidden, _ = model.generator.encode(src_tokens, attn_mask, token_types)
+            hidden, _ = model.generator.encode(src_tokens, layout, token_types)
             hidden = hidden.flatten(0, 1)[positions]
             log_probs = F.log_softmax(model.generator_head(hidden), dim=-1, dtype=torch.float32)
         return log_probs, self.baseline(model, hidden)

@@ -13,6 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ...errors import ElectraUsageError
 from ..core.flops import paper_generator_output
 from ..core.heads import ElectraGeneratorPredictions
 from .base import register_generator_kind
@@ -59,17 +60,24 @@ class TwoTowerGenerator(MaskedLMGenerator):
         size = self.size()
         model.generator_ltr = model.make_encoder(shared_embeddings, size)
         model.generator_rtl = model.make_encoder(shared_embeddings, size)
+        if not model.generator_ltr.reads_any_mask:
+            raise ElectraUsageError(
+                f"--generator two_tower reads each tower in one direction, an attention mask "
+                f"--encoder-body {model.body.name} does not read (it attends by padding "
+                f"only); use --encoder-body bert or deberta")
         model.cloze_head = ElectraGeneratorPredictions(
             2 * size.hidden, self.cfg.embedding_size, shared_embeddings.word_embeddings)
         # what the masking never picks: the cloze loss leaves them out, as the official
         self.specials = (dictionary.bos(), dictionary.eos(), dictionary.pad(),
                          dictionary.index("<mask>"))
 
-    def propose(self, model, src_tokens, attn_mask, positions, token_types=None):
-        ltr_mask, rtl_mask = directional_masks(attn_mask, src_tokens.size(1),
+    def propose(self, model, src_tokens, layout, positions, token_types=None):
+        ltr_mask, rtl_mask = directional_masks(layout.attn_mask, src_tokens.size(1),
                                                src_tokens.device)
-        ltr, _ = model.generator_ltr.encode(src_tokens, ltr_mask, token_types)
-        rtl, _ = model.generator_rtl.encode(src_tokens, rtl_mask, token_types)
+        ltr, _ = model.generator_ltr.encode(src_tokens, layout.with_attn_mask(ltr_mask),
+                                            token_types)
+        rtl, _ = model.generator_rtl.encode(src_tokens, layout.with_attn_mask(rtl_mask),
+                                            token_types)
         # shifted by one, zeros at the ends (the official roll wraps around, which would
         # show the last token the right tower's first state, which has read it)
         hidden = torch.cat([F.pad(ltr[:, :-1], (0, 0, 1, 0)), F.pad(rtl[:, 1:], (0, 0, 0, 1))],

@@ -16,7 +16,7 @@ class UniformGenerator(GeneratorKind):
         self.specials, self.mask_idx = dictionary.nspecial, dictionary.index("<mask>")
         self.candidates = len(dictionary) - len({*range(self.specials), self.mask_idx})
 
-    def propose(self, model, src_tokens, attn_mask, positions, token_types=None):
+    def propose(self, model, src_tokens, layout, positions, token_types=None):
         # made on the batch's device at each step: V numbers, no module, no host copy
         row = torch.full((model.vocab_size,), -math.log(self.candidates),
                          device=src_tokens.device)

@@ -28,5 +28,5 @@ class UnigramGenerator(GeneratorKind):
     def build(self, model, dictionary, shared_embeddings):
         model.unigram = UnigramTable(dictionary, dictionary.index("<mask>"))
 
-    def propose(self, model, src_tokens, attn_mask, positions, token_types=None):
+    def propose(self, model, src_tokens, layout, positions, token_types=None):
         return model.unigram.log_probs.expand(len(positions), -1), None
