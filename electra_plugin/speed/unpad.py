@@ -27,13 +27,14 @@ except ImportError:  # pragma: no cover - the CPU and CI case
 
 class Layout:
     """Where a batch's tokens are: the B x T grid (``rows`` None) or the rows of the real
-    tokens (``rows``: their flat B*T indices), and their positions within the sequence."""
+    tokens (``rows``: their flat B*T indices), and their positions within the sequence.
+    ``padding_mask``: None for a batch without padding (the caller knows it without a
+    host-device sync: :class:`~electra_plugin.models.core.contract.BatchLayout`)."""
 
     def __init__(self, padding_mask: Optional[torch.Tensor], batch: int, length: int,
                  device):
         self.batch, self.length = batch, length
-        self.padding_mask = padding_mask if padding_mask is not None and \
-            bool(padding_mask.any()) else None
+        self.padding_mask = padding_mask
         self.rows = None
         if self.padding_mask is not None and enabled():
             self.rows = (~self.padding_mask.flatten()).nonzero().squeeze(1)

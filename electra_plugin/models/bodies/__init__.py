@@ -4,7 +4,8 @@ the model calls to build its embeddings and encoders."""
 from typing import Tuple, Type
 
 from ..core.config import marked_discriminator_options
-from .base import BODIES, EncoderBody, body_named, register_body  # noqa: F401
+from .base import (BODIES, EncoderBody, body_named, full_width_generator,  # noqa: F401
+                   register_body)
 from . import bert, deberta, modern  # noqa: F401,E402
 
 

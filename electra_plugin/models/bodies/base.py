@@ -27,6 +27,16 @@ def register_body(name):
     return register
 
 
+def full_width_generator(num_layers: int, hidden_size: int, num_heads: int,
+                         ffn_size: int) -> dict:
+    """An arch's settings with DeBERTa-v3's generator (the discriminator's width, half its
+    depth), so that one embedding block of the hidden size serves both networks, as the
+    DeBERTa and ModernBERT transformers classes hold it."""
+    return dict(num_layers=num_layers, hidden_size=hidden_size, num_heads=num_heads,
+                ffn_size=ffn_size, embedding_size=hidden_size, generator_size=1.0,
+                generator_layers=0.5)
+
+
 def body_named(name: str) -> Type["EncoderBody"]:
     if name not in BODIES:
         raise ElectraUsageError(f"--encoder-body {name} is not an encoder body; pick one of "

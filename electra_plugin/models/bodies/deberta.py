@@ -27,7 +27,7 @@ from ..core.contract import BatchLayout, Encoder
 from ..core.encoder import ElectraIntermediate, ElectraResidualOutput
 from ..core.heads import ElectraGeneratorPredictions
 from ..core.flops import _DROPOUT, _LAYER_NORM, _paper_layer, paper_encoder_flops
-from .base import EncoderBody, register_body
+from .base import EncoderBody, full_width_generator, register_body
 
 LAYER_NORM_EPS = 1e-7  # DeBERTa-v2/v3's layer_norm_eps
 EMD_STEPS = 2  # the enhanced mask decoder's passes of the last layer (official z_steps)
@@ -206,14 +206,8 @@ class DebertaTransformer(Encoder):
 @register_body("deberta")
 class DebertaBody(EncoderBody):
     options = ("position_buckets", "enhanced_mask_decoder")
-    # DeBERTa-v3's generator (the discriminator's width, half its depth), so that one
-    # embedding block of the hidden size serves both, as their HF classes hold it
-    archs = {"electra_deberta_small": dict(num_layers=12, hidden_size=256, num_heads=4,
-                                           ffn_size=1024, embedding_size=256,
-                                           generator_size=1.0, generator_layers=0.5),
-             "electra_deberta_base": dict(num_layers=12, hidden_size=768, num_heads=12,
-                                          ffn_size=3072, embedding_size=768,
-                                          generator_size=1.0, generator_layers=0.5)}
+    archs = {"electra_deberta_small": full_width_generator(12, 256, 4, 1024),
+             "electra_deberta_base": full_width_generator(12, 768, 12, 3072)}
 
     @property
     def position_buckets(self) -> int:

@@ -28,7 +28,7 @@ from ..core.config import EncoderSize
 from ..core.contract import BatchLayout, Encoder
 from ..core.heads import ElectraGeneratorPredictions
 from ..core.flops import _DROPOUT, _GELU, _LAYER_NORM, _SOFTMAX
-from .base import EncoderBody, register_body
+from .base import EncoderBody, full_width_generator, register_body
 
 NORM_EPS = 1e-5  # ModernBERT's norm_eps
 
@@ -194,14 +194,9 @@ class ModernTransformer(Encoder):
 class ModernBody(EncoderBody):
     options = ("global_attn_every_n_layers", "local_attention", "global_rope_theta",
                "local_rope_theta")
-    # ModernBERT-base's shape (22 layers, GeGLU inner size 1.5 x hidden); small:
-    # ELECTRA-Small's; the generator as DeBERTa-v3's (full width, half the depth)
-    archs = {"electra_modern_small": dict(num_layers=12, hidden_size=256, num_heads=4,
-                                          ffn_size=384, embedding_size=256,
-                                          generator_size=1.0, generator_layers=0.5),
-             "electra_modern_base": dict(num_layers=22, hidden_size=768, num_heads=12,
-                                         ffn_size=1152, embedding_size=768,
-                                         generator_size=1.0, generator_layers=0.5)}
+    # ModernBERT-base's shape (22 layers, GeGLU inner size 1.5 x hidden); small: ELECTRA-Small's
+    archs = {"electra_modern_small": full_width_generator(12, 256, 4, 384),
+             "electra_modern_base": full_width_generator(22, 768, 12, 1152)}
     # no position embeddings: the length limit and the global layers' RoPE theta are what
     # ModernBERT's second stage raises (1,024 -> 8,192 tokens, theta 10,000 -> 160,000)
     context_settings = ("max_positions", "global_rope_theta")

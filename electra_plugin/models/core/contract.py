@@ -25,15 +25,11 @@ class BatchLayout:
         self.padding_mask = padding_mask
         self.has_padding = bool(padding_mask.any()) if has_padding is None else has_padding
         self.custom_mask = attn_mask is not None
-        self._attn_mask = attn_mask if self.custom_mask else \
+        # bool "may attend" mask broadcastable to B x heads x T x T, or None when every token
+        # may attend every other (SDPA then picks its fastest kernel)
+        self.attn_mask = attn_mask if self.custom_mask else \
             (~padding_mask)[:, None, None, :] if self.has_padding else None
         self._cache: Dict[Hashable, object] = {}
-
-    @property
-    def attn_mask(self) -> Optional[torch.Tensor]:
-        """bool "may attend" mask broadcastable to B x heads x T x T, or None when every
-        token may attend every other (SDPA then picks its fastest kernel)."""
-        return self._attn_mask
 
     def cached(self, key: Hashable, build: Callable[[], object]):
         """``build()``'s result, computed on the first call with ``key`` for this batch."""
