@@ -3,6 +3,7 @@ docs/commands.md): every parser of every command is walked and checked."""
 
 import argparse
 import importlib
+import json
 import logging
 
 import pytest
@@ -120,6 +121,44 @@ def test_results_print_as_text_or_as_json(capsys):
     text, js = capsys.readouterr().out.splitlines()
     assert text == "tagging valid: split valid, f1 81.23"
     assert js == '{"split": "valid", "f1": 81.234}'
+
+
+JSON_COMMANDS = [(name, parser) for name, parser in PARSERS
+                 if any("--json" in a.option_strings for a in parser._actions)]
+
+
+def test_the_commands_with_json_are_known():
+    assert {name for name, _ in JSON_COMMANDS} >= {
+        "electra-tag finetune", "electra-tag predict", "electra-score rerank",
+        "electra-glue evaluate", "electra-choice evaluate", "electra-squad predict",
+        "electra-squad evaluate"}
+
+
+@pytest.mark.parametrize("name, parser", JSON_COMMANDS, ids=[n for n, _ in JSON_COMMANDS])
+def test_json_stdout_is_the_one_object_alone(name, parser, capsys, monkeypatch):
+    """Through the command's own main: whatever its work prints on the way (a command line it
+    runs, a table) goes to stderr with --json, so that the whole of stdout is one object;
+    without --json it stays on stdout. The work is a stand-in (the real runs are in
+    test_kinds.py and test_scoring.py); what is checked is main's handling of stdout."""
+    from electra_plugin.cli.vocabulary import print_result
+
+    module = COMMANDS[name.split()[0]]
+
+    def work(args):
+        print("$ python -m fairseq_cli.train data --seed 1")
+        print("  ANI          precision  50.00")
+        print_result({"split": "valid", "f1": 50.0}, args.json, "tagging valid")
+
+    for as_json in (True, False):
+        monkeypatch.setattr(module, "parse_args",
+                            lambda argv=None: argparse.Namespace(json=as_json, run=work))
+        module.main([])
+        out, err = capsys.readouterr()
+        if as_json:
+            assert json.loads(out) == {"split": "valid", "f1": 50.0}, out
+            assert err.startswith("$ python -m fairseq_cli.train") and "ANI" in err
+        else:
+            assert out.startswith("$ python") and out.endswith("f1 50.00\n") and not err
 
 
 def test_long_loops_log_their_progress(caplog, monkeypatch):

@@ -233,7 +233,8 @@ def test_ner_in_one_command(tmp_path, pretrained):
             "--valid", tmp_path / "dev.conll", "--out-dir", out, "--cpu", "--json"]
     proc = run(command("tag", *argv))
     assert proc.returncode == 0, failure("electra-tag finetune", proc)
-    printed = json.loads(proc.stdout.strip().splitlines()[-1])
+    printed = json.loads(proc.stdout)  # --json: standard output is the one object alone
+    assert "$ " in proc.stderr and "fairseq_cli.train" in proc.stderr  # the command it ran
     assert set(printed) >= {"f1", "precision", "recall", "accuracy", "per_type"}
     cmd = json.loads((out / "ner" / "seed-1" / "result.json").read_text())["command"]
     for option in ("--lr 0.0003", "--layer-decay 0.8", "--lr-scheduler polynomial_decay",
@@ -245,7 +246,8 @@ def test_ner_in_one_command(tmp_path, pretrained):
         pytest.approx(printed["f1"])
     assert (out / "valid.predictions.conll").read_text().count("\n\n") == 2
     rerun = run(command("tag", *argv))
-    assert rerun.returncode == 0 and "(done: pre-trained, ner, seed 1)" in rerun.stdout
+    assert rerun.returncode == 0 and "(done: pre-trained, ner, seed 1)" in rerun.stderr
+    assert json.loads(rerun.stdout) == printed
     other = tmp_path / "other.conll"
     other.write_text(NER)
     assert_one_line_error(run(command("tag", *argv[:3], "--train", other, *argv[5:])),

@@ -1,11 +1,15 @@
-"""A second fairseq-train into a live run's --save-dir stops; a killed run blocks nothing."""
+"""A second fairseq-train into a live run's --save-dir stops; a killed run blocks nothing,
+not even while its data loader's workers outlive it."""
 
 import os
+import signal
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from helpers import assert_one_line_error, checkpoint, digest, failure, records, run, train_cmd
+from helpers import (assert_one_line_error, assert_same_params, checkpoint, digest, failure,
+                     records, run, train_cmd)
 
 
 SAVES = ("--save-interval-updates", "2", "--no-epoch-checkpoints", "--disable-validation")
@@ -65,3 +69,71 @@ def test_runs_in_other_save_dirs_are_not_blocked(tmp_path, data_bin):
         first.kill()
         first.wait()
         first.stdout.close()
+
+
+def parent(pid):
+    """A process's parent, from Linux's /proc; None once it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def children(pid):
+    """The processes ``pid`` forked (its data loader's workers)."""
+    return [int(p.name) for p in Path("/proc").iterdir()
+            if p.name.isdigit() and parent(p.name) == pid]
+
+
+def signal_all(pids, sig):
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.slow
+def test_killed_beside_its_loader_workers_resumes_at_once(tmp_path, data_bin):
+    """SIGKILL mid-epoch with two loader workers, three times, each time the same command at
+    once: never refused, and it ends like a run never killed. A killed trainer's workers
+    outlive it by up to 5 s (torch's check of their parent); here they are stopped first, so
+    that they outlive it for the whole restart however slow the machine, then killed at the
+    end. Real processes: the subject is the workers a killed process leaves behind."""
+    updates = 10
+
+    def cmd(save):
+        return train_cmd(data_bin, save, "--max-update", str(updates), *SAVES,
+                         "--num-workers", "2")
+
+    once, killed = tmp_path / "once", tmp_path / "killed"
+    whole = run(cmd(once))
+    assert whole.returncode == 0, failure("the uninterrupted run", whole)
+    log, lingering = [], []
+    try:
+        for kill_after in (3, 5, 7):  # one update past a save: each restart resumes further
+            proc = start(cmd(killed))
+            try:
+                read_until(proc, f'"num_updates": "{kill_after}"', log)
+                workers = children(proc.pid)
+                assert workers, "no loader worker: the test proves nothing"
+                signal_all(workers, signal.SIGSTOP)
+                lingering += workers
+            finally:
+                proc.kill()
+                proc.wait()
+                proc.stdout.close()
+        saved = checkpoint(killed / "checkpoint_last.pt")["optimizer_history"][-1][
+            "num_updates"]
+        last = run(cmd(killed))
+    finally:
+        signal_all(lingering, signal.SIGKILL)
+    log.append(last.stdout + last.stderr)
+    assert "is in use" not in "".join(log), "".join(log)[-3000:]
+    assert last.returncode == 0, failure("the restart after three kills", last)
+    assert [r["num_updates"] for r in records(last.stdout)] == list(range(saved + 1,
+                                                                          updates + 1))
+    a, b = checkpoint(once / "checkpoint_last.pt"), checkpoint(killed / "checkpoint_last.pt")
+    assert a["optimizer_history"][-1]["num_updates"] == updates
+    assert b["optimizer_history"][-1]["num_updates"] == updates
+    assert_same_params(a["model"], b["model"], atol=0, what="killed 3 times vs uninterrupted")

@@ -241,11 +241,11 @@ def test_rerank_command_with_precomputed_score_files(tmp_path, capsys):
         "rerank", "--nbest", files["dev"][0], "--lm-scores", files["dev"][1], "--weight-search",
         "--grid", ",".join(map(str, GRID)), "--test", files["test"][0], "--test-lm-scores",
         files["test"][1], "--out", out, "--json")])
-    printed = capsys.readouterr().out.splitlines()
-    result = json.loads(printed[-1])
+    printed = capsys.readouterr()
+    result = json.loads(printed.out)  # --json: the one object alone; the grid on stderr
     assert result["weight"] == 0.1 and [w for w, _ in result["grid"]] == GRID
     assert any(line.strip().startswith("w=0.1 ") and line.endswith("<- best")
-               for line in printed)
+               for line in printed.err.splitlines())
     assert result["nbest_bleu_after"] == pytest.approx(100.0)
     assert result["test_bleu_after"] == pytest.approx(100.0)
     assert result["test_bleu_before"] < 100.0

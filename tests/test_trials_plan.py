@@ -1,7 +1,8 @@
-"""What is checked before anything runs: the trials' counts and seeds, each task's data
-directory against the kind of data its fine-tuning reads, a checkpoint's kind against its use
-(trials, test-outputs, scoring: before the data); and a preparation command that fails half-way
-leaves no directory it made, and keeps one that was there."""
+"""What is checked before anything runs: the trials' counts and seeds, each task's name (once)
+and data directory against the kind of data its fine-tuning reads and the dictionary the model
+was pre-trained with, a checkpoint's kind against its use (trials, test-outputs, scoring:
+before the data); and a preparation command that fails half-way leaves no directory it made,
+and keeps one that was there."""
 
 import json
 import random
@@ -21,6 +22,9 @@ from electra_plugin.finetuning import scoring
 from electra_plugin.finetuning import trials as tr
 from electra_plugin.models.core.checkpoint import write_checkpoint
 from electra_plugin.models.electra import ElectraModel
+from electra_plugin.data.dictionary import load_dictionary
+from electra_plugin.tasks.electra_pretraining import (ElectraPretrainingConfig,
+                                                      ElectraPretrainingTask)
 from helpers import (assert_main_error, assert_one_line_error, command, run, sentence,
                      squad_json, tiny_model, tiny_model_config, write_json, write_rte)
 
@@ -139,6 +143,136 @@ def test_each_task_s_data_is_checked_before_any_run(tmp_path, made, task, kind, 
 
 def test_squad_data_passes_its_own_check(made):
     tr.check_data(tr.parse_task(f"SQuAD={made['squad']}"))  # no error: what the task reads
+
+
+# ------------------------------------------------------------------- task names, dictionaries
+
+def test_a_task_name_given_twice_is_refused_before_anything_is_written(tmp_path, made):
+    """By --task twice, or by --task and a suite's entry: the runs of both would share
+    OUT_DIR/NAME (the second resuming the first's), and the tables one row."""
+    work = tmp_path / "work"
+    ner, mc = made["ner"], made["mc"]
+    twice = f"--task ner is given twice (ner={ner} and ner={mc}); its runs would share " \
+            f"{work / 'ner'}: give each task once, under a name of its own (e.g. --task " \
+            f"ner-2={mc})"
+    assert_main_error(finetune_cli.main, ["trials", "--arch", "electra_tiny", "--task",
+                                          f"ner={ner}", "--task", f"ner={mc}", "--seeds", "1",
+                                          "--out-dir", work], twice)
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(f"tasks:\n  ner: {mc}\n")
+    assert_main_error(finetune_cli.main, ["trials", "--arch", "electra_tiny", "--task",
+                                          f"ner={ner}", "--suite", suite, "--seeds", "1",
+                                          "--out-dir", work], twice)
+    assert not work.exists()
+
+
+@pytest.fixture(scope="module")
+def own_checkpoint(tmp_path_factory, spm_data):
+    """A pre-training checkpoint (written in process) of spm_data's dictionary."""
+    task = ElectraPretrainingTask(ElectraPretrainingConfig(data=str(spm_data),
+                                                           tokens_per_sample=32, seed=1),
+                                  load_dictionary(str(spm_data)))
+    model, _ = tiny_model(task)
+    return write_checkpoint(tmp_path_factory.mktemp("own") / "ck.pt", tiny_model_config(),
+                            {"_name": "electra", "data": str(spm_data)}, model.state_dict())
+
+
+@pytest.fixture(scope="module")
+def other_vocabulary(tmp_path_factory, spm_data):
+    """spm_data with two entries of its dict.txt swapped, what a vocabulary of the same size
+    and other ids is (and tagging data, dict.txt at the top, and multiple-choice data,
+    input0/dict.txt, binarized with it): nothing else tells it from the checkpoint's."""
+    root = tmp_path_factory.mktemp("other")
+    shutil.copytree(spm_data, root / "bin")
+    lines = (root / "bin" / "dict.txt").read_text().splitlines(keepends=True)
+    lines[10], lines[11] = lines[11], lines[10]
+    (root / "bin" / "dict.txt").write_text("".join(lines))
+    (root / "ner.conll").write_text(CONLL)
+    tag_cli.main(["preprocess", "--pretrain-data", str(root / "bin"), "--train",
+                  str(root / "ner.conll"), "--valid", str(root / "ner.conll"), "--out-dir",
+                  str(root / "ner")])
+    (root / "mc.jsonl").write_text(json.dumps({"context": "a dog likes the ball .",
+                                               "choices": ["the ball", "a house"],
+                                               "label": 0}) + "\n")
+    choice_cli.main(["preprocess", "--pretrain-data", str(root / "bin"), "--train",
+                     str(root / "mc.jsonl"), "--valid", str(root / "mc.jsonl"), "--out-dir",
+                     str(root / "mc")])
+    return {"pre-training": root / "bin", "ner": root / "ner", "mc": root / "mc",
+            "conll": root / "ner.conll"}
+
+
+@pytest.mark.parametrize("kind, dictionary, making", [
+    ("ner", "dict.txt", "electra-tag preprocess --pretrain-data {} --train TRAIN.conll"),
+    ("mc", "input0/dict.txt", "electra-choice preprocess --pretrain-data {} --train TRAIN"),
+])
+def test_task_data_of_another_dictionary_than_the_checkpoint_s_is_refused(
+        tmp_path, spm_data, made, own_checkpoint, other_vocabulary, kind, dictionary, making):
+    """Where the kind keeps its dictionary; nothing is written. The same task's data of the
+    checkpoint's dictionary passes, from the checkpoint or from its extracted discriminator."""
+    data, work = other_vocabulary[kind], tmp_path / "work"
+    assert_main_error(finetune_cli.main, ["trials", "--checkpoint", own_checkpoint, "--task",
+                                          f"{kind}={data}", "--seeds", "1", "--out-dir", work],
+                      f"--task {kind}: {data / dictionary} is not the dictionary the checkpoint "
+                      f"was pre-trained with, {spm_data / 'dict.txt'} (",
+                      f"): its data was binarized with another dictionary; make {kind} data "
+                      f"again from the checkpoint's pre-training data: "
+                      f"{making.format(spm_data)}")
+    assert not work.exists()
+    discriminator = extract_cli.extract(own_checkpoint, tmp_path / "disc.pt")
+    for start in (own_checkpoint, discriminator):
+        tr.check_dictionaries([tr.parse_task(f"{kind}={made[kind]}")], tr.from_checkpoint(start))
+
+
+def test_a_dictionary_of_another_size_than_the_checkpoint_s_embeddings(tmp_path, made,
+                                                                       checkpoints):
+    """Where the checkpoint's pre-training data is not here (or its dict.txt changed since),
+    the entries cannot be compared, the count can: the checkpoint's embedding rows."""
+    model, _ = tiny_model()  # 60 entries
+    gone = tmp_path / "moved-away"
+    moved = write_checkpoint(tmp_path / "moved.pt", tiny_model_config(),
+                             {"_name": "electra", "data": str(gone)}, model.state_dict())
+    entries = len(load_dictionary(str(made["ner"])))
+    work = tmp_path / "work"
+    for checkpoint, why in ((moved, f"its pre-training data, {gone}, is not here to compare "
+                                    f"the entries"),
+                            (checkpoints["pre-training"],
+                             f"{made['pre-training'] / 'dict.txt'} has {entries} now")):
+        assert_main_error(finetune_cli.main, ["trials", "--checkpoint", checkpoint, "--task",
+                                              f"ner={made['ner']}", "--out-dir", work],
+                          f"--task ner: {made['ner'] / 'dict.txt'} gives {entries} entries "
+                          f"with <mask> but the checkpoint's vocabulary has 60 ({why}): its "
+                          f"data was binarized with another dictionary")
+    assert not work.exists()
+
+
+def test_a_random_init_arm_s_tasks_share_one_dictionary(tmp_path, made, other_vocabulary):
+    work = tmp_path / "work"
+    assert_main_error(finetune_cli.main, ["trials", "--arch", "electra_tiny", "--task",
+                                          f"ner={made['ner']}", "--task",
+                                          f"mc={other_vocabulary['mc']}", "--seeds", "1",
+                                          "--out-dir", work],
+                      f"--task mc: {other_vocabulary['mc'] / 'input0' / 'dict.txt'} is not the "
+                      f"dictionary of --task ner, {made['ner'] / 'dict.txt'} (",
+                      "one arm's tasks are binarized with one pre-training data's dictionary; "
+                      "make mc data again with the --pretrain-data ner's was made with")
+    assert not work.exists()
+    tr.plan([tr.parse_task(f"ner={made['ner']}"), tr.parse_task(f"mc={made['mc']}")],
+            tr.random_init(["--arch", "electra_tiny"]), [1], str(work))  # one dictionary
+    assert not work.exists()
+
+
+def test_tagging_in_one_command_refuses_another_pretrain_data_before_writing(
+        tmp_path, spm_data, own_checkpoint, other_vocabulary):
+    other, out = other_vocabulary["pre-training"], tmp_path / "run"
+    assert_main_error(tag_cli.main, ["finetune", "--checkpoint", own_checkpoint, "--train",
+                                     other_vocabulary["conll"], "--valid",
+                                     other_vocabulary["conll"], "--out-dir", out,
+                                     "--pretrain-data", other, "--cpu"],
+                      f"--pretrain-data {other}: {other / 'dict.txt'} is not the dictionary "
+                      f"the checkpoint was pre-trained with, {spm_data / 'dict.txt'} (",
+                      f"); give the checkpoint's pre-training data, or leave --pretrain-data "
+                      f"out to read it from the checkpoint ({spm_data})")
+    assert not out.exists()
 
 
 # ----------------------------------------------------------------------- checkpoint kinds

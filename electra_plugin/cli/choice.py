@@ -29,7 +29,8 @@ from electra_plugin.data import multiple_choice as mc
 from electra_plugin.data.binarize import MAX_SEQ_LEN, writable_destdir
 from electra_plugin.data.dictionary import load_dictionary
 from electra_plugin.data.tokenizer import load_tokenizer
-from electra_plugin.cli.vocabulary import add_json, command_parser, print_result, renamed, subcommand
+from electra_plugin.cli.vocabulary import (add_json, command_parser, json_output, print_result,
+                                           renamed, subcommand)
 from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.finetuning.kinds import record_task
 from electra_plugin.output_dir import refuse_existing
@@ -149,7 +150,8 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    args.run(args)
+    with json_output(args):
+        args.run(args)
     return 0
 
 

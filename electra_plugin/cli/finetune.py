@@ -37,7 +37,8 @@ from electra_plugin.finetuning.suite import read_suite, with_overrides
 
 
 def run_trials(args):
-    # the plan is checked before anything runs: counts, tasks, checkpoint, then each task's data
+    # the plan is checked before anything runs: counts, tasks, checkpoint, then (tr.plan)
+    # the task names, each task's data and its dictionary against the checkpoint's
     if args.seeds is None and args.trials < 1:
         raise ElectraUsageError(f"--trials {args.trials} must be at least 1")
     if args.jobs < 1:

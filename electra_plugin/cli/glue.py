@@ -29,8 +29,8 @@ import tempfile
 from electra_plugin.data.binarize import MAX_SEQ_LEN, fairseq_preprocess
 from electra_plugin.data.dictionary import load_dictionary
 from electra_plugin.data.tokenizer import load_tokenizer
-from electra_plugin.cli.vocabulary import (add_json, command_parser, print_result, renamed,
-                                           subcommand)
+from electra_plugin.cli.vocabulary import (add_json, command_parser, json_output, print_result,
+                                           renamed, subcommand)
 from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.output_dir import refuse_existing
 from electra_plugin.partial_output import removed_on_failure
@@ -283,7 +283,8 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    args.run(args)
+    with json_output(args):
+        args.run(args)
 
 
 def cli():

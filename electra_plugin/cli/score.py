@@ -27,8 +27,8 @@ import logging
 import os
 import sys
 
-from electra_plugin.cli.vocabulary import (add_json, command_parser, print_result, renamed,
-                                           subcommand)
+from electra_plugin.cli.vocabulary import (add_json, command_parser, json_output, print_result,
+                                           renamed, subcommand)
 from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.finetuning import scoring
 from electra_plugin.partial_output import written_whole
@@ -172,7 +172,8 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    args.run(args)
+    with json_output(args):
+        args.run(args)
     return 0
 
 

@@ -28,8 +28,8 @@ from electra_plugin.data import squad as sq
 from electra_plugin.data import squad_answers
 from electra_plugin.data.dictionary import load_dictionary
 from electra_plugin.data.binarize import writable_destdir
-from electra_plugin.cli.vocabulary import (add_json, command_parser, print_result, renamed,
-                                           subcommand)
+from electra_plugin.cli.vocabulary import (add_json, command_parser, json_output, print_result,
+                                           renamed, subcommand)
 from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.finetuning.kinds import record_task
 from electra_plugin.output_dir import refuse_existing
@@ -259,7 +259,8 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    return args.run(args)
+    with json_output(args):
+        return args.run(args)
 
 
 def cli():

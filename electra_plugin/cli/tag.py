@@ -36,7 +36,8 @@ from electra_plugin.data import conll
 from electra_plugin.data.binarize import MAX_SEQ_LEN, writable_destdir
 from electra_plugin.data.dictionary import load_dictionary
 from electra_plugin.data.tokenizer import load_tokenizer
-from electra_plugin.cli.vocabulary import add_json, command_parser, print_result, renamed, subcommand
+from electra_plugin.cli.vocabulary import (add_json, command_parser, json_output, print_result,
+                                           renamed, subcommand)
 from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.finetuning.kinds import record_task
 from electra_plugin.output_dir import refuse_existing
@@ -85,12 +86,15 @@ def finetune(args):
     prints the dev scores and each entity type's, and writes the dev predictions. A re-run
     resumes the fine-tuning, or reports the finished one."""
     from electra_plugin.finetuning import trials as tr
-    from electra_plugin.finetuning.checkpoint_kind import read_kind
 
     start = tr.from_checkpoint(args.checkpoint)
     data = os.path.join(args.out_dir, "data")
     if not os.path.isfile(os.path.join(data, "finetuning_task.json")):
-        pretrain = args.pretrain_data or read_kind(args.checkpoint).cfg["task"]["data"]
+        pretrain = args.pretrain_data or start.pretraining_data
+        if pretrain is None:
+            raise ElectraUsageError(f"--checkpoint {args.checkpoint} records no pre-training "
+                                    f"data; give --pretrain-data (its dict.txt and tokenizer)")
+        check_pretrain_data(args.pretrain_data, start)
         preprocess(argparse.Namespace(
             train=args.train, valid=args.valid, test=None, pretrain_data=pretrain,
             out_dir=data, max_seq_len=args.max_seq_len, force=False))
@@ -114,6 +118,21 @@ def finetune(args):
     print_result({"split": "valid", **scores, "per_type": types, "model": os.path.join(
         trial.save_dir, recipe.checkpoint)}, args.json, f"{args.name} dev")
     return scores
+
+
+def check_pretrain_data(pretrain_data, start):
+    """A --pretrain-data of another dictionary than the checkpoint's is refused before its
+    data is written: the fine-tuning would read scrambled token ids."""
+    from electra_plugin.finetuning import trials as tr
+
+    if pretrain_data is None:
+        return  # the checkpoint's own
+    load_dictionary(pretrain_data)  # its one line for a missing or malformed dict.txt
+    problem = tr.dictionary_problem(os.path.join(pretrain_data, "dict.txt"), start)
+    if problem is not None:
+        raise ElectraUsageError(f"--pretrain-data {pretrain_data}: {problem}; give the "
+                                f"checkpoint's pre-training data, or leave --pretrain-data out "
+                                f"to read it from the checkpoint ({start.pretraining_data})")
 
 
 def check_same_inputs(data, inputs):
@@ -218,7 +237,8 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    args.run(args)
+    with json_output(args):
+        args.run(args)
     return 0
 
 

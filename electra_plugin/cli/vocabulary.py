@@ -7,8 +7,10 @@ through :func:`renamed`, with a one-line notice.
 """
 
 import argparse
+import contextlib
 import json
 import logging
+import sys
 
 logger = logging.getLogger(__name__)
 
@@ -113,14 +115,35 @@ def _still_required(parser: Parser, option: str) -> argparse.Action:
 
 def add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
-                        help="print the result as one JSON object instead of a line of text")
+                        help="print the result as one JSON object instead of a line of text "
+                             "(standard output holds it alone; progress goes to stderr)")
+
+
+_result_streams = []  # where print_result writes while json_output holds standard output
+
+
+@contextlib.contextmanager
+def json_output(args: argparse.Namespace):
+    """Around a command's work: with ``--json``, standard output is the result's one JSON
+    object alone, so that ``... --json | jq`` reads it; whatever else the command prints on
+    its way (the fairseq-train commands it runs, progress, a per-type table, a library's
+    print) goes to standard error. Without ``--json`` nothing changes."""
+    if not getattr(args, "json", False):
+        yield
+        return
+    _result_streams.append(sys.stdout)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        _result_streams.pop()
 
 
 def print_result(result: dict, as_json: bool, title: str) -> None:
     """A command's result on standard output: one JSON object with ``--json``, else one line
     for a person."""
     if as_json:
-        print(json.dumps(result))
+        print(json.dumps(result), file=_result_streams[-1] if _result_streams else sys.stdout)
         return
     shown = ", ".join(f"{key} {value:.2f}" if isinstance(value, float) else f"{key} {value}"
                       for key, value in result.items())

@@ -18,6 +18,7 @@ class CheckpointKind:
     path: str
     cfg: object  # the checkpoint's config (a DictConfig)
     weights: Tuple[str, ...]  # the names of its tensors
+    vocabulary: Optional[int] = None  # its token embeddings' rows: dict.txt's entries, <mask>
 
     @property
     def task(self) -> Optional[str]:
@@ -38,6 +39,11 @@ class CheckpointKind:
 
 
 def read_kind(path: str) -> CheckpointKind:
-    """The config and tensor names of the checkpoint at ``path`` (its weights let go)."""
+    """The config, tensor names and vocabulary size of the checkpoint at ``path`` (its
+    weights let go)."""
     state = load_checkpoint(path)
-    return CheckpointKind(path, state["cfg"], tuple(state["model"]))
+    rows = sorted((not name.startswith("discriminator."), tensor.shape[0])
+                  for name, tensor in state["model"].items()
+                  if name.endswith("word_embeddings.weight") and hasattr(tensor, "shape"))
+    return CheckpointKind(path, state["cfg"], tuple(state["model"]),
+                          rows[0][1] if rows else None)

@@ -139,6 +139,18 @@ class Start:
     label: str  # "pre-trained", "random init" ...: the arm's name in tables
     model_args: Tuple[str, ...]
     checkpoint: Optional[str] = None
+    # the checkpoint's pre-training data (its task's data, as recorded) and its vocabulary
+    # size (its token embeddings' rows): what the tasks' data must match
+    pretraining_data: Optional[str] = field(default=None, compare=False)
+    vocabulary: Optional[int] = field(default=None, compare=False)
+
+    @property
+    def dictionary(self) -> Optional[str]:
+        """The pre-training data's dict.txt, or None where it is not on this machine."""
+        if self.pretraining_data is None:
+            return None
+        path = os.path.join(self.pretraining_data, "dict.txt")
+        return path if os.path.isfile(path) else None
 
     @property
     def arch(self) -> str:
@@ -158,7 +170,18 @@ def from_checkpoint(path: str, label: str = "pre-trained") -> Start:
     model_cfg = checkpoint.cfg["model"]
     args = ["--arch", model_cfg.get("arch", None) or model_cfg.get("_name")]
     args += cli_options(model_cfg, (*discriminator_options(model_cfg), "segment_token_types"))
-    return Start(label, tuple(args), os.path.abspath(path))
+    return Start(label, tuple(args), os.path.abspath(path), pretraining_data(checkpoint),
+                 checkpoint.vocabulary)
+
+
+def pretraining_data(checkpoint) -> Optional[str]:
+    """The data directory the checkpoint was trained on (``task.data``; its first, as fairseq
+    reads the dictionary), or None where it records none."""
+    from fairseq.utils import split_paths
+
+    task = checkpoint.cfg.get("task", None)
+    data = task.get("data", None) if task is not None else None
+    return os.path.abspath(split_paths(str(data))[0]) if data else None
 
 
 def random_init(model_args: Sequence[str], label: str = "random init") -> Start:
@@ -240,15 +263,102 @@ def check_seeds(seeds: Sequence[int]) -> List[int]:
 def plan(tasks: Sequence[TrialTask], start: Start, seeds: Sequence[int], workdir: str,
          arm_dir: Optional[str] = None,
          recipes: Optional[Dict[str, Recipe]] = None) -> List[Trial]:
-    """One trial per task and seed, each in ``workdir/[arm_dir/]TASK/seed-S``; the seeds and
-    each task's data checked first. ``recipes``: a task's own recipe, by its name."""
+    """One trial per task and seed, each in ``workdir/[arm_dir/]TASK/seed-S``; the seeds, the
+    task names, each task's data and its dictionary checked first. ``recipes``: a task's own
+    recipe, by its name."""
     check_seeds(seeds)
-    for task in dict.fromkeys(tasks):
-        check_data(task)
     base = os.path.join(workdir, arm_dir) if arm_dir else workdir
+    check_task_names(tasks, base)
+    for task in tasks:
+        check_data(task)
+    check_dictionaries(tasks, start)
     recipes = recipes or {}
     return [Trial(task, start, seed, os.path.join(base, task.name, f"seed-{seed}"),
                   recipes.get(task.name)) for task in tasks for seed in seeds]
+
+
+def check_task_names(tasks: Sequence[TrialTask], base: str) -> None:
+    """Each task name once: a task's runs live in BASE/NAME/seed-S and its row in the tables
+    is its name, so a second task of the name would take over the first one's runs."""
+    seen = {}
+    for task in tasks:
+        first = seen.setdefault(task.name, task)
+        if first is not task:
+            raise ElectraUsageError(
+                f"--task {task.name} is given twice ({task.name}={first.data} and "
+                f"{task.name}={task.data}); its runs would share "
+                f"{os.path.join(base, task.name)}: give each task once, under a name of its "
+                f"own (e.g. --task {task.name}-2={task.data})")
+
+
+def dictionary_symbols(path: str) -> List[str]:
+    """The tokens of a dict.txt by id, as the tasks read it (``<mask>`` added)."""
+    from ..data.dictionary import load_dictionary
+
+    return list(load_dictionary(os.path.dirname(path)).symbols)
+
+
+def _difference(mine: List[str], theirs: List[str], whose: str) -> str:
+    if len(mine) != len(theirs):
+        return f"{len(mine)} entries here, {len(theirs)} in {whose}"
+    index = next(i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b)
+    return f"id {index} is {mine[index]!r} here, {theirs[index]!r} in {whose}"
+
+
+def dictionary_problem(path: str, start: Start) -> Optional[str]:
+    """How the dictionary at ``path`` differs from the one ``start``'s checkpoint was
+    pre-trained with: its entries against the pre-training data's dict.txt, or, where that is
+    not here or no longer the checkpoint's (another size than its embeddings), its size
+    against the checkpoint's embeddings; None when they agree."""
+    if start.checkpoint is None:
+        return None
+    mine = dictionary_symbols(path)
+    theirs = dictionary_symbols(start.dictionary) if start.dictionary else None
+    if theirs is not None and start.vocabulary in (None, len(theirs)):
+        if mine == theirs:
+            return None
+        differs = _difference(mine, theirs, "the checkpoint's")
+        return (f"{path} is not the dictionary the checkpoint was pre-trained with, "
+                f"{start.dictionary} ({differs})")
+    if start.vocabulary is None or len(mine) == start.vocabulary:
+        return None
+    why = f"its pre-training data, {start.pretraining_data}, is not here to compare the " \
+          f"entries" if theirs is None else f"{start.dictionary} has {len(theirs)} now"
+    return (f"{path} gives {len(mine)} entries with <mask> but the checkpoint's vocabulary "
+            f"has {start.vocabulary} ({why})")
+
+
+def check_dictionaries(tasks: Sequence[TrialTask], start: Start) -> None:
+    """Each task's data was binarized with the dictionary of the model it fine-tunes, before
+    anything runs: a checkpoint's token ids are rows of its embeddings, and data of another
+    dict.txt of the same size would fine-tune on scrambled tokens without an error. From a
+    checkpoint, that is its pre-training data's dict.txt; from --arch, the arm's tasks share
+    one (the pre-training data the arm is compared with)."""
+    first = None  # (task, its dictionary's path, its tokens): --arch's reference
+    for task in dict.fromkeys(tasks):
+        path = task.kind.dictionary_path(task.data)
+        if path is None:
+            continue
+        if start.checkpoint is not None:
+            problem = dictionary_problem(path, start)
+            if problem is None:
+                continue
+            pretraining = start.pretraining_data or "PRETRAIN_DATA"
+            raise ElectraUsageError(
+                f"--task {task.name}: {problem}: its data was binarized with another "
+                f"dictionary; make {task.name} data again from the checkpoint's pre-training "
+                f"data: {task.making.replace('PRETRAIN_DATA', pretraining)}")
+        mine = dictionary_symbols(path)
+        if first is None:
+            first = task, path, mine
+        elif mine != first[2]:
+            other, theirs = first[0], first[1]
+            differs = _difference(mine, first[2], f"--task {other.name}'s")
+            raise ElectraUsageError(
+                f"--task {task.name}: {path} is not the dictionary of --task {other.name}, "
+                f"{theirs} ({differs}): one arm's tasks are binarized with one pre-training "
+                f"data's dictionary; make {task.name} data again with the --pretrain-data "
+                f"{other.name}'s was made with: {task.making}")
 
 
 def finetune_command(trial: Trial, recipe: Recipe) -> List[str]:

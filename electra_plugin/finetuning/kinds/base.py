@@ -111,11 +111,20 @@ class FinetuningKind:
     # whether a checkpoint's heads are registered before its weights load (fairseq's
     # --load-checkpoint-heads); False where the kind's task registers the head itself
     heads_from_checkpoint: bool = True
+    # the dict.txt its fairseq task reads token ids from, in a prepared directory: trials
+    # compare it with the checkpoint's before anything runs
+    dictionary_file: str = "dict.txt"
 
     def data_problem(self, directory: str, splits: Sequence[str] = ("train", "valid")
                      ) -> Optional[str]:
         """Why ``directory`` is not this kind's data with labelled ``splits``, or None."""
         raise NotImplementedError
+
+    def dictionary_path(self, directory: str) -> Optional[str]:
+        """The dictionary ``directory``'s token ids index, or None where it has none there (a
+        kind of one's own that keeps it elsewhere is not compared)."""
+        path = os.path.join(directory, self.dictionary_file)
+        return path if os.path.isfile(path) else None
 
     def claims(self, name: str) -> bool:
         """Whether a task of this name is of this kind whatever its directory (GLUE's and

@@ -24,6 +24,7 @@ class ChoiceKind(FinetuningKind):
     hf_head = HfHead("choice_head", "ForMultipleChoice", "sentence_ranking",
                      "sentence_classification_head")
     title = "multiple-choice"
+    dictionary_file = os.path.join("input0", "dict.txt")  # the text inputs' (fairseq's layout)
 
     def imported_task(self, data_dir, head_name, fields, labels):
         """sentence_ranking (fairseq's argparse task: a Namespace) with RoBERTa's tokens around

@@ -62,6 +62,7 @@ class SentenceKind(FinetuningKind):
     hf_head = HfHead("classification_head", "ForSequenceClassification", "sentence_prediction",
                      "sentence_classification_head")
     title = "sentence classification"
+    dictionary_file = os.path.join("input0", "dict.txt")  # the text inputs' (fairseq's layout)
 
     def data_problem(self, directory, splits=("train", "valid")):
         inputs, labels = layout(directory)
