@@ -32,8 +32,9 @@ def hand_output(main, noise_log_probs, corrupted, positions, padding_mask, origi
     """A PretrainingOutput holding only what the Electric losses read."""
     return PretrainingOutput(
         generator_log_probs=None, baseline_logits=None, masked_targets=None,
-        positions=positions, corrupted=corrupted, original=original, replaced=None,
-        padding_mask=padding_mask, main=main, copy=None, noise_log_probs=noise_log_probs)
+        positions=positions, masked_weights=torch.ones(len(positions)), corrupted=corrupted,
+        original=original, replaced=None, padding_mask=padding_mask, main=main, copy=None,
+        noise_log_probs=noise_log_probs)
 
 
 # ------------------------------------------------------------------------ the NCE loss

@@ -349,7 +349,7 @@ def test_flops_reduce_once_per_update_over_micro_batches():
     logs = [criterion(model, sample_for(task, seed=s))[2] for s in (0, 1)]
     disc, gen = model_sizes(model.cfg)
     expected = sum(paper_train_flops(disc, gen, len(task.dictionary), 20, 3,
-                                     predicted=log["masked"]) for log in logs)
+                                     predicted=int(log["masked"])) for log in logs)
     for update in (1, 2):
         with metrics.aggregate() as agg:
             task.reduce_metrics(logs, criterion)

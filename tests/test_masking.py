@@ -10,7 +10,7 @@ from fairseq.data import Dictionary, ListDataset
 
 import electra_plugin  # noqa: F401  (registers the task)
 from electra_plugin.cli import prepare
-from electra_plugin.data.masking import ElectraMaskingDataset, word_starts
+from electra_plugin.data.masking import ElectraMaskingDataset, max_predictions, word_starts
 from electra_plugin.speed.switch import VARIABLE
 from electra_plugin.tasks.electra_pretraining import (
     ElectraPretrainingConfig,
@@ -175,9 +175,18 @@ def test_collated_batch_holds_the_masked_positions_and_whether_it_is_padded():
     assert batch["id"].tolist() == list(range(10)) and batch["nsentences"] == 10
     assert net["src_lengths"].tolist() == [len(i) for i in items]
     assert batch["ntokens"] == sum(len(i) for i in items)
-    positions = net["masked_positions"]
-    assert positions.dtype == torch.int64 and len(positions) > 0
-    assert torch.equal(positions, tgt.ne(d.pad()).flatten().nonzero().squeeze(1))
+    # P slots a row by the official rule, the picked positions first (ascending), then
+    # padding slots of weight 0 at a position the row did not pick
+    slots = max_predictions(0.15, src.size(1))
+    positions, weights = net["masked_positions"], net["masked_weights"]
+    assert positions.dtype == torch.int64 and positions.shape == weights.shape == (10 * slots,)
+    picked = tgt.ne(d.pad()).flatten()
+    real = weights.bool()
+    assert torch.equal(positions[real], picked.nonzero().squeeze(1))
+    assert not picked[positions[~real]].any()
+    assert torch.equal(positions.view(10, slots) // src.size(1), torch.arange(10)[:, None]
+                       .expand(10, slots))
+    assert batch["nmasked"] == int(picked.sum()) == int(weights.sum())
     assert net["has_padding"] is True
     # the original tokens, right-padded, are the input outside the picked positions
     for row, item in enumerate(items):
@@ -203,6 +212,52 @@ def test_the_count_is_pythons_round_of_mask_prob_times_n(mask_prob):
     batch = collate(dataset, range(len(items)))
     counts = batch["target"].ne(d.pad()).sum(1)
     assert counts.tolist() == [max(1, round(mask_prob * n)) for n in range(1, 512)]
+
+
+def test_max_predictions_is_the_official_rule():
+    """int((mask_prob + 0.005) * T): official max_predictions_per_seq 19 at 128, 79 at 512."""
+    assert [max_predictions(0.15, t) for t in (128, 512)] == [19, 79]
+    assert max_predictions(0.25, 512) == int(0.255 * 512) == 130
+
+
+@pytest.mark.parametrize("whole_words", [False, True])
+def test_the_count_is_capped_at_the_official_slots(whole_words):
+    """At 32 tokens P = int(0.155 * 32) = 4 while round(0.15 * 31) = 5: every row of 31
+    candidates gets 4, as the official min(max_predictions_per_seq, round(...)); whole words
+    never exceed it (a word longer than the cap is cut to its start)."""
+    d = toy_dictionary()
+    items = [torch.cat([torch.tensor([d.bos()]), torch.randint(d.nspecial, len(d) - 1, (31,),
+                                                                generator=torch.Generator()
+                                                                .manual_seed(i))])
+             for i in range(20)]
+    starts = np.ones(len(d), dtype=bool)
+    starts[d.nspecial:d.nspecial + 30] = False  # most tokens continue a word: long words
+    dataset = toy_dataset(d, items, word_starts=starts if whole_words else None)
+    batch = collate(dataset, range(len(items)))
+    assert max_predictions(0.15, 32) == 4 < round(0.15 * 31)
+    counts = batch["target"].ne(d.pad()).sum(1)
+    if whole_words:  # the greedy fill may leave room, never exceed it
+        assert counts.max() == 4 and counts.min() >= 1
+    else:
+        assert counts.tolist() == [4] * 20
+    assert torch.equal(batch["net_input"]["masked_weights"].view(20, 4).sum(1), counts.float())
+
+
+def test_batches_come_in_a_few_lengths_outside_none_mode():
+    """pad_to_multiple rounds a batch's length up (at most to max_length): a compiled step
+    meets a few shapes; the padding is <pad>, never picked."""
+    d = toy_dictionary()
+    items = toy_items(d, 30, seed=5, max_length=40)
+    dataset = toy_dataset(d, items, pad_to_multiple=16, max_length=44)
+    lengths = set()
+    for start in range(0, 30, 3):
+        batch = collate(dataset, range(start, start + 3))
+        src = batch["net_input"]["src_tokens"]
+        longest = max(len(i) for i in items[start:start + 3])
+        lengths.add(src.size(1))
+        assert src.size(1) == min(-(-longest // 16) * 16, 44)
+        assert src[:, longest:].eq(d.pad()).all()
+    assert lengths <= {16, 32, 44}
 
 
 def test_bert_rates_over_many_rows():

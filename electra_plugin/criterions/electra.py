@@ -109,8 +109,11 @@ class ElectraCriterion(FairseqCriterion):
             logging_output.update(pooled_feature_sums(out.disc_hidden, out.padding_mask))
         if model.training and getattr(model, "flops_counter", None) is not None:
             tokens = sample["net_input"]["src_tokens"]
+            predicted = sample.get("nmasked")  # the collater's host count (else a sync)
+            if predicted is None:
+                predicted = int(out.masked_weights.sum())
             logging_output["flops"] = model.train_flops(tokens.size(1), tokens.size(0),
-                                                        out.masked_targets.numel())
+                                                        predicted)
         return loss, 1, logging_output
 
     @staticmethod

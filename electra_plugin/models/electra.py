@@ -147,7 +147,7 @@ class ElectraModel(BaseFairseqModel):
 
     def forward(self, src_tokens, target=None, features_only=False, return_all_hiddens=False,
                 classification_head_name=None, token_types=None, masked_positions=None,
-                has_padding=None, **kwargs):
+                masked_weights=None, has_padding=None, **kwargs):
         """Replaced token detection when ``target`` is given, else the discriminator.
 
         src_tokens: B x T. With ``target`` (B x T: the original token at masked positions,
@@ -158,11 +158,12 @@ class ElectraModel(BaseFairseqModel):
         B x T replaced-token logits (pre-training model only).
         Without ``token_types`` every token has type 0, or with ``--segment-token-types``
         BERT's segments (1 after the first ``</s>``, see :func:`segment_ids`).
-        ``masked_positions`` and ``has_padding``: what the ``electra`` task's collater knows
-        of the batch on the host (see :meth:`electra_step`).
+        ``masked_positions``, ``masked_weights`` and ``has_padding``: what the ``electra``
+        task's collater knows of the batch on the host (see :meth:`electra_step`).
         """
         if target is not None:
-            return self.electra_step(src_tokens, target, masked_positions, has_padding)
+            return self.electra_step(src_tokens, target, masked_positions, masked_weights,
+                                     has_padding)
         if token_types is None:
             token_types = self.segments(src_tokens)
         x, states = self.discriminator(src_tokens, token_types,
@@ -185,15 +186,17 @@ class ElectraModel(BaseFairseqModel):
             x = self.discriminator_head(x)
         return x, {"inner_states": states}
 
-    def electra_step(self, src_tokens, target, masked_positions=None,
+    def electra_step(self, src_tokens, target, masked_positions=None, masked_weights=None,
                      has_padding: Optional[bool] = None) -> PretrainingOutput:
         """One pre-training step, top to bottom as the paper's section 2 tells it.
 
         src_tokens, target: B x T, the ``electra`` task's batch: its dataset has already
         masked the input (:mod:`electra_plugin.data.masking`), target holds the original token
-        at the M picked positions and padding elsewhere. ``masked_positions`` (M flat indices
-        into B x T, ascending) and ``has_padding``, which the task's collater gives, spare the
-        two host-device syncs of finding them here. The comments say what the default
+        at the picked positions and padding elsewhere. ``masked_positions`` (M flat indices
+        into B x T: a fixed number of slots per row) with ``masked_weights`` (M: 1 at a picked
+        position, 0 at a padding slot), and ``has_padding``, which the task's collater gives,
+        keep every shape independent of how many tokens were picked and spare the host-device
+        syncs of finding them here (without them: M = the picked positions, a sync). The comments say what the default
         (``--objective electra``, ``--generator masked_lm``) does; the variants plug in as
         ``self.generator_kind`` and ``self.objective``. Returns both losses; the
         ``electra`` criterion weights and adds them. The parts run under profiler labels
@@ -204,13 +207,17 @@ class ElectraModel(BaseFairseqModel):
         layout = BatchLayout(padding_mask, has_padding)  # the batch's, for both encoders
         # 1. mask: the positions the dataset picked (--mask-prob, <mask> or kept as it says)
         masked = target.ne(self.padding_idx)
-        positions = masked.flatten().nonzero().squeeze(1) if masked_positions is None \
-            else masked_positions  # M flat indices (found here: a sync, M is a shape)
+        positions, weights = masked_positions, masked_weights  # M slots, M weights
+        if positions is None:  # found here: a sync, M is a shape
+            positions = masked.flatten().nonzero().squeeze(1)
+        if weights is None:  # every position given is a picked one
+            weights = torch.ones(len(positions), device=positions.device)
+        real = weights.bool()
         masked_targets = target.flatten()[positions]
         original = torch.where(masked, target, src_tokens)
         # segments from the masked input: a sampled </s> must not start a new one
         token_types = self.segments(src_tokens)
-        logs = {"masked": len(positions)}
+        logs = {"masked": weights.sum()}
         corrupted, gen_log_probs, baseline, noise_log_probs = src_tokens, None, None, None
         if generator is not None:
             # 2. generator: M x V log-probabilities, a small masked LM's at the masked positions
@@ -227,8 +234,10 @@ class ElectraModel(BaseFairseqModel):
                 #    generator (--disallow-correct: never the original token)
                 disallowed = masked_targets if self.cfg.get("disallow_correct", False) else None
                 sampled = self.sample(gen_log_probs.detach(), generator.temperature(), disallowed)
-                logs["sampled_correct"] = (sampled == masked_targets).sum()  # sampled_masked_lm_acc
-                # 4. corrupt: the samples replace the masked tokens
+                logs["sampled_correct"] = ((sampled == masked_targets) & real).sum()  # official
+                # 4. corrupt: the samples replace the masked tokens (a padding slot writes
+                #    back the token it points at)
+                sampled = torch.where(real, sampled, src_tokens.flatten()[positions])
                 corrupted = src_tokens.flatten().index_put((positions,), sampled).view_as(
                     src_tokens)
         # labels: replaced where the input differs (a sample equal to the original is original)
@@ -241,7 +250,8 @@ class ElectraModel(BaseFairseqModel):
                 main, copy = self.objective.predict(self, hidden, positions)
         out = PretrainingOutput(
             generator_log_probs=gen_log_probs, baseline_logits=baseline,
-            masked_targets=masked_targets, positions=positions, corrupted=corrupted,
+            masked_targets=masked_targets, positions=positions, masked_weights=weights,
+            corrupted=corrupted,
             original=original, replaced=replaced, padding_mask=padding_mask,
             main=main, copy=copy, disc_hidden=hidden, noise_log_probs=noise_log_probs)
         # 6. losses: BCE averaged over the non-pad tokens, and the generator's cross-entropy

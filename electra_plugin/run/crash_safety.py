@@ -1,7 +1,7 @@
 """Kill-proof checkpoints and one-line errors for damaged files, inside ``fairseq-train``.
 
 fairseq-train gives a user dir no hook around its file handling, so :func:`install` (run
-when ``--user-dir electra_plugin`` is imported) wraps five of fairseq's functions and two
+when ``--user-dir electra_plugin`` is imported) wraps six of fairseq's functions and four
 of its trainer's methods; each wrapper only adds a check or makes a write atomic, and calls
 fairseq's own code:
 
@@ -32,6 +32,9 @@ fairseq's own code:
   line, and weights that became NaN/Inf are never saved (:mod:`electra_plugin.run.divergence`);
   the last checkpoint of a pre-training run whose discriminator collapsed is saved with one
   warning line (:mod:`electra_plugin.models.collapse`).
+- ``Trainer.clip_grad_norm``, ``Trainer._reduce_and_log_stats`` and
+  ``metrics.get_smoothed_values``: an ``electra_adam`` update keeps its checks and logs on
+  the device until ``--log-interval`` (:mod:`electra_plugin.speed.deferred`).
 """
 
 import functools
@@ -46,13 +49,15 @@ from fairseq import checkpoint_utils
 from fairseq.data import indexed_dataset
 from fairseq.distributed import utils as distributed_utils
 from fairseq.file_io import PathManager
+from fairseq.logging import metrics
 from fairseq.trainer import Trainer
 from omegaconf import open_dict
 
 from ..models.core.checkpoint import remember_settings
 from ..models.core.checkpoint_file import checkpoint_damage, file_error, not_a_checkpoint
 from .integrity import check_binarized
-from .divergence import save_finite_only, step_or_stop
+from ..speed.deferred import hold_logs, norm_on_device
+from .divergence import save_finite_only, settle_before_reading, step_or_stop
 from ..errors import ElectraUsageError
 from ..models.collapse import warn_if_collapsed
 from .save_dir_lock import hold_save_dir
@@ -73,6 +78,9 @@ def install() -> None:
     wrap_function(PathManager, "copy", _atomic_copy)  # a partial binds no self: static
     wrap_function(distributed_utils, "_broadcast_object_slow", _broadcast_from_own_rank)
     wrap_method(Trainer, "train_step", step_or_stop)
+    wrap_method(Trainer, "clip_grad_norm", norm_on_device)
+    wrap_method(Trainer, "_reduce_and_log_stats", hold_logs)
+    wrap_function(metrics, "get_smoothed_values", settle_before_reading)
     wrap_method(Trainer, "save_checkpoint", save_finite_only)
     wrap_method(Trainer, "save_checkpoint", _warn_at_the_end_if_collapsed)
 

@@ -35,15 +35,23 @@ class MultiTensorAdam(Adam):
     def __init__(self, params, fused=None, **adam_args):
         super().__init__(params, **adam_args)
         self.fused = fused
+        # set for the next step only: 1.0 on the device skips it there (speed/deferred.py)
+        self.found_inf = None
 
     def step(self, closure=None):
+        found_inf, self.found_inf = self.found_inf, None
         if not self._multi_tensor_ok():
+            if found_inf is not None and found_inf.item():  # fairseq's loop cannot skip
+                return None
             return super().step(closure)
         loss = closure() if closure is not None else None
         for group in self.param_groups:
             for step, tensors in self._tensors_by_step(group).items():
                 fused = self.fused if self.fused is not None else not tensors[0][0].is_cuda
-                (_fused_update if fused else _foreach_update)(group, step, *tensors)
+                if found_inf is not None:  # only the fused kernel skips on the device
+                    _fused_update(group, step, *tensors, found_inf=found_inf)
+                else:
+                    (_fused_update if fused else _foreach_update)(group, step, *tensors)
         return loss
 
     def _tensors_by_step(self, group):
@@ -91,15 +99,22 @@ def _foreach_update(group, step, params, grads, exp_avgs, exp_avg_sqs):
     torch._foreach_addcdiv_(params, exp_avgs, denoms, value=-step_size)
 
 
-def _fused_update(group, step, params, grads, exp_avgs, exp_avg_sqs):
+def _fused_update(group, step, params, grads, exp_avgs, exp_avg_sqs, found_inf=None):
+    """``found_inf``: a device scalar, 1.0 to leave everything as it is (no host read)."""
     beta1, beta2 = group["betas"]
-    _decay_weights(group, params)  # (m and v do not depend on p: the order is free)
+    _decay_weights(group, params, found_inf)  # (m and v do not depend on p: order is free)
     torch._fused_adam_(
-        params, grads, exp_avgs, exp_avg_sqs, [], [torch.tensor(float(step))] * len(params),
+        params, grads, exp_avgs, exp_avg_sqs, [], [torch.full((), float(step), device=params[0].device)] * len(params),
         lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=0.0,
-        eps=group["eps"] / math.sqrt(1 - beta2 ** step), amsgrad=False, maximize=False)
+        eps=group["eps"] / math.sqrt(1 - beta2 ** step), amsgrad=False, maximize=False,
+        found_inf=found_inf)
 
 
-def _decay_weights(group, params):
-    if group["weight_decay"] != 0:
-        torch._foreach_add_(params, params, alpha=-group["weight_decay"] * group["lr"])
+def _decay_weights(group, params, found_inf=None):
+    if group["weight_decay"] == 0:
+        return
+    rate = -group["weight_decay"] * group["lr"]
+    if found_inf is None:
+        torch._foreach_add_(params, params, alpha=rate)
+    else:
+        torch._foreach_add_(params, torch._foreach_mul(params, (1 - found_inf) * rate))

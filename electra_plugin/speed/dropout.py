@@ -4,6 +4,9 @@ Part of :mod:`electra_plugin.speed`; with ``ELECTRA_SPEED=0`` it is ``F.dropout`
 """
 
 import functools
+import math
+import struct
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -34,22 +37,22 @@ def dropout(x, p: float, training: bool):
     """Functional form of :class:`Dropout`."""
     if not training or p == 0.0:
         return x
-    keep_below = round((1.0 - p) * 2**15)
-    if x.is_cuda or not enabled() or not 0 < keep_below < 2**15 or \
+    below = keep_below(p)
+    if x.is_cuda or not enabled() or not 0 < below < 2**15 or \
             torch.compiler.is_compiling():  # 15 bits cannot express p; compiled: fused
         return F.dropout(x, p, training=True)
-    return _BitMaskDropout.apply(x, keep_below)
+    return _BitMaskDropout.apply(x, below)
 
 
 class _BitMaskDropout(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, keep_below):
-        # A lane's low 15 bits minus keep_below is negative exactly for kept elements, so
+    def forward(ctx, x, below):
+        # A lane's low 15 bits minus ``below`` is negative exactly for kept elements, so
         # the arithmetic shift by 15 leaves -1 (all bits set) where kept and 0 where dropped.
         lanes = random_int16(x.numel()).view(x.shape)
-        keep = lanes.bitwise_and_(0x7FFF).sub_(keep_below).bitwise_right_shift_(15)
+        keep = lanes.bitwise_and_(0x7FFF).sub_(below).bitwise_right_shift_(15)
         ctx.save_for_backward(keep.to(torch.int8))
-        ctx.scale = 2**15 / keep_below
+        ctx.scale = 2**15 / below
         return x * _scaled_mask(keep, x.dtype, ctx.scale)
 
     @staticmethod
@@ -69,16 +72,49 @@ def _scaled_mask(keep, dtype, scale):
 
 @functools.lru_cache(maxsize=None)
 def _bits_of(value: float, dtype, as_int) -> int:
-    return torch.tensor(value, dtype=dtype).view(as_int).item()
+    """The bit pattern of ``value`` in ``dtype`` as a signed integer, found on the host
+    (a tensor's ``.item()`` would be a device read inside the step)."""
+    if dtype == torch.bfloat16:  # fp32's top half, rounded to nearest even
+        bits = struct.unpack("<I", struct.pack("<f", value))[0]
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        return bits - (1 << 16) * (bits >> 15)
+    code = {torch.float16: ("<e", "<h"), torch.float32: ("<f", "<i"),
+            torch.float64: ("<d", "<q")}[dtype]
+    return struct.unpack(code[1], struct.pack(code[0], value))[0]
 
 
-def random_int16(n: int) -> torch.Tensor:
+def random_int16(n: int, seed: Optional[int] = None, start: int = 0) -> torch.Tensor:
     """n uniformly random int16 values from SplitMix64 over a counter.
 
-    The counter's seed is drawn from torch's generator, so ``torch.manual_seed`` (and
-    fairseq's ``--seed``) make the bits reproducible. torch's CPU ``random_()`` runs the
-    Mersenne Twister on one thread at ~2.5 ns per 64-bit value; these dozen whole-tensor
-    integer ops run vectorised on every thread, at about half the time or less.
+    The counter's seed is drawn from torch's generator (unless given), so
+    ``torch.manual_seed`` (and fairseq's ``--seed``) make the bits reproducible. torch's CPU
+    ``random_()`` runs the Mersenne Twister on one thread at ~2.5 ns per 64-bit value; these
+    dozen whole-tensor integer ops run vectorised on every thread, at about half the time or
+    less. ``seed`` and ``start`` (the first counter, 4 values per counter) give the same
+    bits again, or any part of a larger draw, without keeping them.
     """
-    seed = torch.empty((), dtype=torch.int64).random_().item()
-    return splitmix64(torch.arange((n + 3) // 4, dtype=torch.int64), seed).view(torch.int16)[:n]
+    if seed is None:
+        seed = draw_seed()
+    counters = torch.arange(start, start + (n + 3) // 4, dtype=torch.int64)
+    return splitmix64(counters, seed).view(torch.int16)[:n]
+
+
+def draw_seed() -> torch.Tensor:
+    """A SplitMix64 seed from torch's generator, as a 0-d tensor: never read on the host."""
+    return torch.empty((), dtype=torch.int64).random_()
+
+
+def keep_below(p: float) -> int:
+    """Dropout with probability p keeps a 15-bit lane below this (0 or 2**15: p cannot be
+    expressed in 15 bits)."""
+    return round((1.0 - p) * 2**15)
+
+
+def scaled_keep_mask(shape, p: float, dtype, seed: int, start: int = 0) -> torch.Tensor:
+    """:class:`Dropout`'s multiplier (``1 / keep probability`` where kept, 0 where dropped)
+    of ``shape`` from the lanes ``random_int16(numel, seed, start)``: a part of a dropout
+    mask recomputed where keeping it would cost memory."""
+    below = keep_below(p)
+    lanes = random_int16(math.prod(shape), seed, start).view(shape)
+    keep = lanes.bitwise_and_(0x7FFF).sub_(below).bitwise_right_shift_(15)
+    return _scaled_mask(keep, dtype, 2**15 / below)

@@ -183,7 +183,8 @@ class ElectraPretrainingTask(FairseqTask):
         dataset = ElectraMaskingDataset(
             dataset, self.dictionary, self.mask_idx, seed=self.cfg.seed,
             mask_prob=self.cfg.mask_prob, leave_unmasked_prob=self.cfg.leave_unmasked_prob,
-            random_token_prob=self.cfg.random_token_prob, word_starts=self.word_starts)
+            random_token_prob=self.cfg.random_token_prob, word_starts=self.word_starts,
+            pad_to_multiple=length_bucket(self.cfg), max_length=self.cfg.tokens_per_sample)
         with data_utils.numpy_seed(self.cfg.seed + epoch):
             shuffle = np.random.permutation(len(dataset))
         self.datasets[split] = SortDataset(dataset, sort_order=[shuffle, dataset.sizes])
@@ -267,6 +268,13 @@ class ElectraPretrainingTask(FairseqTask):
         """bf16 autocast on the model's device type with --autocast-bf16, else nothing."""
         return torch.autocast(next(model.parameters()).device.type, dtype=torch.bfloat16,
                               enabled=self.cfg.autocast_bf16)
+
+
+def length_bucket(cfg) -> int:
+    """What the collater rounds a batch's length up to: in ``none`` break mode every block is
+    full already (one shape); otherwise an eighth of --tokens-per-sample, so that batches
+    come in at most eight lengths (a compiled or graphed step meets a few shapes)."""
+    return 1 if cfg.sample_break_mode == "none" else max(8, cfg.tokens_per_sample // 8)
 
 
 def load_split(data_path: str, split: str, dictionary: Dictionary, combine: bool):

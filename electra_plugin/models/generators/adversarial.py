@@ -30,7 +30,8 @@ class AdversarialGenerator(MaskedLMGenerator):
         sampled = out.corrupted.flatten()[out.positions]
         sample_log_prob = out.generator_log_probs.gather(1, sampled[:, None]).squeeze(1)
         baseline = -F.logsigmoid(out.baseline_logits.float())
-        policy = masked_mean(-(reward - baseline.detach()) * sample_log_prob)
+        policy = masked_mean(-(reward - baseline.detach()) * sample_log_prob, out.masked_weights)
         fit = masked_mean(F.binary_cross_entropy_with_logits(
-            out.baseline_logits.float(), torch.exp(-reward), reduction="none"))
+            out.baseline_logits.float(), torch.exp(-reward), reduction="none"),
+            out.masked_weights)
         return policy + fit

@@ -53,7 +53,8 @@ class MaskedLMGenerator(GeneratorKind):
 
     def loss(self, model, out, per_token):
         with torch.no_grad():  # the official masked_lm_accuracy
-            correct = out.generator_log_probs.argmax(-1) == out.masked_targets
+            correct = (out.generator_log_probs.argmax(-1) == out.masked_targets) & \
+                out.masked_weights.bool()
         logs = {"gen_correct": correct.sum()}
         if not self.trains(model):
             return None, logs
@@ -63,4 +64,5 @@ class MaskedLMGenerator(GeneratorKind):
 
     def trained_loss(self, out, per_token):
         """Cross-entropy at the masked positions."""
-        return masked_mean(-out.generator_log_probs.gather(1, out.masked_targets[:, None]))
+        return masked_mean(-out.generator_log_probs.gather(1, out.masked_targets[:, None])
+                           .squeeze(1), out.masked_weights)

@@ -41,10 +41,17 @@ def objective_named(name: str) -> "Objective":
     return OBJECTIVES[name]
 
 
-def masked_mean(values: torch.Tensor) -> torch.Tensor:
-    """Mean over the M picked positions; 0 (not NaN) for a batch without any, as a batch of
-    ``<s> </s>`` lines gives (M is known on the host: the picked positions set shapes)."""
-    return values.sum() / max(values.numel(), 1)
+def picked(out) -> torch.Tensor:
+    """B x T bool: the picked positions (the prediction slots of weight 1)."""
+    covered = torch.zeros_like(out.padding_mask)
+    return covered.flatten().index_put_((out.positions,), out.masked_weights.bool()) \
+        .view_as(covered)
+
+
+def masked_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Mean of M values over the picked positions (``weights`` 1, padding slots 0); 0 (not
+    NaN) for a batch without any, as a batch of ``<s> </s>`` lines gives."""
+    return (values * weights).sum() / weights.sum().clamp(min=1)
 
 
 class PretrainingOutput(NamedTuple):
@@ -55,10 +62,11 @@ class PretrainingOutput(NamedTuple):
     are None while two-stage training trains the generator alone.
     """
 
-    generator_log_probs: Optional[torch.Tensor]  # M x V fp32 at the M picked positions
+    generator_log_probs: Optional[torch.Tensor]  # M x V fp32 at the M prediction slots
     baseline_logits: Optional[torch.Tensor]  # M, adversarial generator's learned baseline
-    masked_targets: torch.Tensor  # M, the original tokens at the picked positions
-    positions: torch.Tensor  # M, flat indices (into B x T) of the picked positions
+    masked_targets: torch.Tensor  # M, the original tokens at the slots (<pad> at padding)
+    positions: torch.Tensor  # M, flat indices (into B x T) of the prediction slots
+    masked_weights: torch.Tensor  # M float: 1 at a picked position, 0 at a padding slot
     corrupted: torch.Tensor  # B x T, the discriminator's input
     original: torch.Tensor  # B x T, the uncorrupted tokens
     replaced: torch.Tensor  # B x T bool: the input differs from the original there

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from ...auc import auc_pair_counts
-from .base import Objective, register_objective
+from .base import Objective, picked, register_objective
 
 
 @register_objective("electric")
@@ -36,8 +36,7 @@ class Electric(Objective):
 
     def main_loss(self, out):
         covered = ~out.padding_mask
-        noise = torch.zeros_like(covered).flatten().index_fill_(0, out.positions, True) \
-            .view_as(covered)
+        noise = picked(out)
         log_q = out.noise_log_probs.detach().gather(-1, out.corrupted[..., None]).squeeze(-1)
         logits = out.main.float() + log_q
         per_token = F.binary_cross_entropy_with_logits(logits, noise.float(), reduction="none")

@@ -26,10 +26,11 @@ class MaskedLM(Objective):
         return F.log_softmax(logits, dim=-1, dtype=torch.float32), None
 
     def main_loss(self, out):
-        loss = masked_mean(-out.main.gather(1, out.masked_targets[:, None]))
+        real = out.masked_weights
+        loss = masked_mean(-out.main.gather(1, out.masked_targets[:, None]).squeeze(1), real)
         with torch.no_grad():
-            correct = (out.main.argmax(-1) == out.masked_targets).sum()
-        return loss, None, {"mlm_correct": correct, "mlm_tokens": out.masked_targets.numel()}
+            correct = ((out.main.argmax(-1) == out.masked_targets) & real.bool()).sum()
+        return loss, None, {"mlm_correct": correct, "mlm_tokens": real.sum()}
 
 
 @register_objective("replace_mlm")

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from ...auc import auc_pair_counts
-from .base import Objective, register_objective
+from .base import Objective, picked, register_objective
 
 
 @register_objective("electra")
@@ -52,5 +52,4 @@ class MaskedTokenDetection(ReplacedTokenDetection):
     """ELECTRA 15%: the discriminator's loss only at the picked positions."""
 
     def covered(self, out):
-        covered = torch.zeros_like(out.padding_mask)
-        return covered.flatten().index_fill_(0, out.positions, True).view_as(covered)
+        return picked(out)

@@ -1,0 +1,126 @@
+"""An electra_adam update keeps fairseq's checks on the device until --log-interval
+(electra_plugin/speed/deferred.py): no host sync inside an update of fairseq-train, the same
+training and logs as with fairseq's per-update checks, the same divergence lines."""
+
+import logging
+
+import pytest
+import torch
+from fairseq.trainer import Trainer
+
+from electra_plugin.speed.counting import HostWork
+from electra_plugin.speed.switch import VARIABLE
+from helpers import assert_usage_line, checkpoint, records, train_cmd, train_in_process
+
+pytestmark = pytest.mark.slow
+
+
+def electra_adam_run(data, save, *extra):
+    cmd = train_cmd(data, save, "--disable-validation", "--no-epoch-checkpoints", *extra)
+    cmd[cmd.index("--optimizer") + 1] = "electra_adam"
+    return cmd
+
+
+def with_log_interval(cmd, interval):
+    cmd = list(cmd)
+    cmd[cmd.index("--log-interval") + 1] = str(interval)
+    return cmd
+
+
+def logged(cmd, caplog):
+    """Train in process -> the train_inner records of its log."""
+    caplog.set_level(logging.INFO)
+    caplog.clear()
+    train_in_process(cmd)
+    return records("\n".join(f"| {r.name} | {r.getMessage()}" for r in caplog.records))
+
+
+def test_no_host_sync_inside_an_update_between_log_intervals(data_bin, tmp_path,
+                                                             monkeypatch):
+    """Every train_step of a real fairseq-train run counted: no sync in any update that does
+    not end a log interval; with fairseq's checks (ELECTRA_SPEED=-deferred) every update
+    has them, so the count sees what it looks for."""
+    original = Trainer.train_step
+
+    def syncs_per_update(switch):
+        counts = []
+
+        def counted(trainer, samples, *args, **kwargs):
+            with HostWork(where=True) as work:
+                output = original(trainer, samples, *args, **kwargs)
+            counts.append((trainer.get_num_updates(), dict(work.sync_sites)))
+            return output
+
+        monkeypatch.setattr(Trainer, "train_step", counted)
+        monkeypatch.setenv(VARIABLE, switch)
+        train_in_process(with_log_interval(electra_adam_run(
+            data_bin, tmp_path / switch, "--max-update", "8", "--no-save"), 4))
+        assert [update for update, _ in counts] == list(range(1, 9))
+        return counts
+
+    assert [(update, sites) for update, sites in syncs_per_update("1")
+            if update % 4 and sites] == []
+    assert all(any("isfinite" in site for site in sites)
+               for _, sites in syncs_per_update("-deferred"))
+
+
+def test_the_same_run_and_logs_as_with_fairseqs_checks(data_bin, tmp_path, caplog,
+                                                       monkeypatch):
+    """Losses, grad norms and weights equal (up to the weight decay's rounding) with the
+    checks deferred and with fairseq's per-update checks (ELECTRA_SPEED=-deferred), logged
+    every 3 updates."""
+    def run(name, switch):
+        monkeypatch.setenv(VARIABLE, switch)
+        cmd = with_log_interval(electra_adam_run(data_bin, tmp_path / name, "--max-update",
+                                                 "6", "--weight-decay", "0.01",
+                                                 "--clip-norm", "1.0"), 3)
+        return logged(cmd, caplog), checkpoint(tmp_path / name / "checkpoint_last.pt")
+
+    deferred, deferred_ck = run("deferred", "1")
+    plain, plain_ck = run("plain", "-deferred")
+    assert [r["num_updates"] for r in deferred] == [r["num_updates"] for r in plain] == [3, 6]
+    timed = {"wps", "ups", "wpb", "bsz", "wall", "train_wall", "gb_free"}
+    for a, b in zip(deferred, plain):
+        assert set(a) == set(b)
+        assert {"loss", "disc_loss", "gen_loss", "gnorm", "disc_acc", "lr"} <= set(a)
+        for key in set(a) - timed:
+            assert a[key] == pytest.approx(b[key], rel=1e-3, abs=1e-3), key
+    for name, tensor in plain_ck["model"].items():
+        assert torch.allclose(deferred_ck["model"][name].float(), tensor.float(), atol=1e-5), name
+
+
+@pytest.mark.parametrize("interval", [1, 5])
+def test_divergence_stops_at_its_update_whatever_the_log_interval(data_bin, tmp_path,
+                                                                  caplog, interval):
+    """lr 1e30: the run stops with the line naming the first non-finite update, the same as
+    fairseq's check finds at once, and every checkpoint it saved is finite."""
+    cmd = electra_adam_run(data_bin, tmp_path / f"ck{interval}", "--max-update", "20",
+                           "--save-interval-updates", "1")
+    cmd[cmd.index("--lr") + 1] = "1e30"
+    cmd = with_log_interval(cmd, interval)
+    caplog.set_level(logging.INFO)
+    with pytest.raises(Exception) as caught:
+        train_in_process(cmd)
+    line = assert_usage_line(caught.value, "training diverged at update 3: its gradients are "
+                                           "NaN/Inf", "the last finite loss was",
+                             "at update 2")
+    assert "were saved before it and are intact" in line
+    for path in (tmp_path / f"ck{interval}").glob("*.pt"):
+        for name, tensor in checkpoint(path)["model"].items():
+            assert torch.isfinite(tensor.float()).all(), (path.name, name)
+
+
+def test_nonfinite_updates_are_skipped_as_fairseqs_are(data_bin, tmp_path, caplog):
+    """--skip-nonfinite-updates 2 at lr 1e30 with log interval 1: updates 3 and 3 again are
+    skipped (taken back from the count), the third stops the run at update 3."""
+    cmd = electra_adam_run(data_bin, tmp_path / "ck", "--max-update", "20",
+                           "--skip-nonfinite-updates", "2")
+    cmd[cmd.index("--lr") + 1] = "1e30"
+    caplog.set_level(logging.INFO)
+    caplog.clear()
+    with pytest.raises(Exception) as caught:
+        train_in_process(cmd)
+    log = "\n".join(r.getMessage() for r in caplog.records)
+    skipped = [line for line in log.splitlines() if "skipped update" in line]
+    assert len(skipped) == 2 and all("skipped update 3:" in line for line in skipped), skipped
+    assert_usage_line(caught.value, "training diverged at update 3")
