@@ -288,7 +288,7 @@ def test_interrupted_prepare_data_is_refused_then_redone(tmp_path, data_bin):
     write_corpus(tmp_path / "corpus.txt", 1500, seed=2)
     dest = tmp_path / "bin"
     argv = ["--train", tmp_path / "corpus.txt", "--destdir", dest,
-            "--sentencepiece-vocab-size", "80", "--workers", "1"]
+            "--sentencepiece-vocab-size", "80", "--no-byte-fallback", "--workers", "1"]
     cmd = [sys.executable, "-m", "electra_plugin.cli.prepare", *argv]
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     proc = subprocess.Popen([str(c) for c in cmd], stderr=subprocess.PIPE, text=True, env=env,

@@ -204,7 +204,8 @@ def test_prepare_data_sentencepiece_held_out_split(tmp_path):
     dest = tmp_path / "bin"
     code, _, err = finish(run_script(PREPARE, "--train", tmp_path / "corpus.txt", "--destdir", dest,
                                      "--sentencepiece-vocab-size", 100, "--workers", 2,
-                                     "--seed", 5, "--character-coverage", 1.0))
+                                     "--seed", 5, "--character-coverage", 1.0,
+                                     "--no-byte-fallback"))
     assert code == 0, err
     for name in ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx", "spm.model",
                  tokmod.METADATA_FILE):
@@ -347,6 +348,11 @@ def test_usage_errors_in_process(tmp_path):
          "cannot load sentencepiece model"),
         (["--train", ok, "--destdir", tmp_path / "binonly", "--sentencepiece-vocab-size", 100],
          "test.bin"),
+        # byte fallback's 256 pieces do not fit: the line names the way out
+        (["--train", ok, "--destdir", out, "--sentencepiece-vocab-size", 100, "--workers", 1],
+         "byte fallback's 256 byte pieces"),
+        (["--train", ok, "--destdir", out, "--spm-model", tmp_path / "vocab.txt",
+          "--no-byte-fallback"], "--no-byte-fallback applies to a model trained here"),
     ]
     for argv, phrase in cases:
         with pytest.raises(ElectraUsageError) as err:

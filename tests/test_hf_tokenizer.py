@@ -74,6 +74,15 @@ EXTRA = [
     "a <s> b </s> <pad> <unk> <mask> c",
     " ".join(python_docs_paragraphs(40)),
 ]
+# Characters the training text lacks (emoji, a run of them, hanja, rare CJK of plane 2,
+# symbols): byte fallback spells them as their UTF-8 bytes, not <unk>. A byte piece's name
+# in the text is text: the byte pieces match none.
+RARE = [
+    "오늘 날씨 최고 🥳🦖 정말!",
+    "大韓民國 憲法 第一條: 龘 𠀀 and 國民 of 日本",
+    "∮ E⋅da = Q, ⅋ ⌘ ☃ ♜ 🜁 ‱",
+    "mixed: café 🦄🦄🦄 end, and a byte piece's name: <0x41>",
+]
 
 
 def corpus_lines():
@@ -92,8 +101,8 @@ def corpus_lines():
 def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("multiscript")
     (root / "train.txt").write_text("\n".join(corpus_lines()) + "\n", encoding="utf-8")
-    (root / "valid.txt").write_text("\n".join(KOREAN[:6] + [""] + EXTRA[1:4]) + "\n",
-                                    encoding="utf-8")
+    (root / "valid.txt").write_text("\n".join(KOREAN[:6] + [""] + EXTRA[1:4] + [""] + RARE)
+                                    + "\n", encoding="utf-8")
     return root
 
 
@@ -102,7 +111,7 @@ def spm_dir(corpus):
     dest = corpus / "spm"
     assert prepare.main(["--train", str(corpus / "train.txt"), "--valid",
                          str(corpus / "valid.txt"), "--destdir", str(dest),
-                         "--sentencepiece-vocab-size", "700", "--workers", "1"]) == 0
+                         "--sentencepiece-vocab-size", "1500", "--workers", "1"]) == 0
     return dest
 
 
@@ -185,6 +194,84 @@ def test_tokenizer_json_ids_are_the_dictionarys(spm_dir, wordpiece_dir):
         typed = tokmod.load_tokenizer(str(data_dir)).fast(pair_type=1).encode("모든", "법")
         first_sep = typed.ids.index(2)
         assert typed.type_ids == [0] * (first_sep + 1) + [1] * (len(typed.ids) - first_sep - 1)
+
+
+BYTE_PIECES = [f"<0x{b:02X}>" for b in range(256)]
+
+
+def test_byte_fallback_leaves_no_character_unknown(corpus, spm_dir):
+    """electra-prepare's default: what the vocabulary lacks is spelled in byte pieces, by
+    the plugin, by tokenizer.json and in the binarized data, and decodes back."""
+    from electra_plugin.data.masking import word_starts
+
+    plugin = tokmod.load_tokenizer(str(spm_dir))
+    d = Dictionary.load(str(spm_dir / "dict.txt"))
+    d.add_symbol("<mask>")
+    assert [d.index(p) for p in BYTE_PIECES] == list(range(4, 260))  # spm ids == fairseq ids
+    assert plugin.byte_ids().tolist() == list(range(4, 260))
+    trained = (corpus / "train.txt").read_text(encoding="utf-8")
+    for text in RARE:  # characters never trained on, which NFKC leaves as they are
+        assert set(text) - set(trained) - {" "} and offsets_comparable(text), text
+    starts = word_starts(d)  # whole-word masking's
+    assert not starts[4:260].any()
+    for text, (ids, spans) in zip(RARE, file_ids(spm_dir, "sentencepiece", RARE)):
+        pieces = plugin.pieces_with_offsets(text)
+        assert ids == [d.index(p) for p, _, _ in pieces], text
+        assert spans == [(s, e) for _, s, e in pieces], text
+        assert 3 not in ids and any(4 <= i < 260 for i in ids), text
+        assert plugin.detokenize([p for p, _, _ in pieces]) == text
+        # the byte pieces of a character all have its span and spell its UTF-8
+        spelled = {}
+        for p, s, e in pieces:
+            if p in BYTE_PIECES:
+                spelled.setdefault((s, e), bytearray()).append(int(p[3:5], 16))
+        assert spelled and all(e == s + 1 and text[s].encode("utf-8") == bytes(b)
+                               for (s, e), b in spelled.items()), text
+        # a masked word that holds byte pieces is one word of the text, begun by a "▁"
+        begin = 0
+        for i, (p, s, e) in zip(ids, pieces):
+            begin = s if starts[i] else begin
+            assert p not in BYTE_PIECES or " " not in text[begin:e], (text, p)
+    tok = Tokenizer.from_file(str(spm_dir / "tokenizer.json"))
+    assert json.loads(tok.to_str())["model"]["byte_fallback"] is True
+    for text in RARE:
+        assert tok.decode(tok.encode(text).ids) == text
+    # the binarized valid split holds the same ids: no <unk>, the text back
+    valid = data_utils.load_indexed_dataset(str(spm_dir / "valid"), d)
+    rows = [valid[i].tolist()[:-1] for i in range(len(valid))][-len(RARE):]
+    assert [plugin.detokenize([d[i] for i in row]) for row in rows] == RARE
+    assert all(3 not in row for row in rows)
+
+
+def test_a_model_without_byte_fallback_works_as_before(corpus, tmp_path):
+    """--no-byte-fallback trains the model electra-prepare trained before (no byte pieces,
+    rare characters <unk>); such a directory still encodes (the plugin and the tokenizer.json
+    an export carries agree), its binarized data loads, and its spm.model is reused as is."""
+    dest = tmp_path / "old"
+    assert prepare.main(["--train", str(corpus / "train.txt"), "--valid",
+                         str(corpus / "valid.txt"), "--out-dir", str(dest),
+                         "--sentencepiece-vocab-size", "700", "--no-byte-fallback",
+                         "--workers", "1"]) == 0
+    plugin = tokmod.load_tokenizer(str(dest))
+    assert not plugin.sp.is_byte(4) and plugin.byte_ids().size == 0
+    rows = (dest / "dict.txt").read_text(encoding="utf-8").splitlines()
+    assert len(rows) == 696 and not any(row.startswith("<0x") for row in rows)
+    d = Dictionary.load(str(dest / "dict.txt"))
+    d.add_symbol("<mask>")
+    tok = Tokenizer.from_file(str(dest / "tokenizer.json"))
+    assert json.loads(tok.to_str())["model"]["byte_fallback"] is False
+    for text, (ids, _) in zip(RARE, file_ids(dest, "sentencepiece", RARE)):
+        assert ids == [d.index(p) for p in plugin.pieces(text)], text
+        assert 3 in ids, text  # what the vocabulary lacks is <unk>, as it always was
+        assert "\u2047" in plugin.detokenize(plugin.pieces(text))  # sentencepiece's " ⁇ "
+    valid = data_utils.load_indexed_dataset(str(dest / "valid"), d)
+    assert [d.string(valid[i][:-1]) for i in range(len(valid))][-len(RARE):] == \
+        [plugin.encode_line(text) for text in RARE]
+    # its spm.model reused as it is: the same dictionary, still without byte pieces
+    again = tmp_path / "again"
+    assert prepare.main(["--train", str(corpus / "valid.txt"), "--out-dir", str(again),
+                         "--spm-model", str(dest / "spm.model"), "--workers", "1"]) == 0
+    assert (again / "dict.txt").read_bytes() == (dest / "dict.txt").read_bytes()
 
 
 def old_binarize(raw_lines, tokenizer, work, name):
@@ -291,6 +378,28 @@ def test_exported_sentencepiece_model_in_transformers(spm_model, spm_dir):
         top = probs.topk(5)
         assert [g["token"] for g in got] == top.indices.tolist()
         assert np.allclose([g["score"] for g in got], top.values.tolist(), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_exported_tokenizer_spells_rare_characters_as_the_plugin_does(spm_model, spm_dir):
+    """transformers' tokenizer loaded from electra-convert export: the plugin's ids on text
+    with emoji, hanja and symbols the training text lacks, byte pieces and no <unk>."""
+    from transformers import AutoTokenizer
+
+    save, out = spm_model
+    hub = hub_of(save, "checkpoint_last.pt", spm_dir)
+    plugin = tokmod.load_tokenizer(str(spm_dir))
+    d = hub.task.source_dictionary
+    tok = AutoTokenizer.from_pretrained(out)
+    for text in RARE:
+        ids = tok(text)["input_ids"]
+        assert ids == hub.encode(text).tolist(), text
+        assert ids == [0] + [d.index(p) for p in plugin.pieces(text)] + [2], text
+        assert tok.unk_token_id not in ids and set(tok.convert_ids_to_tokens(ids)) & \
+            set(BYTE_PIECES), text
+        assert tok.decode(ids, skip_special_tokens=True) == text
+    pair = tok(RARE[0], RARE[1])
+    assert pair["input_ids"] == hub.encode(RARE[0], RARE[1]).tolist()
 
 
 @pytest.mark.slow

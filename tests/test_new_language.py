@@ -86,9 +86,12 @@ def test_the_korean_guide_runs_from_raw_text_to_a_trials_table(tmp_path):
         logs.append(result.stdout + result.stderr)
     prepare_log, train_log = logs[1], logs[2]
 
-    # the tokenizer covers the Korean text: few <unk>, and NFD Hangul reads as NFC
-    unk = re.search(r"encoded train: \d+ lines, (\d+) pieces, (\d+) <unk>", prepare_log)
-    assert unk and int(unk.group(2)) / int(unk.group(1)) < 0.005, prepare_log[-2000:]
+    # the tokenizer covers the Korean text: byte fallback leaves no <unk>, few characters
+    # lack a piece (spelled in bytes), and NFD Hangul reads as NFC
+    unk = re.search(r"encoded train: \d+ lines, (\d+) pieces, (\d+) <unk> \([0-9.]+%\), "
+                    r"(\d+) byte pieces", prepare_log)
+    assert unk and int(unk.group(2)) == 0, prepare_log[-2000:]
+    assert int(unk.group(3)) / int(unk.group(1)) < 0.01, prepare_log[-2000:]
     tokenizer = load_tokenizer(str(work / "data-bin" / "ko"))
     for line in sentences[:20]:
         assert tokenizer.pieces(unicodedata.normalize("NFD", line)) == tokenizer.pieces(line)

@@ -16,7 +16,7 @@ TINY_MODEL = "--num-layers 2 --hidden-size 64 --num-heads 4 --ffn-size 128 --emb
 # (pattern, replacement): only sizes and counts change, and the corpus download
 SHRINK = [
     (r"^python scripts/fetch_corpus\.py .*$", ""),  # the test writes a small news.txt
-    (r"--sentencepiece-vocab-size \d+", "--sentencepiece-vocab-size 80"),
+    (r"--sentencepiece-vocab-size \d+", "--sentencepiece-vocab-size 80 --no-byte-fallback"),
     (r"^(fairseq-hydra-train .*)$",
      r"\1 model._name=electra_tiny task.tokens_per_sample=32 dataset.batch_size=4 "
      r"task.global_batch_size=4 optimization.max_update=2 lr_scheduler.warmup_updates=1 "

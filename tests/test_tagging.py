@@ -205,7 +205,7 @@ def test_korean_words_split_into_pieces(tmp_path):
     corpus.write_text("\n".join(" ".join(words[(i + j) % len(words)] for j in range(6))
                                 for i in range(400)) + "\n")
     prepare.main(["--train", str(corpus), "--destdir", str(tmp_path / "ko-bin"),
-                  "--sentencepiece-vocab-size", "40", "--workers", "1"])
+                  "--sentencepiece-vocab-size", "40", "--no-byte-fallback", "--workers", "1"])
     (tmp_path / "ko.conll").write_text(KOREAN)
     data = tmp_path / "ko-ner"
     assert tag_cli.main(["preprocess", "--pretrain-data", str(tmp_path / "ko-bin"), "--train",

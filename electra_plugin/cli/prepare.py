@@ -13,7 +13,9 @@ fairseq-preprocess would write from the pieces of the same tokenizer.
 Vocabulary, one of:
   --sentencepiece-vocab-size N   train a sentencepiece unigram model on the training split;
                                  ids <s>=0 <pad>=1 </s>=2 <unk>=3 equal fairseq's, so every
-                                 piece has the same id in spm.model and dict.txt
+                                 piece has the same id in spm.model and dict.txt; with byte
+                                 fallback (the default) ids 4-259 are the byte pieces
+                                 <0x00>-<0xFF> that spell any character the model lacks
   --spm-model FILE               reuse an existing sentencepiece model
   --wordpiece-vocab vocab.txt    a BERT WordPiece vocabulary (lower-cased unless --no-lowercase)
   --tokenizer-from DIR           the tokenizer of a data directory or an imported checkpoint
@@ -92,8 +94,13 @@ def build_parser():
                    help="sentencepiece trains on at most this many randomly sampled lines")
     p.add_argument("--character-coverage", type=float, default=1.0,
                    help="share of the characters of the text sentencepiece must cover (default "
-                        "1.0, right for English: with 0.9995 even '%%', '@' and '[' become <unk> "
-                        "on 12 MB of news; use 0.9995 for Chinese, Japanese or Korean)")
+                        "1.0, right for English: with 0.9995 even '%%', '@' and '[' lose their "
+                        "pieces on 12 MB of news; use 0.9995 for Chinese, Japanese or Korean); "
+                        "the rest are spelled as byte pieces, or <unk> with --no-byte-fallback")
+    p.add_argument("--byte-fallback", action=argparse.BooleanOptionalAction, default=None,
+                   help="with --sentencepiece-vocab-size: spell characters the model lacks "
+                        "(emoji, rare hanja, symbols) as their UTF-8 bytes, 256 pieces of the "
+                        "vocabulary, instead of <unk> (default: yes)")
     p.add_argument("--force", action="store_true",
                    help="overwrite the output files of an earlier run in --out-dir")
     p.add_argument("--keep-text", action="store_true",
@@ -193,6 +200,11 @@ def main(argv=None):
         raise ElectraUsageError(f"--wordpiece-vocab {args.wordpiece_vocab!r} does not exist")
     if args.spm_model and not os.path.isfile(args.spm_model):
         raise ElectraUsageError(f"--spm-model {args.spm_model!r} does not exist")
+    if args.byte_fallback is not None and args.sentencepiece_vocab_size is None:
+        flag = "--byte-fallback" if args.byte_fallback else "--no-byte-fallback"
+        raise ElectraUsageError(f"{flag} applies to a model trained here "
+                                f"(--sentencepiece-vocab-size); leave it out, a given vocabulary "
+                                f"keeps its own")
     check_destdir(destdir, args.force)
     lowercase = resolve_lowercase(args)
 
@@ -264,12 +276,14 @@ def _prepare(args, destdir, work, lowercase):
 
     # 2. the tokenizer, in --out-dir
     if args.sentencepiece_vocab_size is not None:
+        byte_fallback = args.byte_fallback is not False
         logger.info(f"training a sentencepiece unigram model, {args.sentencepiece_vocab_size} pieces"
-                    f"{', lower-cased' if lowercase else ''}")
+                    f"{', lower-cased' if lowercase else ''}"
+                    f"{', byte fallback' if byte_fallback else ', no byte fallback'}")
         source = train_sentencepiece(
             raw["train"], os.path.join(work, "spm"), args.sentencepiece_vocab_size, lowercase,
             seed=args.seed, workers=args.workers, character_coverage=args.character_coverage,
-            input_sentence_size=args.input_sentence_size)
+            input_sentence_size=args.input_sentence_size, byte_fallback=byte_fallback)
     elif not args.tokenizer_from:
         source = os.path.abspath(args.spm_model or args.wordpiece_vocab)
     if args.tokenizer_from:  # its files and description, as they are
@@ -296,8 +310,10 @@ def _prepare(args, destdir, work, lowercase):
                           len(dict_lines) + 4, args.workers, log=logger.info)
         stats[split] = s
         rate = 100.0 * s["unk"] / max(1, s["pieces"])
+        spelled = (f", {s['bytes']} byte pieces ({100.0 * s['bytes'] / max(1, s['pieces']):.3f}%)"
+                   if tokenizer.byte_ids().size else "")
         logger.info(f"encoded {split}: {s['lines']} lines, {s['pieces']} pieces, {s['unk']} <unk> "
-                    f"({rate:.3f}%)")
+                    f"({rate:.3f}%){spelled}")
         if s["lines"] == 0:
             raise ElectraUsageError(f"the {split} text gives no tokens at all after tokenization")
 

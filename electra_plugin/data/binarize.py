@@ -68,7 +68,8 @@ def _write_index(path: str, dtype, sizes: np.ndarray) -> None:
 def binarize_text(raw_path: str, out_prefix: str, tokenizer, n_symbols: int, threads: int = 1,
                   unk: int = 3, log: Optional[Callable[[str], None]] = None) -> Dict[str, int]:
     """Encode a raw split (one normalised line per line, an empty line between documents)
-    into ``out_prefix.bin``/``.idx``; returns counts (lines, pieces, unk, breaks).
+    into ``out_prefix.bin``/``.idx``; returns counts (lines, pieces, unk, bytes: the byte
+    pieces of ``tokenizer.byte_ids()``, breaks).
 
     Each line becomes its ids + ``</s>``; one ``</s>``-only item marks a document break
     (before the next line, never at the start or end); lines that give no ids at all are
@@ -79,7 +80,8 @@ def binarize_text(raw_path: str, out_prefix: str, tokenizer, n_symbols: int, thr
     from tqdm import tqdm
 
     dtype = best_fitting_int_dtype(n_symbols)
-    stats = {"lines": 0, "pieces": 0, "unk": 0, "breaks": 0}
+    stats = {"lines": 0, "pieces": 0, "unk": 0, "bytes": 0, "breaks": 0}
+    byte_ids = tokenizer.byte_ids()
     all_sizes: List[np.ndarray] = []
     pending_break = wrote_any = False
     start = time.time()
@@ -115,6 +117,8 @@ def binarize_text(raw_path: str, out_prefix: str, tokenizer, n_symbols: int, thr
             stats["breaks"] += int((~line_items).sum())
             stats["pieces"] += len(ids)
             stats["unk"] += int(np.count_nonzero(ids == unk))
+            if byte_ids.size:
+                stats["bytes"] += int(np.count_nonzero(np.isin(ids, byte_ids)))
     sizes = np.concatenate(all_sizes) if all_sizes else np.zeros(0, dtype=np.int32)
     _write_index(out_prefix + ".idx", dtype, sizes)
     if log is not None:

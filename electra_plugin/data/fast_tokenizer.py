@@ -6,10 +6,11 @@ The ids are exactly those of the fairseq ``Dictionary`` the data was binarized w
 (:mod:`electra_plugin.data.binarize`) and serves an exported model through
 ``AutoTokenizer``, with no id mapping in between.
 
-A sentencepiece model keeps its pieces, scores, normalisation (the precompiled charsmap)
-and Metaspace pre-tokenisation (transformers' own converter builds them); a WordPiece
-vocabulary keeps BERT's normaliser and pre-tokeniser. In front of either goes the plugin's
-rule that every run of Unicode whitespace is one space.
+A sentencepiece model keeps its pieces, scores, normalisation (the precompiled charsmap),
+Metaspace pre-tokenisation (transformers' own converter builds them) and byte fallback (a
+character the model lacks becomes the byte pieces ``<0xNN>`` of its UTF-8, and decodes
+back); a WordPiece vocabulary keeps BERT's normaliser and pre-tokeniser. In front of either
+goes the plugin's rule that every run of Unicode whitespace is one space.
 
 Two pieces stay hand-written, each for one reason:
 
@@ -17,13 +18,15 @@ Two pieces stay hand-written, each for one reason:
   ``<unk>`` so raw text never injects a separator; ``tokenizers`` has no alias for an
   added token, so :func:`unk_specials` maps those ids after encoding.
 * offsets: the plugin's spans exclude the whitespace a ``▁`` piece stands for;
-  ``tokenizers`` includes it, so :func:`trim_offsets` trims it.
+  ``tokenizers`` includes it, so :func:`trim_offsets` trims it (and splits the one span
+  ``tokenizers`` gives the byte pieces of several missing characters in a row).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import re
 import sys
 from types import SimpleNamespace
 from typing import Collection, List, Sequence, Tuple
@@ -50,6 +53,8 @@ _WHITESPACE_RUN = Regex("[" + "".join(f"\\x{{{ord(c):x}}}" for c in _PY_WHITESPA
 # Score of sentencepiece's control pieces and <mask>: sentencepiece never emits them, and
 # this far below every piece the Unigram lattice never picks them over real pieces.
 _UNREACHABLE = 1e6
+# sentencepiece's byte pieces, which byte fallback spells a missing character's UTF-8 with
+_BYTE_PIECE = re.compile(r"<0x[0-9A-F]{2}>")
 
 
 def _collapse_whitespace() -> List[normalizers.Normalizer]:
@@ -80,19 +85,27 @@ def sentencepiece_tokenizer(model_path: str, lowercase: bool = False,
     # The converter reads the model proto and builds sentencepiece's normaliser and
     # pre-tokeniser; its original_tokenizer only has to name the file. (Its non-legacy "▁"
     # only at the very start loses it when the text starts with spaces: not used.)
-    converter = SpmConverter(SimpleNamespace(vocab_file=model_path))
+    # handle_byte_fallback: the model below is built here, byte fallback included, so the
+    # converter's warning that its own would lack it does not apply
+    converter = type("Converter", (SpmConverter,), {"handle_byte_fallback": True})(
+        SimpleNamespace(vocab_file=model_path))
     proto = converter.proto
     if proto.trainer_spec.model_type != 1:
         raise ElectraUsageError(f"{model_path} is a sentencepiece "
                                 f"{'BPE' if proto.trainer_spec.model_type == 2 else 'non-unigram'} "
                                 f"model; only unigram models are supported")
-    if proto.trainer_spec.byte_fallback:
-        raise ElectraUsageError(f"{model_path} uses byte fallback, which fairseq's dictionary "
-                                f"cannot express (its byte pieces would be <unk>)")
-    normal = [(p.piece, p.score) for p in proto.pieces if p.type not in (2, 3)]  # unk, control
-    low = min(score for _, score in normal) - _UNREACHABLE
-    vocab = [(name, low) for name in FAIRSEQ_SPECIALS[:4]] + normal + [(FAIRSEQ_SPECIALS[4], low)]
-    tokenizer = Tokenizer(Unigram(vocab, unk_id=_UNK, byte_fallback=False))
+    byte_fallback = proto.trainer_spec.byte_fallback
+    kept = [p for p in proto.pieces if p.type not in (2, 3)]  # unk, control
+    low = min(p.score for p in kept if p.type != 6) - _UNREACHABLE
+    # Byte pieces (<0xE2>, type 6) keep their ids but go as low as the unreachable pieces:
+    # sentencepiece matches them against no text, only spells a character it lacks with
+    # them, and scored 0 the lattice would read a literal "<0x41>" of the text as one piece.
+    # (It still does where that "<0x41>" holds a character the model lacks: tokenizers
+    # scores an unknown character below every piece.)
+    vocab = ([(name, low) for name in FAIRSEQ_SPECIALS[:4]]
+             + [(p.piece, low if p.type == 6 else p.score) for p in kept]
+             + [(FAIRSEQ_SPECIALS[4], low)])
+    tokenizer = Tokenizer(Unigram(vocab, unk_id=_UNK, byte_fallback=byte_fallback))
     steps = _collapse_whitespace() + ([normalizers.Lowercase()] if lowercase else [])
     # sentencepiece drops the extra whitespace its own normalisation makes (NFKC of "¨" is
     # " ̈"): collapse and trim again after it, then Metaspace puts "▁" for each space.
@@ -101,6 +114,8 @@ def sentencepiece_tokenizer(model_path: str, lowercase: bool = False,
     tokenizer.normalizer = normalizers.Sequence(steps)
     tokenizer.pre_tokenizer = converter.pre_tokenizer("▁", True)
     tokenizer.decoder = converter.decoder("▁", True)
+    if byte_fallback:  # bytes back to characters first, then "▁" to spaces
+        tokenizer.decoder = decoders.Sequence([decoders.ByteFallback(), tokenizer.decoder])
     # sentencepiece matches user-defined pieces in the raw text, as added tokens do
     tokenizer.add_tokens([AddedToken(p.piece, normalized=False, special=False)
                           for p in proto.pieces if p.type == 4])
@@ -140,7 +155,9 @@ def unk_specials(ids: np.ndarray, specials: np.ndarray) -> np.ndarray:
 
 def trim_offsets(text: str, tokens: Sequence[str], offsets) -> List[Tuple[int, int]]:
     """Character spans without the whitespace at their ends; a piece of whitespace only
-    (a lone ``▁``) gets an empty span where its own span starts after the whitespace."""
+    (a lone ``▁``) gets an empty span where its own span starts after the whitespace; the
+    byte pieces of a run of characters the vocabulary lacks, which a Unigram model fuses
+    into one span, get the span of the character each spells, as sentencepiece's."""
     spans = []
     for token, (start, end) in zip(tokens, offsets):
         while start < end and text[start].isspace():
@@ -148,6 +165,17 @@ def trim_offsets(text: str, tokens: Sequence[str], offsets) -> List[Tuple[int, i
         while start < end and text[end - 1].isspace():
             end -= 1
         spans.append((start, start) if token.strip("\u2581") == "" else (start, end))
+    i = 0
+    while i < len(tokens):
+        j = i
+        while j < len(tokens) and _BYTE_PIECE.fullmatch(tokens[j]) and spans[j] == spans[i]:
+            j += 1
+        start, end = spans[i]
+        if j - i > 1 and end - start > 1:
+            per_char = [(k, k + 1) for k in range(start, end) for _ in text[k].encode("utf-8")]
+            if len(per_char) == j - i:  # else normalisation changed the characters: left whole
+                spans[i:j] = per_char
+        i = max(j, i + 1)
     return spans
 
 

@@ -7,10 +7,18 @@ from ..errors import ElectraUsageError
 from .documents import iter_lines
 
 
+# sentencepiece's byte fallback adds one piece per byte value, <0x00> ... <0xFF>
+BYTE_PIECES = 256
+
+
 def train_sentencepiece(train_txt, prefix, vocab_size, lowercase, *, seed, workers,
-                        character_coverage, input_sentence_size):
+                        character_coverage, input_sentence_size, byte_fallback=True):
     """``prefix``.model: a unigram model whose ids of the specials are fairseq's, with
-    sentencepiece's refusals turned into lines naming the option to change."""
+    sentencepiece's refusals turned into lines naming the option to change.
+
+    ``byte_fallback``: a character the model lacks is spelled as the pieces of its UTF-8
+    bytes (ids 4-259, right after <unk>) instead of becoming <unk>, so no text is lost.
+    """
     import sentencepiece as spm
 
     source = train_txt
@@ -37,6 +45,8 @@ def train_sentencepiece(train_txt, prefix, vocab_size, lowercase, *, seed, worke
         bos_piece="<s>", pad_piece="<pad>", eos_piece="</s>", unk_piece="<unk>",
         minloglevel=1,
     )
+    if byte_fallback:  # only then: without it the model is byte for byte the one made before
+        options["byte_fallback"] = True
     try:
         spm.SentencePieceTrainer.train(**options)
     except (RuntimeError, OSError) as e:
@@ -48,6 +58,12 @@ def train_sentencepiece(train_txt, prefix, vocab_size, lowercase, *, seed, worke
                 f"sentencepiece can only make {m.group(2)} pieces from it; use "
                 f"--sentencepiece-vocab-size {m.group(2)} or less, or give more text")
         m = re.search(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)", msg)
+        if m and byte_fallback:
+            raise ElectraUsageError(
+                f"--sentencepiece-vocab-size {m.group(1)} is too small: byte fallback's "
+                f"{BYTE_PIECES} byte pieces, the specials and the text's characters need "
+                f"{m.group(2)}; use a larger size, a lower --character-coverage or "
+                f"--no-byte-fallback")
         if m:
             raise ElectraUsageError(
                 f"--sentencepiece-vocab-size {m.group(1)} is too small: the text has {m.group(2)} "

@@ -14,9 +14,12 @@ same tokenizer in Hugging Face's format)::
 ``load_tokenizer(data_dir)`` rebuilds the same tokenizer, and ``tok.encode_line(text)`` gives
 the space-separated pieces that fairseq's ``Dictionary.encode_line`` (or fairseq-preprocess)
 turns into ids.  Pieces never contain whitespace, and anything the tokenizer cannot represent
-comes out as fairseq's ``<unk>``.  ``tok.fast()`` is the same tokenizer as a ``tokenizers``
-one whose ids are the dictionary's (:mod:`electra_plugin.data.fast_tokenizer`): what
-electra-prepare writes as ``tokenizer.json``. ``pieces`` stays on the original libraries
+comes out as fairseq's ``<unk>``; a sentencepiece model trained with byte fallback (what
+electra-prepare trains by default) has nothing it cannot represent: a character it lacks
+comes out as the byte pieces of its UTF-8 encoding (``<0xF0> <0x9F> <0x98> <0x80>``).
+``tok.fast()`` is the same tokenizer as a ``tokenizers`` one whose ids are the dictionary's
+(:mod:`electra_plugin.data.fast_tokenizer`): what electra-prepare writes as
+``tokenizer.json``. ``pieces`` stays on the original libraries
 (sentencepiece, the BERT WordPiece of ``tokenizers``) because they are the reference the
 tokenizer.json is tested against, and sentencepiece's float32 Viterbi is what the corpus
 was binarized with (``encode_ids``).
@@ -112,6 +115,12 @@ class TextTokenizer:
     def metadata(self) -> Dict[str, Any]:
         raise NotImplementedError
 
+    def byte_ids(self) -> np.ndarray:
+        """Dictionary ids of the byte pieces (``<0x00>``...), which spell characters the
+        vocabulary lacks; empty without byte fallback. The share of them in encoded text
+        is what the share of ``<unk>`` was without it: how well the vocabulary fits."""
+        return np.zeros(0, dtype=np.int64)
+
     def fast(self, pair_type: int = 0):
         """This tokenizer as a ``tokenizers.Tokenizer`` in fairseq dictionary ids, with the
         ``<s> A </s> [B </s>]`` template (B's token type ``pair_type``)."""
@@ -145,7 +154,8 @@ class TextTokenizer:
 
 
 class SentencePieceTokenizer(TextTokenizer):
-    """A sentencepiece model; unknown pieces come out as ``<unk>``."""
+    """A sentencepiece model; unknown pieces come out as ``<unk>``, or as byte pieces when
+    the model was trained with byte fallback."""
 
     kind = "sentencepiece"
 
@@ -177,18 +187,27 @@ class SentencePieceTokenizer(TextTokenizer):
         table = self._id_to_piece
         return _safe_pieces([table[i] for i in self.sp.encode(text)])
 
-    def encode_ids(self, lines: Sequence[str], threads: int = 1) -> Tuple[np.ndarray, np.ndarray]:
-        # sentencepiece itself, not the tokenizer.json: its float32 Viterbi breaks near-ties
-        # between equally good segmentations its own way, and it is several times faster.
+    def _fairseq_ids(self) -> np.ndarray:
+        """sentencepiece id -> dictionary index (the identity for electra-prepare's models)."""
         if self._to_fairseq is None:
             dict_index = {line.split(" ")[0]: i for i, line in enumerate(self.dict_lines(), 4)}
             self._to_fairseq = np.array([dict_index.get(self.sp.id_to_piece(i), 3)
                                          for i in range(self.sp.get_piece_size())])
+        return self._to_fairseq
+
+    def encode_ids(self, lines: Sequence[str], threads: int = 1) -> Tuple[np.ndarray, np.ndarray]:
+        # sentencepiece itself, not the tokenizer.json: its float32 Viterbi breaks near-ties
+        # between equally good segmentations its own way, and it is several times faster.
+        to_fairseq = self._fairseq_ids()
         texts = [normalize_whitespace(line) for line in lines]
         if self.lowercase:
             texts = [text.lower() for text in texts]
         ids, sizes = _flatten(self.sp.encode(texts, num_threads=threads))
-        return self._to_fairseq[ids], sizes
+        return to_fairseq[ids], sizes
+
+    def byte_ids(self) -> np.ndarray:
+        pieces = [i for i in range(self.sp.get_piece_size()) if self.sp.is_byte(i)]
+        return self._fairseq_ids()[np.array(pieces, dtype=np.int64)]
 
     def detokenize(self, pieces: List[str]) -> str:
         return self.sp.decode_pieces(list(pieces))
@@ -221,8 +240,16 @@ class SentencePieceTokenizer(TextTokenizer):
             return []
         mapping = self.sp.encode(norm, out_type="offset_mapping")
         pieces = _safe_pieces([self._id_to_piece[i] for i in mapping["ids"]])
+        offsets = list(mapping["offsets"])
+        # sentencepiece gives the byte pieces of one character empty spans but the last:
+        # every one of them gets the character's span (tokenizers' offsets do the same).
+        for i in range(len(offsets) - 2, -1, -1):
+            begin, end = offsets[i]
+            if begin == end and self.sp.is_byte(mapping["ids"][i]) and \
+                    self.sp.is_byte(mapping["ids"][i + 1]) and offsets[i + 1][0] == begin:
+                offsets[i] = offsets[i + 1]
         spans = []
-        for piece, (begin, end) in zip(pieces, mapping["offsets"]):
+        for piece, (begin, end) in zip(pieces, offsets):
             while begin < end and norm[begin] == " ":  # "▁x" covers the space before x
                 begin += 1
             while begin < end and norm[end - 1] == " ":
