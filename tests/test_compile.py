@@ -70,3 +70,61 @@ def test_a_run_compiles_each_encoder_once_per_mask_kind(data_bin, tmp_path):
     assert 2 <= counters["stats"]["unique_graphs"] <= 4, counters
     assert not counters.get("recompiles"), counters
     assert "--torch-compile aot_eager" in result.stdout + result.stderr
+
+
+def graphed_run(data, save, *extra, backend="aot_eager"):
+    """A train_cmd with --graphed-step (aot_eager: the whole-step capture, no code
+    generation) that prints torch.compile's counters when the run is over."""
+    cmd = train_cmd(data, save, "--graphed-step", "--torch-compile", backend,
+                    "--disable-validation", "--no-epoch-checkpoints", *extra)
+    return [sys.executable, "-c", COUNTING_TRAIN, *cmd[3:]]
+
+
+def counters_of(stdout):
+    return json.loads(stdout.split("COUNTERS ", 1)[1].splitlines()[0])
+
+
+@pytest.mark.slow
+def test_the_graphed_step_is_one_graph_equal_to_the_eager_step(data_bin, tmp_path):
+    """--graphed-step over a real run's batches (the epoch's short last batch included): one
+    graph, no graph break, no recompile; losses and weights equal to the eager step's, with
+    dropout (both draw F.dropout's masks from torch's generator: ELECTRA_SPEED=-dropout)."""
+    env = {"ELECTRA_SPEED": "-dropout"}
+    # the tiny valid split: 80 sentences of --batch-size 8 over --tokens-per-sample 32
+    # blocks leaves a short last batch
+    extra = ("--train-subset", "valid", "--max-update", "8")
+    graphed = run(graphed_run(data_bin, tmp_path / "graphed", *extra), env=env)
+    assert graphed.returncode == 0, graphed.stderr[-3000:]
+    assert "the step runs as one compiled graph" in graphed.stdout + graphed.stderr
+    counters = counters_of(graphed.stdout)
+    assert counters["stats"]["unique_graphs"] == 1, counters
+    assert not counters.get("graph_break") and not counters.get("recompiles"), counters
+    eager = run(train_cmd(data_bin, tmp_path / "eager", "--disable-validation",
+                          "--no-epoch-checkpoints", *extra), env=env)
+    assert eager.returncode == 0, eager.stderr[-3000:]
+    logged = [records(p.stdout) for p in (graphed, eager)]
+    assert [r["num_updates"] for r in logged[0]] == [r["num_updates"] for r in logged[1]]
+    epochs = [r.get("epoch") for r in logged[0]]
+    assert len(set(epochs)) > 1, "the run did not cross an epoch's short last batch"
+    for a, b in zip(*logged):
+        for key in ("loss", "disc_loss", "gen_loss", "disc_acc", "gnorm"):
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-3), key
+    weights = [torch.load(tmp_path / name / "checkpoint_last.pt", weights_only=False)["model"]
+               for name in ("graphed", "eager")]
+    for name, tensor in weights[1].items():
+        torch.testing.assert_close(weights[0][name], tensor, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_the_graphed_step_resumes_exactly(data_bin, tmp_path):
+    """4 graphed updates straight equal 2 + a resume + 2, weight for weight."""
+    extra = ("--train-subset", "valid")
+    straight = run(graphed_run(data_bin, tmp_path / "straight", *extra, "--max-update", "4"))
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    for updates in ("2", "4"):
+        part = run(graphed_run(data_bin, tmp_path / "resumed", *extra, "--max-update", updates))
+        assert part.returncode == 0, part.stderr[-3000:]
+    a, b = (torch.load(tmp_path / name / "checkpoint_last.pt", weights_only=False)["model"]
+            for name in ("straight", "resumed"))
+    for name, tensor in a.items():
+        assert torch.equal(tensor, b[name]), name

@@ -58,6 +58,9 @@ class ElectraModel(BaseFairseqModel):
         self.bos_idx, self.nspecial = dictionary.bos(), dictionary.nspecial
         self.vocab_size = len(dictionary)
         self.objective = objective_named(cfg.get("objective", "electra"))
+        # settings the step reads, as plain values (a compiled step does not read configs)
+        self.disallow_correct = bool(cfg.get("disallow_correct", False))
+        self.read_segment_types()
         # where the step's replacements come from (generators/); None: BERT's mlm keeps <mask>
         self.generator_kind = build_generator_kind(cfg, self.objective) if pretraining else None
         # what the encoders are (bodies/): generator and discriminator are of the same kind
@@ -232,7 +235,7 @@ class ElectraModel(BaseFairseqModel):
             with stage("sample"):
                 # 3. sample, without gradient: the discriminator's loss never reaches the
                 #    generator (--disallow-correct: never the original token)
-                disallowed = masked_targets if self.cfg.get("disallow_correct", False) else None
+                disallowed = masked_targets if self.disallow_correct else None
                 sampled = self.sample(gen_log_probs.detach(), generator.temperature(), disallowed)
                 logs["sampled_correct"] = ((sampled == masked_targets) & real).sum()  # official
                 # 4. corrupt: the samples replace the masked tokens (a padding slot writes
@@ -266,10 +269,16 @@ class ElectraModel(BaseFairseqModel):
                 logs.update(gen_logs)
         return out._replace(main_loss=main_loss, generator_loss=gen_loss, logs=logs)
 
+    def read_segment_types(self):
+        """Whether pairs get BERT's segment types (--segment-token-types, or what a loaded
+        checkpoint was trained with)."""
+        self.segment_types = bool(self.cfg.get("segment_token_types", None)) and \
+            self.cfg.type_vocab_size > 1
+
     def segments(self, tokens):
         """B x T token types of ``[CLS] A [SEP] B [SEP]`` with --segment-token-types, else
         None (type 0 throughout, with no work)."""
-        if self.cfg.get("segment_token_types", None) and self.cfg.type_vocab_size > 1:
+        if self.segment_types:
             return segment_ids(tokens, self.separator_idx, self.padding_idx)
         return None
 
@@ -362,6 +371,7 @@ class ElectraModel(BaseFairseqModel):
         path, saved = take_settings(state_dict)  # the checkpoint's settings, out of the weights
         check_model_settings(self, state_dict, path, saved)  # names the settings that differ
         adopt_segment_types(self, saved, model_cfg)
+        self.read_segment_types()
         pretrained_start = not self.pretraining and any(
             k.startswith(("generator", "discriminator_head")) for k in state_dict)
         self.upgrade_state_dict(state_dict)

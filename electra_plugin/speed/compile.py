@@ -1,17 +1,29 @@
-"""``torch.compile`` of the encoders (``--torch-compile``); part of :mod:`electra_plugin.speed`.
+"""``torch.compile`` of the pre-training model: its encoders (``--torch-compile``), or its
+whole step as one graph (``--graphed-step``); part of :mod:`electra_plugin.speed`.
 
-What is compiled is each encoder's ``encode`` (embeddings, projection, Transformer layers):
-the same shapes for any batch up to B and T, which ``dynamic=True`` keeps symbolic so that a
-batch of another size or length reuses the graph. Everything whose shape depends on the
-masked count M (the generator head at the masked positions, the sampling, the losses) stays
-outside, so M never recompiles. ``attn_mask`` is None for a batch without padding (SDPA may
-then run flash attention) and a tensor otherwise: at most two graphs per encoder and mode.
-The modules and their state-dict keys are unchanged.
+Encoders: each encoder's ``encode`` (embeddings, projection, Transformer layers), which
+``dynamic=True`` keeps symbolic so that a batch of another size or length reuses the graph;
+the rest of the step stays eager. ``attn_mask`` is None for a batch without padding (SDPA
+may then run flash attention) and a tensor otherwise: at most two graphs per encoder.
+
+The step: :meth:`ElectraModel.electra_step` (generator, sampling, corruption,
+discriminator, losses) forward and backward under ``fullgraph=True``, which the collater's
+fixed prediction slots make possible (no shape depends on the masked count), with CUDA
+graphs on a GPU (``mode="reduce-overhead"``: one replay per step instead of a launch per
+operator). The batch dimension is marked dynamic, so that an epoch's short last batch
+reuses the graph, and every batch takes the padded layout (an attention mask), so that a
+batch with padding does too. A configuration the compiler cannot take whole falls back to the eager
+step at its first batch, with one log line. The modules and their state-dict keys are
+unchanged.
 """
+
+import logging
 
 import torch
 
 from .switch import enabled
+
+logger = logging.getLogger(__name__)
 
 BACKENDS = ("off", "inductor", "aot_eager")
 
@@ -26,3 +38,50 @@ def compile_encoders(model, backend: str) -> bool:
     for encoder in encoders.values():  # a tied generator is the discriminator: once
         encoder.encode = torch.compile(encoder.encode, backend=str(backend), dynamic=True)
     return bool(encoders)
+
+
+def compile_step(model, backend: str) -> bool:
+    """Run ``model.electra_step`` as one compiled graph from now on (see the module); True
+    if it will (``ELECTRA_SPEED=0`` leaves it eager)."""
+    if not enabled():
+        return False
+    model.electra_step = GraphedStep(model.electra_step, backend)
+    return True
+
+
+class GraphedStep:
+    """``electra_step`` compiled whole at its first batch (CUDA graphs if it is on a GPU);
+    the eager step if that batch's step cannot compile."""
+
+    def __init__(self, eager, backend: str):
+        self.eager, self.backend = eager, backend
+        self.compiled = self.fell_back = None
+
+    def __call__(self, src_tokens, target, masked_positions=None, masked_weights=None,
+                 has_padding=None):
+        # every batch takes the padded layout (one graph, not one per layout)
+        args = (target, masked_positions, masked_weights, True)
+        if self.fell_back:
+            return self.eager(src_tokens, *args)
+        first = self.compiled is None
+        if first:
+            self.compiled = torch.compile(
+                self.eager, backend=self.backend, fullgraph=True,
+                mode="reduce-overhead" if src_tokens.is_cuda else None)
+        for tensor in (src_tokens, *args):  # B x ... inputs (the slots B*P): any batch size
+            if torch.is_tensor(tensor) and tensor.dim() > 0:
+                torch._dynamo.maybe_mark_dynamic(tensor, 0)
+        try:
+            out = self.compiled(src_tokens, *args)
+        except torch._dynamo.exc.Unsupported as error:
+            if not first:
+                raise
+            reason = str(error).strip().splitlines()[0]
+            logger.warning(f"--graphed-step: this configuration's step cannot be compiled "
+                           f"whole ({reason}); it runs eager")
+            self.fell_back = True
+            return self.eager(src_tokens, *args)
+        if first:
+            logger.info(f"--graphed-step: the step runs as one compiled graph "
+                        f"({self.backend}{', CUDA graphs' if src_tokens.is_cuda else ''})")
+        return out

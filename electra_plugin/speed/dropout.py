@@ -1,6 +1,6 @@
 """Dropout with a cheaper mask on CPU: 15 random bits per element from SplitMix64.
 
-Part of :mod:`electra_plugin.speed`; with ``ELECTRA_SPEED=0`` it is ``F.dropout``.
+Part of :mod:`electra_plugin.speed`; with ``ELECTRA_SPEED=0`` (or ``-dropout``) it is ``F.dropout``.
 """
 
 import functools
@@ -38,7 +38,7 @@ def dropout(x, p: float, training: bool):
     if not training or p == 0.0:
         return x
     below = keep_below(p)
-    if x.is_cuda or not enabled() or not 0 < below < 2**15 or \
+    if x.is_cuda or not enabled("dropout") or not 0 < below < 2**15 or \
             torch.compiler.is_compiling():  # 15 bits cannot express p; compiled: fused
         return F.dropout(x, p, training=True)
     return _BitMaskDropout.apply(x, below)

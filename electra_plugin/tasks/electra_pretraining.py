@@ -29,7 +29,8 @@ from ..data.segment_pairs import SegmentPairDataset
 from ..errors import ElectraUsageError
 from ..optim.amp import optimizer_step
 from ..run_config import complete_global_batch
-from ..speed import COMPILE_BACKENDS, compile_encoders, retain_freed_memory
+from ..speed import (COMPILE_BACKENDS, compile_encoders, compile_step,
+                     retain_freed_memory)
 
 logger = logging.getLogger(__name__)
 SEGMENT_PAIRS = "segment_pairs"
@@ -102,6 +103,14 @@ class ElectraPretrainingConfig(FairseqDataclass):
                                          "compiler) or aot_eager (no code generation, to "
                                          "check a setting); batches of any size, length, "
                                          "masked count reuse the graphs; off: eager"})
+    graphed_step: bool = field(
+        default=False, metadata={"help": "run the whole pre-training step (generator, "
+                                         "sampling, discriminator, losses; forward and "
+                                         "backward) as one torch.compile graph "
+                                         "(fullgraph), replayed as a CUDA graph on a GPU; "
+                                         "with the --torch-compile backend (inductor when "
+                                         "off); a configuration that cannot compile whole "
+                                         "runs eager, said in one log line"})
     global_batch_size: int = field(
         default=0, metadata={"help": "sequences per update over all GPUs (official: 128 "
                                      "Small, 256 Base, 2048 Large); sets --update-freq to "
@@ -192,7 +201,10 @@ class ElectraPretrainingTask(FairseqTask):
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
         self.flops_counter = model.flops_counter
-        if compile_encoders(model, self.cfg.torch_compile):
+        backend = self.cfg.torch_compile
+        if self.cfg.graphed_step:
+            compile_step(model, "inductor" if backend == "off" else str(backend))
+        elif compile_encoders(model, backend):
             logger.info(f"--torch-compile {self.cfg.torch_compile}: the encoders compile at "
                         f"their first batch")
         return model

@@ -66,6 +66,7 @@ class GeneratorKind:
 
     def __init__(self, cfg):
         self.cfg = cfg
+        self.fixed_temperature = cfg.get("temperature", 1.0)  # a plain value for the step
 
     # -------------------------------------------------------------- configuration
 
@@ -121,7 +122,7 @@ class GeneratorKind:
 
     def temperature(self) -> float:
         """The sampling temperature at this update."""
-        return self.cfg.temperature
+        return self.fixed_temperature
 
     def loss(self, model, out, per_token):
         """-> (the generator's loss or None when it learns nothing, its logs); ``per_token``:
