@@ -11,7 +11,7 @@ plain path.
 part                      fast path                                   plain path
 ========================  ==========================================  =====================
 ``Dropout``, ``dropout``  15-bit SplitMix64 mask, integer arithmetic  ``F.dropout``
-                          (CPU)
+                          (CPU; ``ELECTRA_SPEED=-dropout``: off)
 ``project_qkv``           one fused q/k/v matmul, softmax scale       three ``nn.Linear``,
                           folded into the query weights               q scaled after
 ``attention``             two matmuls + softmax on CPU with dropout   ``F.scaled_dot_
@@ -23,6 +23,11 @@ part                      fast path                                   plain path
 ``retain_freed_memory``   glibc keeps freed memory (mallopt, CPU)     glibc's default
 ``compile_encoders``      ``torch.compile`` of each encoder           eager
                           (``--torch-compile``)
+``compile_step``          the whole pre-training step as one graph    eager
+                          (``--graphed-step``; CUDA graphs on GPUs)
+``deferred``              the update's finiteness checks and logs     fairseq's checks
+                          stay on the device until --log-interval     after every update
+                          (``ELECTRA_SPEED=-deferred``)
 ``Layout`` (``unpad``)    the modern body's layers on the real        the padded B x T grid
                           tokens only; flash attention's varlen
                           kernel on CUDA with ``flash_attn``
@@ -38,10 +43,10 @@ from .allocator import retain_freed_memory
 from .attention import attention, project_qkv
 from .clip import clip_grad_norm_
 from .compile import BACKENDS as COMPILE_BACKENDS
-from .compile import compile_encoders
+from .compile import compile_encoders, compile_step
 from .dropout import Dropout, dropout
 from .switch import enabled
 
 __all__ = ["Dropout", "dropout", "project_qkv", "attention", "MultiTensorAdam",
-           "clip_grad_norm_", "retain_freed_memory", "compile_encoders", "COMPILE_BACKENDS",
-           "enabled"]
+           "clip_grad_norm_", "retain_freed_memory", "compile_encoders", "compile_step",
+           "COMPILE_BACKENDS", "enabled"]
