@@ -14,11 +14,15 @@ a ratio of the BERT body's in the same row group.
 
 Long context: ``--tokens N`` gives every length batches of N tokens (N / T sequences);
 ``modern-dense`` is the modern body with its local layers on the dense masked attention
-(``ELECTRA_SPEED=-window``) instead of the window kernel (speed/window.py); ``--longest
-BODY=T`` leaves a body out above T; the ``saved MiB`` column is what the step keeps for its
-backward pass (weights included: the bulk of a training step's peak memory, on any device);
-``--local-layer-exponent`` times one local layer forward and backward at each length and
-fits the exponent of its time per sequence against T.
+(``ELECTRA_SPEED=-window``) instead of the window kernel (speed/window.py), ``modern-sdpa``
+with its global layers on SDPA with the T x T padding mask (``ELECTRA_SPEED=-global``)
+instead of speed/global_attention.py; ``--longest BODY=T`` leaves a body out above T; the
+``saved MiB`` column is what the step keeps for its backward pass (weights included: the
+bulk of a training step's peak memory, on any device), ``peak RSS MiB`` the process's peak
+resident memory so far (one body and length per process for a row's own peak), ``CPU
+ms`` the process's CPU time per update (with one thread, the step's time on a machine
+that others share); ``--local-layer-exponent`` times one local layer forward and backward
+at each length and fits the exponent of its time per sequence against T.
 
     python benchmarks/bench_bodies.py                      # CPU: small B16 and base B4, T=128
     python benchmarks/bench_bodies.py --sizes small --lengths 512 --batch-size 4
@@ -36,6 +40,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -72,20 +77,26 @@ def executed_flops(runner, batch):
 
 
 DENSE = "-dense"  # a body name's suffix: its local layers on the dense masked attention
+# a body name's suffix -> the speed part it turns off (ELECTRA_SPEED=-part)
+PARTS_OFF = {DENSE: "-window", "-sdpa": "-global"}
 AT = "@"  # a row's suffix: the plugin as of that git revision (--baseline)
 
 
 def encoder_body(row: str) -> str:
     """The --encoder-body of a row name (``modern-dense@REV`` -> modern)."""
-    return row.split(AT)[0].removesuffix(DENSE)
+    name = row.split(AT)[0]
+    return next((name.removesuffix(s) for s in PARTS_OFF if name.endswith(s)), name)
 
 
 @contextmanager
 def speed_setting(body):
-    """ELECTRA_SPEED=-window for a ``modern-dense`` row, the setting as it was otherwise."""
+    """ELECTRA_SPEED=-window for a ``modern-dense`` row, -global for a ``modern-sdpa`` one,
+    the setting as it was otherwise."""
     before = os.environ.get("ELECTRA_SPEED")
-    if body.split(AT)[0].endswith(DENSE):
-        os.environ["ELECTRA_SPEED"] = "-window"
+    name = body.split(AT)[0]
+    part = next((off for suffix, off in PARTS_OFF.items() if name.endswith(suffix)), None)
+    if part:
+        os.environ["ELECTRA_SPEED"] = part
     try:
         yield
     finally:
@@ -220,6 +231,7 @@ def main(argv=None):
                     real = sum(int(s.ne(task.dictionary.pad()).sum()) for s, _ in
                                batches[args.warmup:]) / args.steps
                     times = {body: [] for body in runners}
+                    cpu = {body: [] for body in runners}
                     flops, saved = {}, {}
                     for body, runner in runners.items():
                         with speed_setting(body):
@@ -231,8 +243,10 @@ def main(argv=None):
                     for _ in range(args.repeats):  # interleaved
                         for body, runner in runners.items():
                             with speed_setting(body):
+                                start = time.process_time()
                                 times[body].append(time_steps(runner, batches[args.warmup:],
                                                               device))
+                                cpu[body].append((time.process_time() - start) / args.steps)
                     for body in runners:
                         seconds = statistics.median(times[body])
                         rows.append(dict(size=size, length=length, batch=batch_size,
@@ -240,21 +254,25 @@ def main(argv=None):
                                          ms=1000 * seconds, flops=flops[body],
                                          flops_per_s=flops[body] and flops[body] / seconds,
                                          mfu=flops[body] and flops[body] / seconds / peak,
-                                         saved_mib=saved[body] / 2**20))
+                                         saved_mib=saved[body] / 2**20,
+                                         cpu_ms=1000 * statistics.median(cpu[body]),
+                                         peak_rss_mib=resource.getrusage(
+                                             resource.RUSAGE_SELF).ru_maxrss / 1024))
                     bert = next((r for r in rows[-len(runners):] if r["body"] == "bert"), None)
                     for r in rows[-len(runners):]:
                         r["vs_bert"] = r["tokens_per_s"] / bert["tokens_per_s"] if bert else None
                 del runners
                 synchronize(device)
-    print("| size | T | B | batch | body | tokens/s | ms/update | saved MiB | GFLOP/update | "
-          "GFLOP/s | MFU | tokens/s vs bert |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| size | T | B | batch | body | tokens/s | ms/update | CPU ms | saved MiB | "
+          "peak RSS MiB | GFLOP/update | GFLOP/s | MFU | tokens/s vs bert |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         counted = "| - | - | - |" if r["flops"] is None else (
             f"| {r['flops'] / 1e9:.1f} | {r['flops_per_s'] / 1e9:.1f} | {100 * r['mfu']:.1f}% |")
         vs_bert = "-" if r["vs_bert"] is None else f"{r['vs_bert']:.2f}x"
         print(f"| {r['size']} | {r['length']} | {r['batch']} | {r['kind']} | {r['body']} | "
-              f"{r['tokens_per_s']:,.0f} | {r['ms']:.0f} | {r['saved_mib']:,.0f} {counted} "
+              f"{r['tokens_per_s']:,.0f} | {r['ms']:.0f} | {r['cpu_ms']:.0f} | "
+              f"{r['saved_mib']:,.0f} | {r['peak_rss_mib']:,.0f} {counted} "
               f"{vs_bert} |")
     layer = None
     if args.local_layer_exponent:

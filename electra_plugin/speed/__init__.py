@@ -35,6 +35,13 @@ part                      fast path                                   plain path
 (``window``)              query against 3 blocks of half the window   scores, masked (SDPA)
                           (cost linear in T; ``ELECTRA_SPEED=-window``
                           turns off this part alone)
+``global_attention``      the modern body's global layers on CPU      SDPA with the T x T
+(``global``)              keep no T x T tensor for backward: torch's  padding mask (the
+                          flash kernel with a key mask, or with       math fallback with
+                          dropout query chunks that recompute their   dropout)
+                          softmax and dropout mask in the backward
+                          pass (``ELECTRA_SPEED=-global``: this part
+                          alone off)
 ========================  ==========================================  =====================
 """
 

@@ -5,9 +5,10 @@ Part of :mod:`electra_plugin.speed`; with ``ELECTRA_SPEED=0`` (or a batch withou
 every tensor stays on the padded B x T grid. Attention needs each sequence's keys: it
 re-pads q, k and v and runs ``F.scaled_dot_product_attention`` with the padding mask as its
 boolean block mask (a sliding-window layer: :mod:`.window`'s blocks, or the window in that
-mask where the blocks would not save work), or, on CUDA in half precision with the
-``flash_attn`` package installed (an optional extra), flash attention's variable-length
-kernel straight on the rows.
+mask where the blocks would not save work; a global layer on CPU: :mod:`.global_attention`,
+without the T x T mask or scores kept for the backward pass), or, on CUDA in half
+precision with the ``flash_attn`` package installed (an optional extra), flash attention's
+variable-length kernel straight on the rows.
 """
 
 from functools import cached_property, lru_cache
@@ -16,6 +17,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from .global_attention import global_attention, use_global_kernel
 from .switch import enabled
 from .window import use_window_kernel, window_attention, window_mask
 
@@ -92,6 +94,9 @@ class Layout:
         q, k, v = (self.unpack(t).transpose(1, 2) for t in (q, k, v))  # B x heads x T x d
         if use_window_kernel(self.length, window):
             out = window_attention(q, k, v, self.mask(window, True), window, dropout_p)
+        elif window is None and use_global_kernel(q, dropout_p):
+            real = None if self.padding_mask is None else ~self.padding_mask
+            out = global_attention(q, k, v, real, dropout_p)
         else:
             out = F.scaled_dot_product_attention(q, k, v, self.mask(window, False), dropout_p)
         return self.pack(out.transpose(1, 2))
