@@ -35,6 +35,7 @@ basis of MFU).
     python benchmarks/bench_pretrain.py --fairseq-train       # also time fairseq-train itself
     python benchmarks/bench_pretrain.py --clip --threads 2    # only the gradient clipping
     python benchmarks/bench_pretrain.py --data-only --baseline e99c820   # the loader only
+    python benchmarks/bench_pretrain.py --count --baseline 49d7eaa --threads 1  # host work
 
 See docs/benchmarks.md for results and what limits the speed.
 """
@@ -58,6 +59,7 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 
+from electra_plugin.data.masking import max_predictions, prediction_slots
 from electra_plugin.speed import retain_freed_memory
 from electra_plugin.models.core.flops import executed_train_flops, paper_train_flops
 from electra_plugin.models.generators import model_sizes
@@ -199,16 +201,36 @@ class PluginStep:
             criterion = package.criterions.electra.ElectraCriterion(
                 self.task, cfg.criterion.disc_weight)
         self.trainer = Trainer(cfg, self.task, model, criterion)
+        self.package, self.slots = package, {}
         self.model, self.name, self.device = self.trainer.model, name, device
         # the electra task keeps freed CPU memory unless told not to (allocator.py)
         self.retains_memory = "--release-cpu-memory" not in extra
 
     def step(self, src, target):
+        self.trainer.train_step([self.sample(src, target)])
+
+    def sample(self, src, target):
+        """The batch as the electra task's collater gives it: with this checkout, each row's
+        prediction slots and their weights and the host's count of picked positions (made
+        once per batch, before any timed update); an older revision gets the plain layout."""
         sample = {"id": torch.arange(len(src)),
                   "net_input": {"src_tokens": src, "src_lengths": torch.full(
-                      (len(src),), src.size(1))},
+                      (len(src),), src.size(1), device=src.device)},
                   "target": target, "ntokens": src.numel(), "nsentences": len(src)}
-        self.trainer.train_step([sample])
+        if self.package is not None:
+            return sample
+        key = (target.data_ptr(), target.shape)
+        if key not in self.slots:
+            picked = target.ne(self.task.dictionary.pad())
+            positions, weights = prediction_slots(
+                picked.cpu(), max_predictions(self.task.cfg.mask_prob, src.size(1)))
+            self.slots[key] = (positions.to(src.device), weights.to(src.device),
+                               int(picked.sum()))
+        positions, weights, picked = self.slots[key]
+        sample["net_input"].update(masked_positions=positions, masked_weights=weights,
+                                   has_padding=False)
+        sample["nmasked"] = picked
+        return sample
 
     def forward_context(self):
         """The autocast the trainer's step runs the forward under (for --breakdown's parts):
@@ -437,19 +459,24 @@ def time_steps(runner, batches, device):
     return (time.perf_counter() - start) / len(batches)
 
 
-def row_specs(impls, precision, device, baseline, compile_backend=None):
+def row_specs(impls, precision, device, baseline, compile_backend=None, graphed=False):
     """The rows of one precision: (``--impls`` name, row name, plugin flags); "plugin" gives
     one row per command line of :data:`PLUGIN_MODES` (and the first again with
-    ``--torch-compile`` when ``compile_backend`` is set), "baseline" the first at REV."""
+    ``--torch-compile`` when ``compile_backend`` is set, and with ``--graphed-step`` when
+    ``graphed``), "baseline" the first at REV."""
     rows = []
     for impl in impls:
         if impl == "plugin":
             rows += [(impl, f"plugin {name}", flags)
                      for name, flags in plugin_modes(precision, device)]
+            name, flags = plugin_modes(precision, device)[0]
             if compile_backend:
-                name, flags = plugin_modes(precision, device)[0]
                 rows.append((impl, f"plugin {name} --torch-compile {compile_backend}",
                              flags + ["--torch-compile", compile_backend]))
+            if graphed:
+                backend = ["--torch-compile", compile_backend] if compile_backend else []
+                rows.append((impl, f"plugin {name} --graphed-step",
+                             flags + ["--graphed-step", *backend]))
         elif impl == "baseline":
             rows.append((impl, f"plugin@{baseline}", plugin_modes(precision, device)[0][1]))
         else:
@@ -562,7 +589,7 @@ def run_config(args, arch, length, precision, device, data_root):
     config = SimpleNamespace(arch=arch, length=length, precision=precision, device=device,
                              data_dir=data_dir, ref_dir=Path(tempfile.mkdtemp(dir=data_root)),
                              vocab=vocab, pad=pad)
-    specs = row_specs(args.impls, precision, device, args.baseline, args.compile)
+    specs = row_specs(args.impls, precision, device, args.baseline, args.compile, args.graphed)
     flags = {name: row_flags for _, name, row_flags in specs}
     workers = [Worker(spec, args, config, batches) for spec in specs]
     try:
@@ -909,6 +936,75 @@ def precision_advice(rows):
     return lines
 
 
+# electra_small's depth with near-zero widths: what is left of an update is host work
+NEAR_ZERO = ("--hidden-size", "16", "--num-heads", "4", "--ffn-size", "16",
+             "--embedding-size", "16")
+
+
+def count_rows(args, device, root, batch_size=2, length=16, vocab=64):
+    """Per update of electra_small's depth at near-zero widths (``NEAR_ZERO``, B x T =
+    ``batch_size`` x ``length``, ``vocab`` entries): aten operators, those that are not views,
+    those compiled code issued (one CUDA graph replay on a GPU), host-device syncs, and ms
+    per update (median of ``args.repeats`` runs of ``args.steps``), for the plugin as of
+    ``--baseline`` (with fairseq's per-update checks, as it ran), the plugin eager, the
+    plugin with --graphed-step and the transformers peer."""
+    from omegaconf import OmegaConf
+
+    from electra_plugin.models.core.config import complete_config
+    from electra_plugin.speed.counting import HostWork
+
+    data_dir = write_dictionary(root / f"dict{vocab}", vocab)
+    task = electra_task(data_dir, "electra_small", length, NEAR_ZERO)
+    updates = args.steps
+    batches = make_batches(task, args.warmup + 1 + updates, batch_size, length)
+    batches = [(src.to(device), target.to(device)) for src, target in batches]
+    widths = {k[2:].replace("-", "_"): int(v) for k, v in zip(NEAR_ZERO[::2], NEAR_ZERO[1::2])}
+    cfg = complete_config(OmegaConf.create({"_name": "electra_small", **widths}))
+    graphed = ["--graphed-step", "--torch-compile", args.compile or "inductor"]
+    specs = ([("baseline", f"plugin@{args.baseline}", [], "-deferred")] if args.baseline
+             else []) + [("plugin", "plugin", [], "1"),
+                         ("plugin", "plugin --graphed-step", graphed, "1"),
+                         ("peer", "peer", [], "1")]
+    rows = []
+    for impl, name, flags, switch in specs:
+        os.environ["ELECTRA_SPEED"] = switch  # the baseline ran fairseq's checks
+        if impl == "peer":
+            runner = PeerStep(cfg, vocab, task.dictionary.pad(), device, "fp32")
+        else:
+            package = plugin_at_revision(args.baseline, root) if impl == "baseline" else None
+            runner = PluginStep(data_dir, "electra_small", length, batch_size, device,
+                                flags + list(NEAR_ZERO), package=package, name=name)
+        if impl != "peer":
+            for batch in batches:  # the collater's work, not the update's
+                runner.sample(*batch)
+        for src, target in batches[:args.warmup]:
+            runner.step(src, target)
+        with HostWork() as work:
+            runner.step(*batches[args.warmup])
+        timed = []
+        for _ in range(args.repeats):
+            synchronize(device)
+            start = time.perf_counter()
+            for src, target in batches[args.warmup + 1:]:
+                runner.step(src, target)
+            synchronize(device)
+            timed.append((time.perf_counter() - start) / updates * 1000)
+        rows.append(dict(name=name, operators=work.operators, kernels=work.kernels,
+                         in_graph=work.in_graph, graph_kernels=work.graph_kernels,
+                         syncs=work.syncs, ms=statistics.median(timed)))
+        print(f"{name:>24}: {work.operators:5d} operators, {work.kernels:5d} not views, of "
+              f"which {work.kernels - work.graph_kernels:5d} outside compiled code; "
+              f"{work.syncs:3d} syncs; {rows[-1]['ms']:7.2f} ms/update", flush=True)
+    os.environ.pop("ELECTRA_SPEED")
+    peer = next(r for r in rows if r["name"] == "peer")
+    for r in rows:
+        r["host_ms_vs_peer"] = r["ms"] / peer["ms"]
+    print(f"(electra_small depth, widths {widths}, {batch_size} x {length}, vocab {vocab}, "
+          f"{torch.get_num_threads()} threads; ms: median of {args.repeats} x {updates} "
+          f"updates)")
+    return rows
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -950,6 +1046,10 @@ def main(argv=None):
                    choices=["inductor", "aot_eager"],
                    help="also time each precision's first plugin command line with "
                         "--torch-compile (default backend: inductor)")
+    p.add_argument("--graphed", action="store_true",
+                   help="also time each precision's first plugin command line with "
+                        "--graphed-step (the whole step as one graph; with --compile's "
+                        "backend when given)")
     p.add_argument("--clip", action="store_true",
                    help="only time fairseq's gradient scaling and clipping over each model's "
                         "parameters, ELECTRA_SPEED on and off")
@@ -964,6 +1064,11 @@ def main(argv=None):
                    help="time only the data rows (masked sequences/s of one loader worker)")
     p.add_argument("--plugin-args", nargs=argparse.REMAINDER, default=[],
                    help="extra fairseq options for the plugin (last on the line)")
+    p.add_argument("--count", action="store_true",
+                   help="only count what an update asks of the host at electra_small's "
+                        "depth with near-zero widths: aten operators, host syncs and ms per "
+                        "update, for the plugin (and as of --baseline), the plugin with "
+                        "--graphed-step (--compile's backend) and the peer")
     p.add_argument("--json", type=Path, help="write all results here")
     args = p.parse_args(argv)
 
@@ -977,6 +1082,13 @@ def main(argv=None):
     lengths = args.lengths or [OFFICIAL_LENGTH[m] for m in models]
     if len(lengths) == 1:
         lengths = lengths * len(models)
+    if args.count:
+        quiet()
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = count_rows(args, device, Path(tmp))
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1))
+        return
     if args.clip:
         quiet()
         with tempfile.TemporaryDirectory() as tmp:

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Every GPU figure of docs/benchmarks.md ("GPU") in one run on a one-GPU machine with torch
-# already installed: the CUDA tests, the speed rows against the transformers peer, each body
-# in bf16, then a short pre-training and sentiment trials from it and from random init.
+# already installed: the CUDA tests, what an update asks of the host, the eager, graphed and
+# peer rows at the paper's batches (electra_small 128 x 128, electra_base 32 x 512, bf16),
+# each body in bf16, then a short graphed pre-training and sentiment trials from it and from
+# random init.
 #
 #   OUT=results bash benchmarks/gpu_session.sh [SECONDS]   # SECONDS: the whole budget (560)
 #
@@ -9,8 +11,12 @@
 # "GPU" names them) and gpu_data/{data-bin,sentiment-bin} (the main job's binarized corpus and
 # sentiment set). Each stage runs under what is left of the budget, so a slow stage cuts the later
 # ones instead of losing what was measured; every log lands in $OUT as it is written.
+# TINY=1 runs every stage on the CPU at tiny sizes, with the Python at hand and DATA as the data
+# folder (tests/test_gpu_session.py), so that a GPU's minutes are never lost to a typo.
 set -u
 budget=${1:-560}
+TINY=${TINY:-0}
+data=${DATA:-$PWD/gpu_data}
 start=$SECONDS
 OUT=${OUT:?set OUT to a folder for the results}
 mkdir -p "$OUT"
@@ -25,35 +31,62 @@ stage() {  # stage NAME SECONDS_TO_KEEP_FOR_LATER_STAGES COMMAND...
     echo "   rc=$? in $(( SECONDS - s ))s" | tee -a "$OUT/stages.txt"
 }
 
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
-    .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-  python3 -c "import torch, fairseq, transformers, electra_plugin; print('torch', torch.__version__, 'fairseq', fairseq.__version__, 'transformers', transformers.__version__)"
-  python3 -c "import flash_attn" 2>&1 | tail -1; } > "$OUT/machine.txt" 2>&1
+if [ "$TINY" = 1 ]; then  # the CPU rehearsal: tiny sizes, this environment's Python
+    py=${PYTHON:-python3}; device=cpu; backend=aot_eager; scratch=$OUT/scratch
+    small="--batch-size 2 --lengths 16 --steps 1 --warmup 1 --repeats 1 --vocab 64 --data-batch-size 8 --data-batches 1"
+    base="$small"; arch=electra_tiny; updates=4; seeds="1"; jobs=1
+    bodies="--sizes small --lengths 16 --batch-size 2 --steps 1 --warmup 1 --repeats 1 --vocab 64"
+    count="--steps 1 --warmup 1 --repeats 1"
+    pretrain="task.tokens_per_sample=32 dataset.batch_size=8 task.global_batch_size=8"
+    tiny_model="--plugin-args --hidden-size 16 --num-heads 4 --ffn-size 16 --embedding-size 16"
+    tiny_base="$tiny_model --generator-size 0.25"
+else
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+        .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site:$PWD
+    py=python3; device=cuda; backend=inductor; scratch=/tmp
+    small="--batch-size 128 --lengths 128"; base="--batch-size 32 --lengths 512"
+    arch=electra_small; updates=4000; seeds="1 2 3 4 5"; jobs=5; count=""; pretrain=""
+    bodies="--sizes small base --lengths 128 512 --batch-size 32"; tiny_model=""; tiny_base=""
+fi
+export PYTHONUNBUFFERED=1
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
+  $py -c "import torch, fairseq, transformers, electra_plugin; print('torch', torch.__version__, 'fairseq', fairseq.__version__, 'transformers', transformers.__version__)"
+  $py -c "import flash_attn" 2>&1 | tail -1; } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 
-stage pytest_gpu 330 python3 -m pytest -m gpu -q -p no:cacheprovider --timeout 150 -rA tests
-stage bench_pretrain 200 python3 benchmarks/bench_pretrain.py --device cuda --precisions bf16 \
-    --compile --json "$OUT/bench_pretrain.json"
-stage bench_bodies 150 python3 benchmarks/bench_bodies.py --device cuda --precision bf16 \
-    --sizes small base --lengths 128 512 --batch-size 32 --json "$OUT/bench_bodies.json"
+# per update at electra_small's depth, near-zero widths: operators, syncs, host ms
+stage count 470 $py benchmarks/bench_pretrain.py --count --device $device --compile $backend \
+    $count --json "$OUT/count.json"
+# the paper's batches: eager (--autocast-bf16 and --bf16), graphed, the transformers peer
+stage bench_small 350 $py benchmarks/bench_pretrain.py --device $device --precisions bf16 \
+    --models electra_small $small --impls plugin peer --graphed --compile $backend \
+    --json "$OUT/bench_small.json" $tiny_model
+stage bench_base 240 $py benchmarks/bench_pretrain.py --device $device --precisions bf16 \
+    --models electra_base $base --impls plugin peer --graphed --compile $backend \
+    --json "$OUT/bench_base.json" $tiny_base
 
-# a short pre-training: electra_small, official recipe, bf16, stopped by the clock
-data=$PWD/gpu_data
-stage pretrain 110 python3 -m fairseq_cli.hydra_train --config-dir examples/pretraining/config \
+# a short pre-training at the graphed pace: electra_small, official recipe, bf16 autocast on
+# fp32 weights (the update's checks stay on the device), stopped by the clock
+stage pretrain 130 $py -m fairseq_cli.hydra_train --config-dir examples/pretraining/config \
     --config-name electra_small task.data=$data/data-bin common.user_dir=$PWD/electra_plugin \
-    common.bf16=true common.log_interval=100 optimization.max_update=4000 \
-    lr_scheduler.warmup_updates=400 \
-    optimization.stop_time_hours=$(python3 -c "print(max($(left 160), 30) / 3600)") \
-    checkpoint.save_dir=/tmp/pretrain checkpoint.save_interval_updates=0 \
+    model._name=$arch task.autocast_bf16=true task.graphed_step=true \
+    ++task.torch_compile=$backend common.log_interval=100 optimization.max_update=$updates \
+    lr_scheduler.warmup_updates=400 common.cpu=$([ $device = cpu ] && echo true || echo false) \
+    optimization.stop_time_hours=$($py -c "print(max($(left 130), 30) / 3600)") \
+    checkpoint.save_dir=$scratch/pretrain checkpoint.save_interval_updates=0 \
     checkpoint.no_epoch_checkpoints=true dataset.disable_validation=true \
-    hydra.run.dir=/tmp/pretrain-hydra
-keep=60
-for arm in "--checkpoint /tmp/pretrain/checkpoint_last.pt" "--arch electra_small"; do
-    stage "trials${arm%% *}" $keep python3 -m electra_plugin.cli.finetune trials $arm \
-        --task sentiment=$data/sentiment-bin --seeds 1 2 3 4 5 --jobs 5 --out-dir /tmp/trials
+    hydra.run.dir=$scratch/pretrain-hydra $pretrain
+[ "$TINY" = 1 ] || stage pytest_gpu 100 $py -m pytest -m gpu -q -p no:cacheprovider --timeout 150 -rA tests
+keep=40
+for arm in "--checkpoint $scratch/pretrain/checkpoint_last.pt" "--arch $arch"; do
+    name=trials${arm%% *}  # each arm in a folder of its own
+    stage $name $keep $py -m electra_plugin.cli.finetune trials $arm \
+        --task sentiment=$data/sentiment-bin --seeds $seeds --jobs $jobs \
+        --out-dir $scratch/$name $([ $device = cpu ] && echo --cpu)
+    cp $scratch/$name/trials.md "$OUT/$name.md" 2>/dev/null
     keep=0
 done
-cp /tmp/trials/trials.md "$OUT/trials.md" 2>/dev/null
+stage bench_bodies 0 $py benchmarks/bench_bodies.py --device $device --precision bf16 $bodies \
+    --json "$OUT/bench_bodies.json"
 echo "total $(( SECONDS - start ))s" | tee -a "$OUT/stages.txt"

@@ -9,6 +9,8 @@ every layer one extra factor of ``d`` (google-research/electra issues 51 and 64)
 
 from dataclasses import dataclass, field
 
+import torch
+
 from fairseq.optim import register_optimizer
 from fairseq.optim.adam import Adam, FairseqAdam, FairseqAdamConfig
 
@@ -80,6 +82,13 @@ class ElectraAdam(FairseqAdam):
                 "weight_decay": 0.0 if no_decay else cfg.weight_decay})
             group["params"].append(p)
         return sorted(grouped.values(), key=lambda g: (-g["lr_scale"], g["weight_decay"]))
+
+    def multiply_grads(self, c):
+        """fairseq's, without its pass over every gradient when ``c`` is exactly 1 (one
+        worker, one batch per update: ``sample_size`` is 1)."""
+        if not torch.is_tensor(c) and c == 1:
+            return
+        super().multiply_grads(c)
 
     def clip_grad_norm(self, max_norm, aggregate_norm_fn=None):
         """fairseq's, with the norms taken all at once (:mod:`electra_plugin.speed`)."""

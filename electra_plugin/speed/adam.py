@@ -38,13 +38,17 @@ class MultiTensorAdam(Adam):
         # set for the next step only: 1.0 on the device skips it there (speed/deferred.py)
         self.found_inf = None
 
+    @torch.no_grad()
     def step(self, closure=None):
         found_inf, self.found_inf = self.found_inf, None
         if not self._multi_tensor_ok():
             if found_inf is not None and found_inf.item():  # fairseq's loop cannot skip
                 return None
             return super().step(closure)
-        loss = closure() if closure is not None else None
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
         for group in self.param_groups:
             for step, tensors in self._tensors_by_step(group).items():
                 fused = self.fused if self.fused is not None else not tensors[0][0].is_cuda
@@ -64,15 +68,15 @@ class MultiTensorAdam(Adam):
             state = self.state[p]
             if len(state) == 0:
                 state["step"] = 0
-                state["exp_avg"] = torch.zeros_like(p.data)
-                state["exp_avg_sq"] = torch.zeros_like(p.data)
+                state["exp_avg"] = torch.zeros_like(p)
+                state["exp_avg_sq"] = torch.zeros_like(p)
             else:  # (a loaded state may sit on another device)
-                state["exp_avg"] = state["exp_avg"].to(p.data)
-                state["exp_avg_sq"] = state["exp_avg_sq"].to(p.data)
+                state["exp_avg"] = state["exp_avg"].to(p)
+                state["exp_avg_sq"] = state["exp_avg_sq"].to(p)
             state["step"] += 1
             params, grads, exp_avgs, exp_avg_sqs = by_step[state["step"]]
-            params.append(p.data)
-            grads.append(p.grad.data)
+            params.append(p)  # (no .data: under no_grad, without a detach per tensor)
+            grads.append(p.grad)
             exp_avgs.append(state["exp_avg"])
             exp_avg_sqs.append(state["exp_avg_sq"])
         return by_step

@@ -6,6 +6,7 @@ from running ahead of the GPU. Both can be counted on a CPU, with the same code 
 benchmark (benchmarks/bench_pretrain.py --count) and the tests use this mode.
 """
 
+import sys
 import traceback
 from collections import Counter
 
@@ -43,23 +44,48 @@ def is_sync(func, args) -> bool:
 class HostWork(TorchDispatchMode):
     """``with HostWork() as work: ...`` -> ``work.operators`` (aten operators issued),
     ``work.kernels`` (those that are not views or detaches), ``work.syncs`` and, with
-    ``where=True``, ``work.sync_sites``: a Counter of the Python line that asked for each."""
+    ``where=True``, ``work.sync_sites``: a Counter of the Python line that asked for each.
+
+    ``work.in_graph`` (``work.graph_kernels``): the operators (kernels) that compiled code
+    issued (a ``torch.compile`` graph's own calls, e.g. inductor's matmuls on a CPU), which
+    a GPU replays inside one CUDA graph; the rest the host issues one by one either way."""
 
     def __init__(self, where: bool = False):
         super().__init__()
         self.where = where
-        self.operators = self.kernels = self.syncs = 0
+        self.operators = self.kernels = self.syncs = self.in_graph = self.graph_kernels = 0
         self.sync_sites = Counter()
 
+    @classmethod
+    def is_infra_mode(cls):
+        return True  # it only counts: compiled code runs under it as it runs without it
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        compiled = issued_by_compiled_code()
         self.operators += 1
+        self.in_graph += compiled
         if func.overloadpacket not in FREE_OPS:
             self.kernels += 1
+            self.graph_kernels += compiled
         if is_sync(func, args):
             self.syncs += 1
             if self.where:
                 self.sync_sites[f"{func.overloadpacket.__name__} at {caller()}"] += 1
         return func(*args, **(kwargs or {}))
+
+
+def issued_by_compiled_code(depth: int = 40) -> bool:
+    """Whether a frame of the current call stack is compiled code: inductor's generated
+    module or an FX graph's (aot_eager)."""
+    frame = sys._getframe(2)
+    for _ in range(depth):
+        if frame is None:
+            return False
+        name = frame.f_code.co_filename
+        if "torchinductor" in name or name.startswith("<eval_with_key"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def caller() -> str:
