@@ -128,3 +128,26 @@ def test_the_graphed_step_resumes_exactly(data_bin, tmp_path):
             for name in ("straight", "resumed"))
     for name, tensor in a.items():
         assert torch.equal(tensor, b[name]), name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("options", [dict(encoder_body="modern"),
+                                     dict(generator="two_stage", two_stage_updates=2)])
+def test_a_step_that_cannot_compile_whole_runs_eager_with_one_line(options, caplog):
+    """The modern body's unpadded rows (found by nonzero) and two-stage training's stage test
+    cannot be one graph: the first batch says so in one warning and the step runs eager,
+    equal to the plain step."""
+    from electra_plugin.data.masking import max_predictions, prediction_slots
+    from electra_plugin.speed.compile import compile_step
+
+    (plain, task), (graphed, _) = (tiny_model(dropout=0.0, attention_dropout=0.0,
+                                              temperature=0.0, **options) for _ in range(2))
+    src, target, _, picked = masked_batch(task)
+    positions, weights = prediction_slots(picked, max_predictions(0.15, src.size(1)))
+    assert compile_step(graphed, "aot_eager")
+    with caplog.at_level("WARNING"):
+        outs = [m(src, target=target, masked_positions=positions, masked_weights=weights,
+                  has_padding=True) for m in (graphed, plain)]
+    lines = [r.getMessage() for r in caplog.records if "--graphed-step" in r.getMessage()]
+    assert len(lines) == 1 and "runs eager" in lines[0] and "\n" not in lines[0], lines
+    torch.testing.assert_close(outs[0].main_loss, outs[1].main_loss)

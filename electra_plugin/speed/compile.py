@@ -73,7 +73,7 @@ class GraphedStep:
                 torch._dynamo.maybe_mark_dynamic(tensor, 0)
         try:
             out = self.compiled(src_tokens, *args)
-        except torch._dynamo.exc.Unsupported as error:
+        except torch._dynamo.exc.TorchDynamoException as error:  # (a real error recurs eager)
             if not first:
                 raise
             reason = str(error).strip().splitlines()[0]
