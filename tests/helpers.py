@@ -633,3 +633,19 @@ def prepared_suite(root, spm_data):
         "tasks:\n  opinions: own-bin\n  ner:\n    data: ner-bin\n    batch_size: 4\n"
         "  squad: squad-bin\n  choice: mc-bin\n")
     return root / "suite.yaml"
+
+
+def small_modern_encoder(window: int):
+    """A 4-layer ModernBERT-body encoder (width 32, 2 heads, every third layer global, local
+    layers of ``window`` tokens, no dropout) over a 50-entry vocabulary, seeded."""
+    from omegaconf import OmegaConf
+
+    from electra_plugin.models.bodies import body_named
+    from electra_plugin.models.core.config import EncoderSize
+
+    cfg = OmegaConf.create(dict(embedding_size=32, dropout=0.0, attention_dropout=0.0,
+                                global_attn_every_n_layers=3, local_attention=window,
+                                global_rope_theta=160000.0, local_rope_theta=10000.0))
+    body = body_named("modern")(cfg, 50, 1)
+    torch.manual_seed(0)
+    return body.encoder(body.embeddings(), EncoderSize(4, 32, 2, 64, 32))

@@ -11,6 +11,7 @@ from electra_plugin.speed import unpad
 from electra_plugin.speed.dropout import draw_seed
 from electra_plugin.speed.global_attention import (_chunk_mask, chunked_attention,
                                                    global_attention, use_global_kernel)
+from helpers import small_modern_encoder
 
 
 def masked_attention(q, k, v, real, dropout_mask=None):
@@ -142,16 +143,7 @@ def test_modern_encoder_trains_the_same_through_the_kernel(padded, flash, monkey
     """A 4-layer modern encoder (two global layers) over 48 tokens, a padded batch or not:
     outputs and every parameter's gradient as with the masked SDPA (ELECTRA_SPEED=-global),
     through torch's flash kernel or through the chunks (5 query rows each)."""
-    from omegaconf import OmegaConf
-
-    from electra_plugin.models.bodies import body_named
-    from electra_plugin.models.core.config import EncoderSize
-    cfg = OmegaConf.create(dict(embedding_size=32, dropout=0.0, attention_dropout=0.0,
-                                global_attn_every_n_layers=3, local_attention=8,
-                                global_rope_theta=160000.0, local_rope_theta=10000.0))
-    body = body_named("modern")(cfg, 50, 1)
-    torch.manual_seed(0)
-    encoder = body.encoder(body.embeddings(), EncoderSize(4, 32, 2, 64, 32))
+    encoder = small_modern_encoder(window=8)
     tokens = torch.randint(3, 50, (3, 48), generator=torch.Generator().manual_seed(0))
     if padded:
         tokens[1, 30:] = 1

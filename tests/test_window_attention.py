@@ -8,6 +8,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from electra_plugin.speed.window import (keys_per_query, use_window_kernel, window_attention,
                                          window_mask)
+from helpers import small_modern_encoder
 
 
 def dense_window_attention(q, k, v, real, window):
@@ -61,16 +62,7 @@ def test_modern_layers_train_the_same_through_the_kernel(padded, monkeypatch):
     """A 4-layer modern encoder (16-token window, one global layer) over 160 tokens, rows
     unpadded or not: outputs and every parameter's gradient as with the dense masked path
     (ELECTRA_SPEED=-window)."""
-    from omegaconf import OmegaConf
-
-    from electra_plugin.models.bodies import body_named
-    from electra_plugin.models.core.config import EncoderSize
-    cfg = OmegaConf.create(dict(embedding_size=32, dropout=0.0, attention_dropout=0.0,
-                                global_attn_every_n_layers=3, local_attention=16,
-                                global_rope_theta=160000.0, local_rope_theta=10000.0))
-    body = body_named("modern")(cfg, 50, 1)
-    torch.manual_seed(0)
-    encoder = body.encoder(body.embeddings(), EncoderSize(4, 32, 2, 64, 32))
+    encoder = small_modern_encoder(window=16)
     tokens = torch.randint(3, 50, (2, 160), generator=torch.Generator().manual_seed(0))
     if padded:
         tokens[1, 100:] = 1
