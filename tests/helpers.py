@@ -590,10 +590,10 @@ def python_docs_paragraphs(n):
 NER = "the DT O\ncat NN B-ANI\nsees VB O\na DT O\ndog NN B-ANI\n\nmy PR O\nneighbour NN B-PER\n"
 
 
-def sentence_task_rows(seed=0, **counts) -> dict:
+def sentence_task_rows(rng=None, **counts) -> dict:
     """{split: a binary sentence task's .tsv text (text, label pos/neg)} with ``counts``
-    rows per split (``train=40, dev=16``)."""
-    rng = random.Random(seed)
+    rows per split (``train=40, dev=16``), drawn from ``rng`` (default: seeded 0)."""
+    rng = rng or random.Random(0)
     return {split: "\n".join(["text\tlabel"] + [f"{sentence(rng)}\t{rng.choice(['pos', 'neg'])}"
                                                for _ in range(n)]) + "\n"
             for split, n in counts.items()}
@@ -607,9 +607,10 @@ def prepared_suite(root, spm_data):
     from electra_plugin.cli import squad as squad_cli
     from electra_plugin.cli import tag as tag_cli
 
+    rng = random.Random(0)
     own = root / "own"
     own.mkdir()
-    for split, rows in sentence_task_rows(train=40, dev=16).items():
+    for split, rows in sentence_task_rows(rng, train=40, dev=16).items():
         (own / f"{split}.tsv").write_text(rows)
     glue_cli.main(["preprocess", "--task", "opinions", "--text-columns", "0", "--glue-dir",
                    str(own), "--pretrain-data", str(spm_data), "--out-dir", str(root / "own-bin")])
