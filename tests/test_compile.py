@@ -76,7 +76,7 @@ def graphed_run(data, save, *extra, backend="aot_eager"):
     """A train_cmd with --graphed-step (aot_eager: the whole-step capture, no code
     generation) that prints torch.compile's counters when the run is over."""
     cmd = train_cmd(data, save, "--graphed-step", "--torch-compile", backend,
-                    "--disable-validation", "--no-epoch-checkpoints", *extra)
+                    "--no-epoch-checkpoints", *extra)
     return [sys.executable, "-c", COUNTING_TRAIN, *cmd[3:]]
 
 
@@ -93,6 +93,7 @@ def test_the_graphed_step_is_one_graph_equal_to_the_eager_step(data_bin, tmp_pat
     # the tiny valid split: 80 sentences of --batch-size 8 over --tokens-per-sample 32
     # blocks leaves a short last batch
     extra = ("--train-subset", "valid", "--max-update", "8")
+    # validated at each epoch's end: eval runs the eager step, no second graph
     graphed = run(graphed_run(data_bin, tmp_path / "graphed", *extra), env=env)
     assert graphed.returncode == 0, graphed.stderr[-3000:]
     assert "the step runs as one compiled graph" in graphed.stdout + graphed.stderr
@@ -104,6 +105,7 @@ def test_the_graphed_step_is_one_graph_equal_to_the_eager_step(data_bin, tmp_pat
     assert eager.returncode == 0, eager.stderr[-3000:]
     logged = [records(p.stdout) for p in (graphed, eager)]
     assert [r["num_updates"] for r in logged[0]] == [r["num_updates"] for r in logged[1]]
+    assert records(graphed.stdout, tag="valid"), "no validation ran"
     epochs = [r.get("epoch") for r in logged[0]]
     assert len(set(epochs)) > 1, "the run did not cross an epoch's short last batch"
     for a, b in zip(*logged):
@@ -118,7 +120,7 @@ def test_the_graphed_step_is_one_graph_equal_to_the_eager_step(data_bin, tmp_pat
 @pytest.mark.slow
 def test_the_graphed_step_resumes_exactly(data_bin, tmp_path):
     """4 graphed updates straight equal 2 + a resume + 2, weight for weight."""
-    extra = ("--train-subset", "valid")
+    extra = ("--train-subset", "valid", "--disable-validation")
     straight = run(graphed_run(data_bin, tmp_path / "straight", *extra, "--max-update", "4"))
     assert straight.returncode == 0, straight.stderr[-3000:]
     for updates in ("2", "4"):

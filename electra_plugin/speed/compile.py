@@ -12,7 +12,7 @@ fixed prediction slots make possible (no shape depends on the masked count), wit
 graphs on a GPU (``mode="reduce-overhead"``: one replay per step instead of a launch per
 operator). The batch dimension is marked dynamic, so that an epoch's short last batch
 reuses the graph, and every batch takes the padded layout (an attention mask), so that a
-batch with padding does too. A configuration the compiler cannot take whole falls back to the eager
+batch with padding does too; validation runs the eager step (no second graph for eval mode). A configuration the compiler cannot take whole falls back to the eager
 step at its first batch, with one log line. The modules and their state-dict keys are
 unchanged.
 """
@@ -61,7 +61,7 @@ class GraphedStep:
                  has_padding=None):
         # every batch takes the padded layout (one graph, not one per layout)
         args = (target, masked_positions, masked_weights, True)
-        if self.fell_back:
+        if self.fell_back or not self.eager.__self__.training:  # validation: eager, no graph
             return self.eager(src_tokens, *args)
         first = self.compiled is None
         if first:
@@ -84,4 +84,8 @@ class GraphedStep:
         if first:
             logger.info(f"--graphed-step: the step runs as one compiled graph "
                         f"({self.backend}{', CUDA graphs' if src_tokens.is_cuda else ''})")
+        if src_tokens.is_cuda:  # a CUDA graph's outputs are overwritten by its next replay;
+            # the logs wait for --log-interval (speed/deferred.py), so they get their own copy
+            out = out._replace(logs={k: v.clone() if torch.is_tensor(v) else v
+                                     for k, v in out.logs.items()})
         return out
