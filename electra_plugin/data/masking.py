@@ -152,10 +152,10 @@ class ElectraMaskingDataset(BaseWrapperDataset):
         picked = (self._pick_pieces if self.word_starts is None else self._pick_words)(
             streams, tokens, candidates, slots)
         picked &= picked.cumsum(1) <= slots  # a whole word longer than the cap: its start
-        positions = picked.flatten().nonzero().squeeze(1)
+        slot_positions, weights = prediction_slots(picked, slots)
+        positions = slot_positions[weights.bool()]  # the picked ones, ascending
         src = tokens.clone()
         src.view(-1)[positions] = self._replacements(streams, tokens, positions)
-        slot_positions, weights = prediction_slots(picked, slots)
         return {
             "id": ids,
             "net_input": {"src_tokens": src, "src_lengths": lengths,

@@ -199,7 +199,8 @@ class ElectraModel(BaseFairseqModel):
         into B x T: a fixed number of slots per row) with ``masked_weights`` (M: 1 at a picked
         position, 0 at a padding slot), and ``has_padding``, which the task's collater gives,
         keep every shape independent of how many tokens were picked and spare the host-device
-        syncs of finding them here (without them: M = the picked positions, a sync). The comments say what the default
+        syncs of finding them here (without them: M = the picked positions, a sync). The
+        comments say what the default
         (``--objective electra``, ``--generator masked_lm``) does; the variants plug in as
         ``self.generator_kind`` and ``self.objective``. Returns both losses; the
         ``electra`` criterion weights and adds them. The parts run under profiler labels

@@ -49,8 +49,7 @@ class _BitMaskDropout(torch.autograd.Function):
     def forward(ctx, x, below):
         # A lane's low 15 bits minus ``below`` is negative exactly for kept elements, so
         # the arithmetic shift by 15 leaves -1 (all bits set) where kept and 0 where dropped.
-        lanes = random_int16(x.numel()).view(x.shape)
-        keep = lanes.bitwise_and_(0x7FFF).sub_(below).bitwise_right_shift_(15)
+        keep = _keep_lanes(random_int16(x.numel()).view(x.shape), below)
         ctx.save_for_backward(keep.to(torch.int8))
         ctx.scale = 2**15 / below
         return x * _scaled_mask(keep, x.dtype, ctx.scale)
@@ -83,7 +82,7 @@ def _bits_of(value: float, dtype, as_int) -> int:
     return struct.unpack(code[1], struct.pack(code[0], value))[0]
 
 
-def random_int16(n: int, seed: Optional[int] = None, start: int = 0) -> torch.Tensor:
+def random_int16(n: int, seed: Optional[torch.Tensor] = None, start: int = 0) -> torch.Tensor:
     """n uniformly random int16 values from SplitMix64 over a counter.
 
     The counter's seed is drawn from torch's generator (unless given), so
@@ -110,11 +109,15 @@ def keep_below(p: float) -> int:
     return round((1.0 - p) * 2**15)
 
 
-def scaled_keep_mask(shape, p: float, dtype, seed: int, start: int = 0) -> torch.Tensor:
+def scaled_keep_mask(shape, p: float, dtype, seed, start: int = 0) -> torch.Tensor:
     """:class:`Dropout`'s multiplier (``1 / keep probability`` where kept, 0 where dropped)
     of ``shape`` from the lanes ``random_int16(numel, seed, start)``: a part of a dropout
     mask recomputed where keeping it would cost memory."""
     below = keep_below(p)
-    lanes = random_int16(math.prod(shape), seed, start).view(shape)
-    keep = lanes.bitwise_and_(0x7FFF).sub_(below).bitwise_right_shift_(15)
+    keep = _keep_lanes(random_int16(math.prod(shape), seed, start).view(shape), below)
     return _scaled_mask(keep, dtype, 2**15 / below)
+
+
+def _keep_lanes(lanes, below: int) -> torch.Tensor:
+    """-1 where a lane keeps its element, 0 where it drops it (in place on ``lanes``)."""
+    return lanes.bitwise_and_(0x7FFF).sub_(below).bitwise_right_shift_(15)
