@@ -6,11 +6,14 @@
 # random init.
 #
 #   OUT=results bash benchmarks/gpu_session.sh [SECONDS]   # SECONDS: the whole budget (560)
+#   STAGES="count bench_small pytest_gpu" OUT=results bash benchmarks/gpu_session.sh 300
 #
 # Needs, in the checkout: .whl/ (fairseq and what the machine lacks, as wheels: docs/benchmarks.md
 # "GPU" names them) and gpu_data/{data-bin,sentiment-bin} (the main job's binarized corpus and
-# sentiment set). Each stage runs under what is left of the budget, so a slow stage cuts the later
-# ones instead of losing what was measured; every log lands in $OUT as it is written.
+# sentiment set). Each stage runs under its weight's share of what is left of the budget, so
+# a stage that ends early leaves its time to the later ones and a slow one is cut instead of
+# losing what was measured; every log lands in $OUT as it is written. STAGES picks stages
+# (count bench_small bench_base pretrain pytest_gpu trials bench_bodies: all by default).
 # TINY=1 runs every stage on the CPU at tiny sizes, with the Python at hand and DATA as the data
 # folder (tests/test_gpu_session.py), so that a GPU's minutes are never lost to a typo.
 set -u
@@ -19,12 +22,28 @@ TINY=${TINY:-0}
 data=${DATA:-$PWD/gpu_data}
 start=$SECONDS
 OUT=${OUT:?set OUT to a folder for the results}
+STAGES=${STAGES:-count bench_small bench_base pretrain pytest_gpu trials bench_bodies}
+[ "$TINY" = 1 ] && STAGES=${STAGES/pytest_gpu/}  # the GPU tests skip on a CPU
 mkdir -p "$OUT"
-left() { echo $(( budget - (SECONDS - start) - ${1:-0} )); }
-stage() {  # stage NAME SECONDS_TO_KEEP_FOR_LATER_STAGES COMMAND...
-    local name=$1 keep=$2; shift 2
-    local t; t=$(left "$keep")
-    if [ "$t" -lt 20 ]; then echo "== $name: skipped, ${t}s left" | tee -a "$OUT/stages.txt"; return; fi
+weight() {  # seconds each stage took its share of in a 560 s budget
+    case $1 in count) echo 80;; bench_small) echo 110;; bench_base) echo 90;; pretrain) echo 80;;
+               pytest_gpu) echo 110;; trials*) echo 40;; bench_bodies) echo 30;; esac; }
+pending=""  # the chosen stages not yet run, in order
+for name in count bench_small bench_base pretrain pytest_gpu trials--checkpoint trials--arch \
+            bench_bodies; do
+    [[ " $STAGES " == *" ${name%%--*} "* ]] && pending="$pending $name "
+done
+share() {  # share NAME: NAME's seconds, its weight over those of the stages still to run
+    local rest=1 other
+    for other in $pending; do rest=$(( rest + $(weight "$other") )); done
+    echo $(( (budget - (SECONDS - start)) * $(weight "$1") / rest ))
+}
+stage() {  # stage NAME COMMAND...: a chosen stage, under its share
+    local name=$1; shift
+    [[ "$pending" == *" $name "* ]] || return 0
+    local t; t=$(share "$name")
+    pending=${pending/ $name / }
+    if [ "$t" -lt 20 ]; then echo "== $name: skipped, ${t}s for it" | tee -a "$OUT/stages.txt"; return; fi
     echo "== $name (limit ${t}s)" | tee -a "$OUT/stages.txt"
     local s=$SECONDS
     timeout "$t" "$@" > "$OUT/$name.txt" 2>&1
@@ -32,7 +51,7 @@ stage() {  # stage NAME SECONDS_TO_KEEP_FOR_LATER_STAGES COMMAND...
 }
 
 if [ "$TINY" = 1 ]; then  # the CPU rehearsal: tiny sizes, this environment's Python
-    py=${PYTHON:-python3}; device=cpu; backend=aot_eager; scratch=$OUT/scratch
+    py=${PYTHON:-python3}; device=cpu; backend=aot_eager; graphed_backend="--compile aot_eager"; scratch=$OUT/scratch
     small="--batch-size 2 --lengths 16 --steps 1 --warmup 1 --repeats 1 --vocab 64 --data-batch-size 8 --data-batches 1"
     base="$small"; arch=electra_tiny; updates=4; seeds="1"; jobs=1
     bodies="--sizes small --lengths 16 --batch-size 2 --steps 1 --warmup 1 --repeats 1 --vocab 64"
@@ -44,7 +63,7 @@ else
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
         .whl/*.whl || exit 1
     export PYTHONPATH=/tmp/site:$PWD
-    py=python3; device=cuda; backend=inductor; scratch=/tmp
+    py=python3; device=cuda; backend=inductor; graphed_backend=""; scratch=/tmp
     small="--batch-size 128 --lengths 128"; base="--batch-size 32 --lengths 512"
     arch=electra_small; updates=4000; seeds="1 2 3 4 5"; jobs=5; count=""; pretrain=""
     bodies="--sizes small base --lengths 128 512 --batch-size 32"; tiny_model=""; tiny_base=""
@@ -56,37 +75,35 @@ export PYTHONUNBUFFERED=1
 cat "$OUT/machine.txt"
 
 # per update at electra_small's depth, near-zero widths: operators, syncs, host ms
-stage count 470 $py benchmarks/bench_pretrain.py --count --device $device --compile $backend \
+stage count $py benchmarks/bench_pretrain.py --count --device $device --compile $backend \
     $count --json "$OUT/count.json"
 # the paper's batches: eager (--autocast-bf16 and --bf16), graphed, the transformers peer
-stage bench_small 350 $py benchmarks/bench_pretrain.py --device $device --precisions bf16 \
-    --models electra_small $small --impls plugin peer --graphed --compile $backend \
+stage bench_small $py benchmarks/bench_pretrain.py --device $device --precisions bf16 \
+    --models electra_small $small --impls plugin peer --graphed $graphed_backend \
     --json "$OUT/bench_small.json" $tiny_model
-stage bench_base 240 $py benchmarks/bench_pretrain.py --device $device --precisions bf16 \
-    --models electra_base $base --impls plugin peer --graphed --compile $backend \
+stage bench_base $py benchmarks/bench_pretrain.py --device $device --precisions bf16 \
+    --models electra_base $base --impls plugin peer --graphed $graphed_backend \
     --json "$OUT/bench_base.json" $tiny_base
 
 # a short pre-training at the graphed pace: electra_small, official recipe, bf16 autocast on
 # fp32 weights (the update's checks stay on the device), stopped by the clock
-stage pretrain 130 $py -m fairseq_cli.hydra_train --config-dir examples/pretraining/config \
+stage pretrain $py -m fairseq_cli.hydra_train --config-dir examples/pretraining/config \
     --config-name electra_small task.data=$data/data-bin common.user_dir=$PWD/electra_plugin \
     model._name=$arch task.autocast_bf16=true task.graphed_step=true \
     ++task.torch_compile=$backend common.log_interval=100 optimization.max_update=$updates \
     lr_scheduler.warmup_updates=400 common.cpu=$([ $device = cpu ] && echo true || echo false) \
-    optimization.stop_time_hours=$($py -c "print(max($(left 130), 30) / 3600)") \
+    optimization.stop_time_hours=$($py -c "print(max($(share pretrain) - 40, 20) / 3600)") \
     checkpoint.save_dir=$scratch/pretrain checkpoint.save_interval_updates=0 \
     checkpoint.no_epoch_checkpoints=true dataset.disable_validation=true \
     hydra.run.dir=$scratch/pretrain-hydra $pretrain
-[ "$TINY" = 1 ] || stage pytest_gpu 100 $py -m pytest -m gpu -q -p no:cacheprovider --timeout 150 -rA tests
-keep=40
+stage pytest_gpu $py -m pytest -m gpu -q -p no:cacheprovider --timeout 150 -rA tests
 for arm in "--checkpoint $scratch/pretrain/checkpoint_last.pt" "--arch $arch"; do
     name=trials${arm%% *}  # each arm in a folder of its own
-    stage $name $keep $py -m electra_plugin.cli.finetune trials $arm \
+    stage $name $py -m electra_plugin.cli.finetune trials $arm \
         --task sentiment=$data/sentiment-bin --seeds $seeds --jobs $jobs \
         --out-dir $scratch/$name $([ $device = cpu ] && echo --cpu)
     cp $scratch/$name/trials.md "$OUT/$name.md" 2>/dev/null
-    keep=0
 done
-stage bench_bodies 0 $py benchmarks/bench_bodies.py --device $device --precision bf16 $bodies \
+stage bench_bodies $py benchmarks/bench_bodies.py --device $device --precision bf16 $bodies \
     --json "$OUT/bench_bodies.json"
 echo "total $(( SECONDS - start ))s" | tee -a "$OUT/stages.txt"

@@ -1,6 +1,6 @@
 """What only a CUDA GPU can show, run first on a GPU machine with ``pytest -m gpu``: every
-precision against fp32 over a few updates of electra_adam, --amp's update with the real CUDA
-GradScaler, two-stage freezing. (Compile: tests/test_compile.py; evaluation on the GPU:
+precision against fp32 over a few updates of electra_adam, --graphed-step against the eager
+step, --amp's update with the real CUDA GradScaler, two-stage freezing. (Compile: tests/test_compile.py; evaluation on the GPU:
 the GLUE and SQuAD tests.) Skipped without CUDA; the CPU emulations of each are in
 test_precision.py, test_training.py and test_compile.py."""
 
@@ -59,6 +59,22 @@ def test_each_precision_trains_like_fp32(precision, fp32_run, data_bin, tmp_path
     state = checkpoint(tmp_path / "checkpoint_last.pt")
     assert all(torch.isfinite(v).all() for v in state["model"].values())
     assert state["cfg"]["common"]["tpu"] is False
+
+
+@pytest.mark.parametrize("switch", ["1", "+cudagraphs"])
+def test_the_graphed_step_trains_like_the_eager_step(switch, fp32_run, data_bin, tmp_path,
+                                                     monkeypatch):
+    """--graphed-step on CUDA (inductor; with ELECTRA_SPEED=+cudagraphs also replayed as CUDA
+    graphs: update 1 runs, 2 records, 3 and 4 replay) logs what the eager step logs."""
+    monkeypatch.setenv("ELECTRA_SPEED", switch)
+    out = gpu_train(data_bin, tmp_path, "--graphed-step")
+    assert "the step runs as one compiled graph" in out, out[-3000:]
+    assert ("CUDA graphs" in out) == (switch == "+cudagraphs")
+    logs = records(out)
+    assert [r["num_updates"] for r in logs] == [r["num_updates"] for r in fp32_run]
+    for graphed, eager in zip(logs, fp32_run):
+        for key, atol in TOLERANCE["amp"].items():  # fused kernels round like TF32 does
+            assert abs(graphed[key] - eager[key]) <= atol, (key, graphed, eager)
 
 
 @pytest.mark.parametrize("body", ["deberta", "modern"])

@@ -252,12 +252,13 @@ class ElectraModel(BaseFairseqModel):
             with stage("discriminator"):
                 hidden, _ = self.discriminator.encode(corrupted, layout, token_types)
                 main, copy = self.objective.predict(self, hidden, positions)
-        out = PretrainingOutput(
+        step = dict(
             generator_log_probs=gen_log_probs, baseline_logits=baseline,
             masked_targets=masked_targets, positions=positions, masked_weights=weights,
             corrupted=corrupted,
             original=original, replaced=replaced, padding_mask=padding_mask,
             main=main, copy=copy, disc_hidden=hidden, noise_log_probs=noise_log_probs)
+        out = PretrainingOutput(**step)
         # 6. losses: BCE averaged over the non-pad tokens, and the generator's cross-entropy
         #    averaged over the masked positions
         main_loss = gen_loss = per_token = None
@@ -268,7 +269,9 @@ class ElectraModel(BaseFairseqModel):
             if generator is not None:
                 gen_loss, gen_logs = generator.loss(self, out, per_token)
                 logs.update(gen_logs)
-        return out._replace(main_loss=main_loss, generator_loss=gen_loss, logs=logs)
+        # built anew, not by _replace: torch 2.11's compiler cannot return a tuple that
+        # _replace made inside the graph
+        return PretrainingOutput(**step, main_loss=main_loss, generator_loss=gen_loss, logs=logs)
 
     def read_segment_types(self):
         """Whether pairs get BERT's segment types (--segment-token-types, or what a loaded

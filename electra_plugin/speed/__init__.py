@@ -24,7 +24,7 @@ part                      fast path                                   plain path
 ``compile_encoders``      ``torch.compile`` of each encoder           eager
                           (``--torch-compile``)
 ``compile_step``          the whole pre-training step as one graph    eager
-                          (``--graphed-step``; CUDA graphs on GPUs)
+                          (``--graphed-step``; CUDA graphs: ``+cudagraphs``)
 ``deferred``              the update's finiteness checks and logs     fairseq's checks
                           stay on the device until --log-interval     after every update
                           (``ELECTRA_SPEED=-deferred``)

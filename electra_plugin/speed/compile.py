@@ -8,9 +8,11 @@ may then run flash attention) and a tensor otherwise: at most two graphs per enc
 
 The step: :meth:`ElectraModel.electra_step` (generator, sampling, corruption,
 discriminator, losses) forward and backward under ``fullgraph=True``, which the collater's
-fixed prediction slots make possible (no shape depends on the masked count), with CUDA
-graphs on a GPU (``mode="reduce-overhead"``: one replay per step instead of a launch per
-operator). The batch dimension is marked dynamic, so that an epoch's short last batch
+fixed prediction slots make possible (no shape depends on the masked count). On a GPU,
+``ELECTRA_SPEED=+cudagraphs`` also replays it as CUDA graphs (``mode="reduce-overhead"``: one
+replay per step instead of a launch per kernel); it is off unless asked for, because with
+torch 2.11 on an H200 the backward's first replay stopped on cudagraph trees' liveness check
+(docs/benchmarks.md, "GPU"). The batch dimension is marked dynamic, so that an epoch's short last batch
 reuses the graph, and every batch takes the padded layout (an attention mask), so that a
 batch with padding does too; validation runs the eager step (no second graph for eval mode). A configuration the compiler cannot take whole falls back to the eager
 step at its first batch, with one log line. The modules and their state-dict keys are
@@ -21,7 +23,7 @@ import logging
 
 import torch
 
-from .switch import enabled
+from .switch import asked, enabled
 
 logger = logging.getLogger(__name__)
 
@@ -50,12 +52,12 @@ def compile_step(model, backend: str) -> bool:
 
 
 class GraphedStep:
-    """``electra_step`` compiled whole at its first batch (CUDA graphs if it is on a GPU);
-    the eager step if that batch's step cannot compile."""
+    """``electra_step`` compiled whole at its first batch (CUDA graphs on a GPU if asked
+    for); the eager step if that batch's step cannot compile."""
 
     def __init__(self, eager, backend: str):
         self.eager, self.backend = eager, backend
-        self.compiled = self.fell_back = None
+        self.compiled = self.fell_back = self.cudagraphs = None
 
     def __call__(self, src_tokens, target, masked_positions=None, masked_weights=None,
                  has_padding=None):
@@ -65,15 +67,19 @@ class GraphedStep:
             return self.eager(src_tokens, *args)
         first = self.compiled is None
         if first:
+            self.cudagraphs = src_tokens.is_cuda and asked("cudagraphs")
             self.compiled = torch.compile(
                 self.eager, backend=self.backend, fullgraph=True,
-                mode="reduce-overhead" if src_tokens.is_cuda else None)
+                mode="reduce-overhead" if self.cudagraphs else None)
+        if self.cudagraphs:  # each call is a new iteration: the last one's outputs are free
+            torch.compiler.cudagraph_mark_step_begin()
         for tensor in (src_tokens, *args):  # B x ... inputs (the slots B*P): any batch size
             if torch.is_tensor(tensor) and tensor.dim() > 0:
                 torch._dynamo.maybe_mark_dynamic(tensor, 0)
         try:
             out = self.compiled(src_tokens, *args)
-        except torch._dynamo.exc.TorchDynamoException as error:  # (a real error recurs eager)
+        except Exception as error:  # the compiler's own errors are not all its exception
+            # class (torch 2.11 raises AssertionError); a real error of the step recurs eager
             if not first:
                 raise
             reason = str(error).strip().splitlines()[0]
@@ -83,8 +89,8 @@ class GraphedStep:
             return self.eager(src_tokens, *args)
         if first:
             logger.info(f"--graphed-step: the step runs as one compiled graph "
-                        f"({self.backend}{', CUDA graphs' if src_tokens.is_cuda else ''})")
-        if src_tokens.is_cuda:  # a CUDA graph's outputs are overwritten by its next replay;
+                        f"({self.backend}{', CUDA graphs' if self.cudagraphs else ''})")
+        if self.cudagraphs:  # a CUDA graph's outputs are overwritten by its next replay;
             # the logs wait for --log-interval (speed/deferred.py), so they get their own copy
             out = out._replace(logs={k: v.clone() if torch.is_tensor(v) else v
                                      for k, v in out.logs.items()})
