@@ -49,7 +49,7 @@ setup(
     extras_require={
         # (5: the export's ElectraConfig(dtype=...) and tokenizers-backed BertTokenizer;
         # protobuf: transformers' sentencepiece converter reads the model file with it).
-        # electra_plugin/optional.py names the modules each feature imports.
+        # electra_plugin/install/optional.py names the modules each feature imports.
         "hf": ["transformers>=5", "safetensors", "protobuf"],
         # fairseq's --tensorboard-logdir writes nothing without a writer package
         "tensorboard": ["tensorboardX>=2.6"],
@@ -57,6 +57,6 @@ setup(
         "bleu": ["sacrebleu>=2"],  # electra-score rerank's corpus BLEU
         # the modern body's variable-length attention on CUDA (a CUDA build; never needed)
         "flash": ["flash-attn>=2.5"],
-        "test": ["pytest>=7", "sacrebleu>=2"],
+        "test": ["pytest>=7", "pytest-xdist>=3", "sacrebleu>=2"],  # xdist: -n auto
     },
 )

@@ -23,13 +23,13 @@ import subprocess
 import sys
 import time
 
-from electra_plugin.demo import (discriminator_at_work, first_valid_sentence, plot_curves,
-                                 preset_cmd, pretraining_progress)
-from electra_plugin.errors import PREFIX, ElectraUsageError
+from electra_plugin.cli.demo import (discriminator_at_work, first_valid_sentence, plot_curves,
+                                     preset_cmd, pretraining_progress)
 from electra_plugin.finetuning import report, trials
 from electra_plugin.finetuning.statistics import compare_paired, format_summary
-from electra_plugin.logs import configure_logging
-from electra_plugin.partial_output import unusable_destination, written_whole
+from electra_plugin.user_io.errors import PREFIX, ElectraUsageError
+from electra_plugin.user_io.logs import configure_logging
+from electra_plugin.user_io.partial_output import unusable_destination, written_whole
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(REPO, "scripts")

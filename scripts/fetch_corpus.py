@@ -28,7 +28,7 @@ import zipfile
 
 from registry import PACKAGES, default_cache_dir, fetch_package
 
-from electra_plugin.errors import ElectraUsageError, command_line
+from electra_plugin.user_io.errors import ElectraUsageError, command_line
 
 
 def log(msg):

@@ -18,7 +18,7 @@ import tarfile
 from registry import default_cache_dir, fetch_package, log, read_member
 
 from electra_plugin.data.tokenizer import normalize_whitespace
-from electra_plugin.errors import ElectraUsageError, command_line
+from electra_plugin.user_io.errors import ElectraUsageError, command_line
 
 INNER = "additional_resources/hutto_ICWSM_2014.tar.gz"
 SNIPPETS = "movieReviewSnippets_GroundTruth.txt"

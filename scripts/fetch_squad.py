@@ -21,7 +21,7 @@ import tempfile
 
 from registry import default_cache_dir, log
 
-from electra_plugin.errors import ElectraUsageError, command_line
+from electra_plugin.user_io.errors import ElectraUsageError, command_line
 
 BIGBENCH = "bigbench==1.0.0"
 SHIFTS_DIR = "bigbench/benchmark_tasks/squad_shifts/"

@@ -16,7 +16,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 
-from electra_plugin.errors import ElectraUsageError
+from electra_plugin.user_io.errors import ElectraUsageError
 
 
 @dataclass(frozen=True)

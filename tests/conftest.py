@@ -2,11 +2,13 @@
 pre-training run) and the fast tier's rule: a test not marked slow spawns no
 electra-prepare, fairseq-preprocess or fairseq-(hydra-)train."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from electra_plugin.cli import prepare
 from helpers import PLUGIN, binarize, run, write_corpus
@@ -17,6 +19,14 @@ SLOW_COMMANDS = {"electra-prepare", "electra_plugin.cli.prepare", "fairseq-prepr
                  "fairseq-hydra-train", "fairseq_cli.hydra_train", "electra-train",
                  "electra_plugin.cli.train"}
 _current = {"item": None}  # the test being set up, run or torn down
+
+
+def pytest_configure(config):
+    """Under pytest-xdist each worker gets its share of the cores for in-process torch (the
+    subprocesses a test starts run on one thread: helpers.run)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
 @pytest.hookimpl(hookwrapper=True)

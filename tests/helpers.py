@@ -22,10 +22,10 @@ from tokenizers.normalizers import BertNormalizer
 from tokenizers.pre_tokenizers import BertPreTokenizer
 
 from electra_plugin.convert import model_cli_args
-from electra_plugin.errors import ElectraUsageError, usage_error_in_chain
 from electra_plugin.models.electra import ElectraModel
 from electra_plugin.optim.layer_decay import ElectraAdamConfig
 from electra_plugin.tasks.electra_pretraining import ElectraPretrainingConfig, ElectraPretrainingTask
+from electra_plugin.user_io.errors import ElectraUsageError, usage_error_in_chain
 
 # ------------------------------------------------------------- corpus, commands
 

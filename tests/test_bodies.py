@@ -11,11 +11,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from electra_plugin.errors import ElectraUsageError
 from electra_plugin.models.bodies import BODIES, body_named
 from electra_plugin.models.core.config import EncoderSize, option_default
 from electra_plugin.models.electra import init_bert_params
 from electra_plugin.models.generators import model_sizes
+from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import (assert_main_error, assert_usage_error, assert_usage_line, masked_batch,
                      records, run, tiny_model, train_cmd)
 

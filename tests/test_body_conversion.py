@@ -12,7 +12,7 @@ transformers = pytest.importorskip("transformers")
 from safetensors.torch import load_file  # noqa: E402
 
 from electra_plugin.convert import from_hf, to_hf  # noqa: E402
-from electra_plugin.errors import ElectraUsageError  # noqa: E402
+from electra_plugin.user_io.errors import ElectraUsageError  # noqa: E402
 from conversion_helpers import (FAIRSEQ_INDEX, FAMILIES, MASK_ID, SIZES, VOCAB,  # noqa: E402
                                 assert_close, bert_batch, hf_model, load_fairseq, save_hf)
 

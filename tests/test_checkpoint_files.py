@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from electra_plugin.cli import choice, convert, extract, finetune, glue, score, squad, tag
-from electra_plugin.errors import ElectraUsageError
 from electra_plugin.models.core.checkpoint import write_checkpoint
 from electra_plugin.models.electra import ElectraModel
+from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import (assert_main_error, assert_usage_error, assert_usage_line, digest,
-                     tiny_model, train_cmd, write_rte)
+                     tiny_model, train_cmd)
 
 # kind -> (a writer of such a file at a path, a phrase of the line it gets)
 KINDS = {

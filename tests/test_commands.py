@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from electra_plugin.cli.vocabulary import HelpFormatter, VOCABULARY
-from electra_plugin.errors import ElectraUsageError
+from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import assert_usage_line
 
 COMMANDS = {f"electra-{m}": importlib.import_module(f"electra_plugin.cli.{m}")
@@ -123,6 +123,16 @@ def test_results_print_as_text_or_as_json(capsys):
     assert js == '{"split": "valid", "f1": 81.234}'
 
 
+def test_every_command_shares_one_tail():
+    """Each command's console script (and a subcommand command's main) comes from
+    electra_plugin/cli/command.py, not from lines repeated in its module."""
+    for name, module in COMMANDS.items():
+        assert module.cli.__module__ == "electra_plugin.cli.command", name
+        if any(isinstance(a, argparse._SubParsersAction)
+               for a in module.build_parser()._actions) and name != "electra-convert":
+            assert module.main.__module__ == "electra_plugin.cli.command", name
+
+
 JSON_COMMANDS = [(name, parser) for name, parser in PARSERS
                  if any("--json" in a.option_strings for a in parser._actions)]
 
@@ -150,8 +160,8 @@ def test_json_stdout_is_the_one_object_alone(name, parser, capsys, monkeypatch):
         print_result({"split": "valid", "f1": 50.0}, args.json, "tagging valid")
 
     for as_json in (True, False):
-        monkeypatch.setattr(module, "parse_args",
-                            lambda argv=None: argparse.Namespace(json=as_json, run=work))
+        monkeypatch.setattr(argparse.ArgumentParser, "parse_args",  # the command's parser
+                            lambda self, argv=None: argparse.Namespace(json=as_json, run=work))
         module.main([])
         out, err = capsys.readouterr()
         if as_json:
@@ -164,10 +174,10 @@ def test_json_stdout_is_the_one_object_alone(name, parser, capsys, monkeypatch):
 def test_long_loops_log_their_progress(caplog, monkeypatch):
     """Off a terminal (a job's log), a loop logs how far it is every ELECTRA_PROGRESS_SECONDS
     (here every item) and once at its end."""
-    from electra_plugin.progress import progress
+    from electra_plugin.user_io.progress import progress
 
     monkeypatch.setenv("ELECTRA_PROGRESS_SECONDS", "0")
-    with caplog.at_level(logging.INFO, logger="electra_plugin.progress"):
+    with caplog.at_level(logging.INFO, logger="electra_plugin.user_io.progress"):
         assert list(progress(iter("abc"), 3, "predicting valid")) == ["a", "b", "c"]
     lines = [r.getMessage() for r in caplog.records]
     assert [line.split(" (")[0] for line in lines] == [

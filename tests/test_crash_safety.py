@@ -11,9 +11,9 @@ import time
 import pytest
 import torch
 
-from electra_plugin.models.core.checkpoint_file import checkpoint_damage
 from electra_plugin.cli import convert, extract, glue, prepare
-from electra_plugin.errors import ElectraUsageError
+from electra_plugin.models.core.checkpoint_file import checkpoint_damage
+from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import (
     PLUGIN, CreatesAFile, assert_main_error, assert_same_params, assert_usage_error, checkpoint,
     digest, failure, records, run, train_cmd, train_in_process, write_corpus, write_rte,

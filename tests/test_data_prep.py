@@ -14,7 +14,7 @@ from electra_plugin.cli import prepare
 from electra_plugin.data import documents
 from electra_plugin.data import tokenizer as tokmod
 from electra_plugin.data.wordpiece import load_vocab, vocab_to_fairseq_indices, write_fairseq_dict
-from electra_plugin.errors import ElectraUsageError
+from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import SPECIALS, VARIED, python_docs_paragraphs, vocab_for
 
 REPO = Path(__file__).resolve().parents[1]

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from electra_plugin import demo
+from electra_plugin.cli import demo
 from helpers import REPO, failure, run
 
 
@@ -52,8 +52,8 @@ def curves_in_a_process(tmp_path, configure: bool, **kwargs):
     """Draw the demo's curves in a fresh process, its logging set up as scripts/demo.py's
     main() sets it up (or left as importing fairseq leaves it)."""
     code = ("import sys\n"
-            "from electra_plugin.demo import plot_curves\n"
-            "from electra_plugin.logs import configure_logging\n"
+            "from electra_plugin.cli.demo import plot_curves\n"
+            "from electra_plugin.user_io.logs import configure_logging\n"
             + ("configure_logging('demo')\n" if configure else "")
             + "plot_curves(sys.argv[1], sys.argv[2])\n")
     return run([sys.executable, "-c", code, write_log(tmp_path / "pretrain.log"),

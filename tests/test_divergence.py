@@ -106,7 +106,7 @@ def test_amp_loss_scale_at_its_minimum_on_cpu(tmp_path, data_bin):
     from fairseq.trainer import Trainer
 
     from helpers import built_from_command_line
-    from electra_plugin.errors import ElectraUsageError
+    from electra_plugin.user_io.errors import ElectraUsageError
 
     cfg, task, model = built_from_command_line(
         data_bin, "--amp", "--min-loss-scale", "1e38", "--save-dir", str(tmp_path / "ck"))

@@ -10,11 +10,11 @@ import torch
 from omegaconf import OmegaConf
 
 from electra_plugin.criterions.electra import ElectraCriterion
-from electra_plugin.errors import ElectraUsageError
 from electra_plugin.models.core.contract import BatchLayout
 from electra_plugin.models.core.flops import (paper_discriminator_output, paper_encoder_flops,
                                               paper_generator_output)
 from electra_plugin.models.objectives import OBJECTIVES, PretrainingOutput
+from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import (assert_same_params, assert_usage_error, built_from_command_line,
                      checkpoint, failure, masked_batch, records, run, sample_for, tiny_model,
                      train_cmd)

@@ -113,7 +113,7 @@ def test_resuming_in_a_save_dir_of_another_size_keeps_its_checkpoint(tmp_path, d
 def test_library_code_raises_a_catchable_error(tmp_path, monkeypatch):
     """In Python (hub interface, notebooks, servers) the error is an ordinary ValueError,
     whatever the process's command line looks like."""
-    from electra_plugin.errors import ElectraUsageError
+    from electra_plugin.user_io.errors import ElectraUsageError
     from electra_plugin.models.electra import ElectraModel
 
     monkeypatch.setattr(sys, "argv", ["fairseq-train", "data-bin"])

@@ -7,10 +7,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from electra_plugin.models.core.checkpoint import write_checkpoint
 from electra_plugin.criterions.electra import ElectraCriterion
-from electra_plugin.errors import ElectraUsageError
+from electra_plugin.models.core.checkpoint import write_checkpoint
 from electra_plugin.models.core.config import complete_config
+from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import make_task, records, run, sample_for, tiny_model, tiny_model_config, train_cmd
 
 

@@ -93,7 +93,7 @@ def test_hub_interface_on_the_pretrained_model(pretrained, spm_data):
     log_probs = hub.predict("topic", tokens)
     assert log_probs.shape == (1, 3)
     assert torch.allclose(log_probs.exp().sum(-1), torch.ones(1))
-    from electra_plugin.errors import ElectraUsageError
+    from electra_plugin.user_io.errors import ElectraUsageError
 
     with pytest.raises(ElectraUsageError, match="no classification head named 'nope'"):
         hub.predict("nope", tokens)

@@ -9,8 +9,8 @@ import torch
 from scipy.stats import chi2
 
 from electra_plugin.criterions.electra import ElectraCriterion
-from electra_plugin.errors import ElectraUsageError
 from electra_plugin.models.electra import ElectraModel
+from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import assert_one_line_error, records, run, sample_for, tiny_model, train_cmd
 
 DETERMINISTIC = dict(dropout=0.0, attention_dropout=0.0)

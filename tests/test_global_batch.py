@@ -1,10 +1,9 @@
 """The official global batch on any number of GPUs: --global-batch-size derives --update-freq."""
 
 import pytest
-from omegaconf import OmegaConf
 
-from electra_plugin.errors import ElectraUsageError
-from electra_plugin.run_config import update_freq_for
+from electra_plugin.models.core.run_config import update_freq_for
+from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import REPO, built_from_command_line, composed, records, run, train_cmd
 
 CONFIG_DIR = REPO / "examples" / "pretraining" / "config"

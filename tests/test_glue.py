@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from electra_plugin import glue
 from electra_plugin.cli import glue as glue_cli
-from electra_plugin.errors import ElectraUsageError
+from electra_plugin.data import glue
+from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import (
     GLUE, PLUGIN, REPO, assert_usage_error, composed, digest, preprocess, run, sentence,
     train_in_process, write_rte,
@@ -71,7 +71,7 @@ EPOCHS = {"RTE": 10, "STS-B": 10}  # ELECTRA's recipe (PAPER.md): 3 epochs for t
 @pytest.mark.filterwarnings("ignore::UserWarning")  # hydra's deprecation notes
 @pytest.mark.parametrize("name", glue.GLUE_TASKS)
 def test_glue_configs_follow_the_recipe_and_the_task_table(name):
-    """What a task's config restates from electra_plugin.glue (classes, checkpoint metric,
+    """What a task's config restates from electra_plugin.data.glue (classes, checkpoint metric,
     the train set's batches) agrees with it; the recipe's batch, epochs, warm-up and sizes."""
     task = glue.GLUE_TASKS[name]
     config = REPO / "examples" / "glue" / "config"

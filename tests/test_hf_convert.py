@@ -38,11 +38,6 @@ from transformers import (  # noqa: E402
     ElectraModel,
 )
 
-from electra_plugin.models.core.checkpoint import (  # noqa: E402
-    build_fairseq_config,
-    load_checkpoint,
-    write_checkpoint,
-)
 from electra_plugin.cli import convert  # noqa: E402
 from electra_plugin.convert import from_hf, model_cli_args, to_hf  # noqa: E402
 from electra_plugin.convert.keys import (  # noqa: E402
@@ -55,10 +50,15 @@ from electra_plugin.convert.keys import (  # noqa: E402
     symbols,
 )
 from electra_plugin.data.tokenizer import load_tokenizer  # noqa: E402
-from electra_plugin.errors import ElectraUsageError  # noqa: E402
-from electra_plugin.models.loading import GDES_DELTA  # noqa: E402
+from electra_plugin.models.core.checkpoint import (  # noqa: E402
+    build_fairseq_config,
+    load_checkpoint,
+    write_checkpoint,
+)
 from electra_plugin.models.core.encoder import DisentangledEmbedding  # noqa: E402
 from electra_plugin.models.hub_interface import from_pretrained as hub  # noqa: E402
+from electra_plugin.models.loading import GDES_DELTA  # noqa: E402
+from electra_plugin.user_io.errors import ElectraUsageError  # noqa: E402
 
 SMALL = dict(embedding_size=128, hidden_size=256, num_hidden_layers=12, num_attention_heads=4,
              intermediate_size=1024)

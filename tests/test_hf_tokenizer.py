@@ -615,7 +615,7 @@ def test_finetune_an_imported_bpe_checkpoint(tmp_path):
 
 
 def test_tokenizer_from_errors_are_one_line(spm_dir, corpus, tmp_path):
-    from electra_plugin.errors import ElectraUsageError
+    from electra_plugin.user_io.errors import ElectraUsageError
 
     base = ["--train", str(corpus / "valid.txt"), "--destdir", str(tmp_path / "out")]
     for extra, phrase in ((["--tokenizer-from", str(tmp_path)], "has no electra_tokenizer.json"),

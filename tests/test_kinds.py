@@ -19,11 +19,11 @@ from electra_plugin.cli import glue as glue_cli
 from electra_plugin.criterions.sentence import SentenceMetricsCriterion
 from electra_plugin.criterions.tagging import TaggingCriterion
 from electra_plugin.data import conll
-from electra_plugin.errors import ElectraUsageError
 from electra_plugin.finetuning import report
 from electra_plugin.finetuning.kinds import (KINDS, TASK_FILE, PreparedTask, hf_heads,
                                              read_task_file, write_task_file)
 from electra_plugin.finetuning.suite import read_suite
+from electra_plugin.user_io.errors import ElectraUsageError
 
 USER_KINDS = REPO / "tests" / "user_kinds"
 

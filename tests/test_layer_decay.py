@@ -6,7 +6,7 @@ from fairseq import optim
 from fairseq.optim.lr_scheduler import build_lr_scheduler
 from omegaconf import OmegaConf
 
-from electra_plugin.errors import ElectraUsageError
+from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import electra_adam_cfg, masked_batch, tiny_model
 
 

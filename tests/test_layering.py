@@ -20,7 +20,7 @@ PACKAGE = REPO / "electra_plugin"
 ROOT = "electra_plugin"  # the package's __init__: registers everything (this name only)
 LAYERS = [
     # commands: what a user runs
-    (ROOT, "electra_plugin.__main__", "electra_plugin.cli", "electra_plugin.demo"),
+    (ROOT, "electra_plugin.__main__", "electra_plugin.cli"),
     # what fairseq loads by name, the tools around checkpoints, the run's safety machinery
     ("electra_plugin.tasks", "electra_plugin.criterions", "electra_plugin.convert",
      "electra_plugin.finetuning", "electra_plugin.run"),
@@ -28,15 +28,14 @@ LAYERS = [
     ("electra_plugin.models",),
     # its variants, one file each
     ("electra_plugin.models.generators", "electra_plugin.models.objectives"),
-    # what every model is built from and stored as; the optimizer and the speed work
+    # what every model is built from and stored as (the run settings it completes, the AUC
+    # counts it logs); the optimizer and the speed work
     ("electra_plugin.models.core", "electra_plugin.models.bodies", "electra_plugin.optim",
      "electra_plugin.speed"),
-    # data (never the models) and the run settings checked before the trainer is built
-    ("electra_plugin.data", "electra_plugin.glue", "electra_plugin.run_config"),
-    # the base everything may use
-    ("electra_plugin.errors", "electra_plugin.logs", "electra_plugin.output_dir",
-     "electra_plugin.optional", "electra_plugin.partial_output", "electra_plugin.splitmix",
-     "electra_plugin.auc", "electra_plugin.locations", "electra_plugin.progress"),
+    # data, never the models: corpora, vocabularies, masking, the task formats
+    ("electra_plugin.data",),
+    # the base everything may use: what a user sees of a command, what is installed where
+    ("electra_plugin.user_io", "electra_plugin.install"),
 ]
 
 

@@ -8,8 +8,8 @@ import torch
 from omegaconf import OmegaConf
 from helpers import REPO, composed, tiny_model
 
-from electra_plugin.errors import ElectraUsageError
 from electra_plugin.models.core.checkpoint import remember_settings
+from electra_plugin.user_io.errors import ElectraUsageError
 
 
 def saved_weights(model):

@@ -14,8 +14,8 @@ from fairseq import checkpoint_utils, metrics
 from omegaconf import OmegaConf
 from sklearn.metrics import roc_auc_score
 
-from electra_plugin.auc import auc_from_counts, auc_pair_counts
 from electra_plugin.criterions.electra import ElectraCriterion, feature_spread
+from electra_plugin.models.core.auc import auc_from_counts, auc_pair_counts
 from electra_plugin.models.electra import ElectraModel
 from electra_plugin.tasks.electra_pretraining import (
     ElectraPretrainingConfig,

@@ -9,12 +9,12 @@ import torch.nn.functional as F
 from fairseq import options
 from omegaconf import OmegaConf
 
-from electra_plugin.errors import ElectraUsageError
-from electra_plugin.models.core.flops import paper_train_flops
-from electra_plugin.models.generators import model_sizes
 from electra_plugin.models.core.config import complete_config
+from electra_plugin.models.core.flops import paper_train_flops
 from electra_plugin.models.electra import ElectraModel
+from electra_plugin.models.generators import model_sizes
 from electra_plugin.models.loading import GDES_DELTA
+from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import make_task, masked_batch, tiny_model, tiny_model_config
 
 OFFICIAL = {  # (layers, hidden, heads, ffn, embedding) and generator (hidden, heads, ffn)

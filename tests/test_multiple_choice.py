@@ -12,7 +12,7 @@ import torch
 
 from electra_plugin.cli import choice as choice_cli
 from electra_plugin.data import multiple_choice as mc
-from electra_plugin.errors import ElectraUsageError
+from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import (OBJECTS, PLUGIN, SUBJECTS, VERBS, assert_main_error, assert_usage_line,
                      command, failure, records, run)
 

@@ -10,10 +10,10 @@ import torch.nn.functional as F
 from fairseq import checkpoint_utils
 
 from electra_plugin.criterions.electra import ElectraCriterion
-from electra_plugin.errors import ElectraUsageError
-from electra_plugin.models.core.flops import paper_encoder_flops, paper_train_flops
 from electra_plugin.models.core.config import EncoderSize
+from electra_plugin.models.core.flops import paper_encoder_flops
 from electra_plugin.models.objectives import OBJECTIVES
+from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import (
     assert_usage_error, hydra_train, import_plugin, make_task, records, run, sample_for,
     tiny_model, train_cmd,

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from electra_plugin import optional
 from electra_plugin.data.fast_tokenizer import sentencepiece_tokenizer
-from electra_plugin.errors import ElectraUsageError
+from electra_plugin.install import optional
+from electra_plugin.user_io.errors import ElectraUsageError
 
 
 def declared_extras():

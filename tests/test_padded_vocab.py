@@ -17,7 +17,7 @@ from safetensors.torch import load_file  # noqa: E402
 
 from electra_plugin.convert import from_hf, to_hf  # noqa: E402
 from electra_plugin.data import tokenizer as tokmod  # noqa: E402
-from electra_plugin.errors import ElectraUsageError  # noqa: E402
+from electra_plugin.user_io.errors import ElectraUsageError  # noqa: E402
 from conversion_helpers import LETTERS, TEXTS, WORDS, hf_model, load_fairseq  # noqa: E402
 from helpers import run, train_from_model_cfg  # noqa: E402
 

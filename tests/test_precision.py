@@ -7,10 +7,10 @@ import torch
 from fairseq import optim
 from fairseq.optim.fp16_optimizer import FP16Optimizer
 
-from electra_plugin.auc import auc_from_counts, auc_pair_counts
-from electra_plugin.errors import ElectraUsageError
-from electra_plugin.models.electra import init_bert_params
+from electra_plugin.models.core.auc import auc_from_counts, auc_pair_counts
 from electra_plugin.models.core.heads import ElectraDiscriminatorPredictions
+from electra_plugin.models.electra import init_bert_params
+from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import (
     adam_cfg, amp_optimizer, built_from_command_line, masked_batch, one_update, tiny_model,
 )

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from electra_plugin.errors import ElectraUsageError
-from electra_plugin.run.scale_out import continued_position
 from electra_plugin.run.save_dir_lock import LOCK_FILE
+from electra_plugin.run.scale_out import continued_position
+from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import (assert_metrics_equal, assert_same_params, assert_usage_error, binarize,
                      checkpoint, ddp_options, ddp_train, free_port, records, run_together,
                      train, train_cmd, write_corpus)

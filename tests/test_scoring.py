@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from electra_plugin.cli import score as score_cli
-from electra_plugin.errors import ElectraUsageError
 from electra_plugin.finetuning import scoring
 from electra_plugin.models.electra import ElectraModel
+from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import SHORT, assert_main_error, assert_usage_line, tiny_model
 
 

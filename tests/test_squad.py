@@ -17,7 +17,7 @@ from electra_plugin.cli import squad as squad_cli
 from electra_plugin.data import squad as sq
 from electra_plugin.data import squad_answers as answers
 from electra_plugin.data.tokenizer import WordPieceTextTokenizer, load_tokenizer
-from electra_plugin.errors import ElectraUsageError
+from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import (
     LONG, PLUGIN, REPO, SHORT, answer, assert_main_error, assert_usage_error, run, squad_json,
     write_json,

@@ -9,12 +9,11 @@ import statistics
 
 import pytest
 
-from electra_plugin import glue
 from electra_plugin.cli import finetune as finetune_cli
 from electra_plugin.cli import glue as glue_cli
+from electra_plugin.data import glue
 from electra_plugin.finetuning import statistics as st
 from electra_plugin.finetuning import report
-from electra_plugin.finetuning import trials as tr
 from helpers import assert_main_error, sentence, write_rte
 
 

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from electra_plugin.errors import ElectraUsageError
 from electra_plugin.models.generators import GENERATOR_KINDS, generator_kind
 from electra_plugin.models.objectives import OBJECTIVES, objective_named
+from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import records, run, train_cmd
 
 THROWAWAY = '''

@@ -23,11 +23,10 @@ Examples:
       [--pretrain-data data-bin/news] [--vocab vocab.txt] [--head NAME] [--force]
 """
 
-import sys
 
+from electra_plugin.cli.command import console
 from electra_plugin.cli.vocabulary import (command_parser, positional_renamed, renamed,
                                            subcommand)
-from electra_plugin.errors import command_line
 
 
 def build_parser():
@@ -73,12 +72,8 @@ def build_parser():
     return p
 
 
-def parse_args(argv=None):
-    return build_parser().parse_args(argv)
-
-
 def main(argv=None):
-    args = parse_args(argv)
+    args = build_parser().parse_args(argv)
     from electra_plugin.convert import from_hf, to_hf
 
     if args.command == "import":
@@ -107,9 +102,7 @@ def main(argv=None):
                   "files; ids are fairseq dictionary ids (see VOCABULARY.md)")
 
 
-def cli():
-    """The console script: :func:`main` with its usage errors as one line."""
-    sys.exit(command_line(main))
+cli = console(main)
 
 
 if __name__ == "__main__":

@@ -9,13 +9,13 @@ Example:
   electra-extract --checkpoint checkpoints/checkpoint_best.pt --out disc.pt
 """
 
-import sys
 
+from electra_plugin.cli.command import console
 from electra_plugin.cli.vocabulary import command_parser, positional_renamed, renamed
 
 from electra_plugin.models.core.checkpoint import load_checkpoint, write_checkpoint
-from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.models.loading import FINETUNING_PARTS, fold_embedding_delta
+from electra_plugin.user_io.errors import ElectraUsageError
 
 
 def extract(checkpoint, out, overwrite=False):
@@ -53,9 +53,7 @@ def main(argv=None):
     extract(args.checkpoint, args.out, args.force)
 
 
-def cli():
-    """The console script: :func:`main` with its usage errors as one line."""
-    sys.exit(command_line(main))
+cli = console(main)
 
 
 if __name__ == "__main__":

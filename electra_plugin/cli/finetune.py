@@ -27,13 +27,13 @@ Examples:
 
 import os
 import shlex
-import sys
 
+from electra_plugin.cli.command import console, subcommands
 from electra_plugin.cli.vocabulary import command_parser, renamed, subcommand
-from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.finetuning import report
 from electra_plugin.finetuning import trials as tr
 from electra_plugin.finetuning.suite import read_suite, with_overrides
+from electra_plugin.user_io.errors import ElectraUsageError
 
 
 def run_trials(args):
@@ -165,19 +165,8 @@ def build_parser():
     return p
 
 
-def parse_args(argv=None):
-    return build_parser().parse_args(argv)
-
-
-def main(argv=None):
-    args = parse_args(argv)
-    args.run(args)
-    return 0
-
-
-def cli():
-    """The console script: :func:`main` with its usage errors as one line."""
-    sys.exit(command_line(main))
+main = subcommands(build_parser)
+cli = console(main)
 
 
 if __name__ == "__main__":

@@ -33,9 +33,10 @@ import json
 import logging
 import os
 import shutil
-import sys
 import tempfile
 
+from electra_plugin.cli.command import console
+from electra_plugin.cli.vocabulary import command_parser, renamed
 from electra_plugin.data import tokenizer as tokmod
 from electra_plugin.data.binarize import STAGING_PREFIX, binarize_text
 from electra_plugin.data.documents import (MIN_DOCUMENTS_TO_SPLIT, check_input,
@@ -43,10 +44,9 @@ from electra_plugin.data.documents import (MIN_DOCUMENTS_TO_SPLIT, check_input,
                                            document_line_counts, write_splits)
 from electra_plugin.data.sentencepiece_training import train_sentencepiece
 from electra_plugin.data.staging import install_file, publish
-from electra_plugin.cli.vocabulary import command_parser, renamed
-from electra_plugin.errors import ElectraUsageError, command_line
-from electra_plugin.output_dir import refuse_existing
-from electra_plugin.partial_output import removed_on_failure, unusable_destination
+from electra_plugin.user_io.errors import ElectraUsageError
+from electra_plugin.user_io.output_dir import refuse_existing
+from electra_plugin.user_io.partial_output import removed_on_failure, unusable_destination
 
 SPM_MODEL_FILE = "spm.model"
 WORDPIECE_VOCAB_FILE = "vocab.txt"
@@ -337,9 +337,7 @@ def _prepare(args, destdir, work, lowercase):
     return 0
 
 
-def cli():
-    """The console script: :func:`main` with its usage errors as one line."""
-    sys.exit(command_line(main))
+cli = console(main)
 
 
 if __name__ == "__main__":

@@ -27,11 +27,12 @@ import logging
 import os
 import sys
 
-from electra_plugin.cli.vocabulary import (add_json, command_parser, json_output, print_result,
+from electra_plugin.cli.command import console, subcommands
+from electra_plugin.cli.vocabulary import (add_json, command_parser, print_result,
                                            renamed, subcommand)
-from electra_plugin.errors import ElectraUsageError, command_line
 from electra_plugin.finetuning import scoring
-from electra_plugin.partial_output import written_whole
+from electra_plugin.user_io.errors import ElectraUsageError
+from electra_plugin.user_io.partial_output import written_whole
 
 logger = logging.getLogger(__name__)
 DEFAULT_GRID = "0,0.001,0.002,0.005,0.01,0.02,0.05,0.1,0.2,0.5,1"
@@ -166,20 +167,8 @@ def build_parser():
     return p
 
 
-def parse_args(argv=None):
-    return build_parser().parse_args(argv)
-
-
-def main(argv=None):
-    args = parse_args(argv)
-    with json_output(args):
-        args.run(args)
-    return 0
-
-
-def cli():
-    """The console script: :func:`main` with its usage errors as one line."""
-    sys.exit(command_line(main))
+main = subcommands(build_parser)
+cli = console(main)
 
 
 if __name__ == "__main__":

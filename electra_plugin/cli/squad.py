@@ -22,18 +22,18 @@ import logging
 import os
 import random
 import shutil
-import sys
 
+from electra_plugin.cli.command import console, subcommands
+from electra_plugin.cli.vocabulary import (add_json, command_parser, print_result,
+                                           renamed, subcommand)
 from electra_plugin.data import squad as sq
 from electra_plugin.data import squad_answers
-from electra_plugin.data.dictionary import load_dictionary
 from electra_plugin.data.binarize import writable_destdir
-from electra_plugin.cli.vocabulary import (add_json, command_parser, json_output, print_result,
-                                           renamed, subcommand)
-from electra_plugin.errors import ElectraUsageError, command_line
+from electra_plugin.data.dictionary import load_dictionary
 from electra_plugin.finetuning.kinds import record_task
-from electra_plugin.output_dir import refuse_existing
-from electra_plugin.partial_output import removed_on_failure
+from electra_plugin.user_io.errors import ElectraUsageError
+from electra_plugin.user_io.output_dir import refuse_existing
+from electra_plugin.user_io.partial_output import removed_on_failure
 
 logger = logging.getLogger(__name__)
 
@@ -253,19 +253,8 @@ def build_parser():
     return p
 
 
-def parse_args(argv=None):
-    return build_parser().parse_args(argv)
-
-
-def main(argv=None):
-    args = parse_args(argv)
-    with json_output(args):
-        return args.run(args)
-
-
-def cli():
-    """The console script: :func:`main` with its usage errors as one line."""
-    sys.exit(command_line(main))
+main = subcommands(build_parser)
+cli = console(main)
 
 
 if __name__ == "__main__":

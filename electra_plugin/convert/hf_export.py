@@ -10,23 +10,23 @@ from typing import Dict, List, Optional
 import torch
 from omegaconf import OmegaConf
 
-from ..models.core.checkpoint import import_user_dir, load_checkpoint, task_name
 from ..data.conll import LABELS_FILE
 from ..data.tokenizer import (METADATA_FILE, tokenizer_from_metadata)
 from ..data.wordpiece import load_vocab, vocab_to_fairseq_indices
-from ..errors import ElectraUsageError
 from ..finetuning.kinds import kind_of_fairseq_task
-from ..partial_output import removed_on_failure
-from ..models.generators import GENERATOR_KINDS
 from ..models.bodies import body_of
+from ..models.core.checkpoint import import_user_dir, load_checkpoint, task_name
 from ..models.core.config import complete_config
+from ..models.generators import GENERATOR_KINDS
 from ..models.loading import BOOKKEEPING_KEYS, fold_embedding_delta
+from ..user_io.errors import ElectraUsageError
+from ..user_io.partial_output import removed_on_failure
 from .families import BERT, family_of_body
-from .keys import (COMPONENT_PREFIXES, HeadKind, component_of, expand, head_keys,
-                   head_kind, head_kinds, permute_rows, rename, symbols)
 from .hf_files import (EXPORT_FILES, HF_COPY, HF_ORDER, HF_TOKENIZER_FILES, SPECIAL_ROLES,
                        check_dictionary, encoder_fields, hf_config, prepare_out_dir, read_json,
                        transformers_module)
+from .keys import (COMPONENT_PREFIXES, HeadKind, component_of, expand, head_keys,
+                   head_kind, head_kinds, permute_rows, rename, symbols)
 
 logger = logging.getLogger(__name__)
 

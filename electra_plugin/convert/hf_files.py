@@ -13,12 +13,12 @@ import torch
 from tokenizers import Tokenizer
 from tokenizers.normalizers import BertNormalizer
 
+from ..install.optional import require
 from ..models.core.checkpoint_file import refused_pickle_error
-from ..optional import require
-from ..errors import ElectraUsageError, first_line
-from ..output_dir import refuse_existing
-from ..partial_output import unusable_destination
 from ..models.core.config import EncoderSize
+from ..user_io.errors import ElectraUsageError, first_line
+from ..user_io.output_dir import refuse_existing
+from ..user_io.partial_output import unusable_destination
 
 logger = logging.getLogger(__name__)
 

@@ -11,23 +11,23 @@ from typing import Collection, Dict, List, Optional, Tuple
 import torch
 from tokenizers.models import WordPiece
 
-from ..models.core.checkpoint import task_name, write_checkpoint
 from ..data import fast_tokenizer
 from ..data.conll import LABELS_FILE
 from ..data.tokenizer import (METADATA_FILE, TokenizersTextTokenizer, WordPieceTextTokenizer)
 from ..data.wordpiece import BERT_SPECIAL_TOKENS, load_vocab, vocab_to_fairseq_indices
 from ..data.wordpiece import write_fairseq_dict
-from ..errors import ElectraUsageError, first_line
 from ..finetuning.kinds import kind_of_fairseq_task
+from ..models.core.checkpoint import task_name, write_checkpoint
 from ..models.core.config import SIZE_FIELDS, EncoderSize, cli_options, scaled_size
+from ..user_io.errors import ElectraUsageError, first_line
 from .families import LEGACY_NAMES, Family
-from .keys import (CONFIG_TABLE, HeadKind, head_kinds, expand, head_kind, permute_rows, rename,
-                   symbols)
 from .hf_files import (HF_BUFFERS, HF_COPY, HF_ORDER, HF_TOKENIZER_FILES,
                        SHARED_ENCODER_FIELDS, check_dictionary, encoder_fields,
                        hf_fast_tokenizer, pair_token_type, prepare_out_dir,
                        read_hf_config, read_hf_weights, read_tokenizer_settings,
                        transformers_module)
+from .keys import (CONFIG_TABLE, HeadKind, head_kinds, expand, head_kind, permute_rows, rename,
+                   symbols)
 
 logger = logging.getLogger(__name__)
 

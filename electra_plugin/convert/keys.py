@@ -28,9 +28,9 @@ from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 import torch
 
-from ..errors import ElectraUsageError
 from ..finetuning.kinds import HfHead as HeadKind
 from ..finetuning.kinds import hf_heads
+from ..user_io.errors import ElectraUsageError
 
 __all__ = ["KEY_TABLE", "CONFIG_TABLE", "HF_ARCHITECTURES", "COMPONENT_PREFIXES", "head_kinds",
            "Param", "expand", "rename", "permute_rows", "symbols", "component_of", "head_kind",

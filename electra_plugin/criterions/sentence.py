@@ -1,6 +1,6 @@
 """The sentence_prediction loss with the task's own dev metrics in fairseq's validation:
 accuracy, F1 (of class 1, two classes) and MCC for classes, Pearson and Spearman for a
-regression, computed as ``electra-glue evaluate`` computes them (glue.py's scikit-learn and
+regression, computed as ``electra-glue evaluate`` computes them (data/glue.py's scikit-learn and
 scipy calls), so ``--best-checkpoint-metric f1|mcc|pearson|spearman`` picks by them.
 
 fairseq's own criterion reports them only behind flags and reads the labels back as
@@ -12,7 +12,7 @@ from fairseq.criterions import register_criterion
 from fairseq.criterions.sentence_prediction import (SentencePredictionConfig,
                                                     SentencePredictionCriterion)
 
-from ..glue import METRICS
+from ..data.glue import METRICS
 from .collected import collect, log_derived_scores
 
 PAIRS = "_sentence_pairs"  # (prediction, gold) of every dev example

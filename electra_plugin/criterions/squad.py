@@ -7,7 +7,7 @@ from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
-from ..errors import ElectraUsageError
+from ..user_io.errors import ElectraUsageError
 
 COUNTS = ("windows", "start_correct", "end_correct", "no_answer_windows", "no_answer_correct")
 

@@ -6,7 +6,7 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
 from ..data.conll import IGNORE, is_entity_scheme, tagging_scores
-from ..errors import ElectraUsageError
+from ..user_io.errors import ElectraUsageError
 from .collected import collect, log_derived_scores
 
 SENTENCES = "_tagged_sentences"  # (gold labels, predicted labels) of every dev sentence

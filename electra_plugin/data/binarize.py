@@ -19,9 +19,9 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
-from ..errors import ElectraUsageError
-from ..output_dir import lacks
-from ..partial_output import full_destination, unusable_destination, write_error
+from ..user_io.errors import ElectraUsageError
+from ..user_io.output_dir import lacks
+from ..user_io.partial_output import full_destination, unusable_destination, write_error
 
 # electra-prepare builds its output in a hidden directory of --destdir with this
 # prefix and moves it in when done: one left behind marks an interrupted run.

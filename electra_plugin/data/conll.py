@@ -11,8 +11,8 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..errors import ElectraUsageError
-from ..output_dir import lacks
+from ..user_io.errors import ElectraUsageError
+from ..user_io.output_dir import lacks
 
 IGNORE = -1  # target of a piece that is not a word's first (and of <s>, </s>)
 LABELS_FILE = "labels.txt"

@@ -10,7 +10,7 @@ import os
 
 from fairseq.data import Dictionary
 
-from ..errors import ElectraUsageError, first_line
+from ..user_io.errors import ElectraUsageError, first_line
 from .binarize import STAGING_PREFIX
 
 # Appended after dict.txt's rows, as fairseq's masked_lm and sentence_prediction tasks do.

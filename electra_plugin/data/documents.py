@@ -5,7 +5,7 @@ import math
 import os
 import random
 
-from ..errors import ElectraUsageError
+from ..user_io.errors import ElectraUsageError
 
 # With fewer documents than this, the validation split is made of single lines.
 MIN_DOCUMENTS_TO_SPLIT = 10

@@ -5,7 +5,7 @@ when there is one, the CPU when asked, as fairseq's own commands choose)."""
 import torch
 from fairseq import utils
 
-from ..progress import progress
+from ..user_io.progress import progress
 
 
 def inference_device(cpu: bool) -> torch.device:

@@ -36,8 +36,8 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, proc
 from tokenizers.models import Unigram
 
 from electra_plugin.data.wordpiece import bert_wordpiece
-from electra_plugin.errors import ElectraUsageError
-from electra_plugin.optional import require
+from electra_plugin.install.optional import require
+from electra_plugin.user_io.errors import ElectraUsageError
 
 __all__ = ["FAIRSEQ_SPECIALS", "BERT_NAMES", "sentencepiece_tokenizer", "wordpiece_tokenizer",
            "placeholders", "renumbered", "set_templates", "special_ids", "unk_specials",

@@ -7,7 +7,7 @@ import torch
 from fairseq.data import BaseWrapperDataset, FairseqDataset
 from torch.nn.utils.rnn import pad_sequence
 
-from ..splitmix import shift_right, splitmix64
+from .splitmix import shift_right, splitmix64
 
 logger = logging.getLogger(__name__)
 

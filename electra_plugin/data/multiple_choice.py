@@ -18,9 +18,9 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-from ..errors import ElectraUsageError
-from ..output_dir import lacks
-from ..progress import progress
+from ..user_io.errors import ElectraUsageError
+from ..user_io.output_dir import lacks
+from ..user_io.progress import progress
 from .tokenizer import normalize_whitespace
 
 FORMATS = ("swag", "race", "jsonl")

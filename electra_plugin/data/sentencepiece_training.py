@@ -3,7 +3,7 @@
 import os
 import re
 
-from ..errors import ElectraUsageError
+from ..user_io.errors import ElectraUsageError
 from .documents import iter_lines
 
 

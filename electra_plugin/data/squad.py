@@ -26,8 +26,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import ElectraUsageError
-from ..output_dir import lacks
+from ..user_io.errors import ElectraUsageError
+from ..user_io.output_dir import lacks
 from .binarize import MAX_SEQ_LEN as LONGEST
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import ElectraUsageError
+from ..user_io.errors import ElectraUsageError
 from .squad import SquadExample, SquadMetadata
 
 # The official decoding's defaults (google-research/electra configure_finetuning.py)

@@ -42,7 +42,7 @@ from electra_plugin.data import fast_tokenizer
 from electra_plugin.data.word_cache import WordCache
 from electra_plugin.data.wordpiece import (BERT_TO_FAIRSEQ_SPECIAL, bert_wordpiece,
                                            dict_tokens, fairseq_dict_lines, load_vocab)
-from electra_plugin.errors import ElectraUsageError, first_line
+from electra_plugin.user_io.errors import ElectraUsageError, first_line
 
 __all__ = [
     "METADATA_FILE",

@@ -17,7 +17,7 @@ from tokenizers.models import WordPiece
 from tokenizers.normalizers import BertNormalizer
 from tokenizers.pre_tokenizers import BertPreTokenizer
 
-from electra_plugin.errors import ElectraUsageError
+from electra_plugin.user_io.errors import ElectraUsageError
 
 __all__ = [
     "BERT_SPECIAL_TOKENS",

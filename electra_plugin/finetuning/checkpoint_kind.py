@@ -6,8 +6,8 @@ instead of failing inside fairseq on what that other kind lacks."""
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-from ..errors import ElectraUsageError
 from ..models.core.checkpoint import load_checkpoint, task_name
+from ..user_io.errors import ElectraUsageError
 
 PRETRAINING = "electra"  # the generator and the discriminator with their pre-training heads
 DISCRIMINATOR = "masked_lm"  # the discriminator alone: electra-extract, electra-convert import

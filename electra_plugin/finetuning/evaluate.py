@@ -8,10 +8,10 @@ import os
 
 from ..data import squad_answers as answers
 from ..data.evaluation import inference_device, predict_split, squad_window_logits
-from ..errors import ElectraUsageError
 from ..models.core.checkpoint_file import require_checkpoint_file
 from ..models.hub_interface import from_pretrained
-from ..progress import progress
+from ..user_io.errors import ElectraUsageError
+from ..user_io.progress import progress
 
 logger = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..optional import require
-from ..partial_output import written_whole
+from ..install.optional import require
+from ..user_io.partial_output import written_whole
 from .statistics import FAILED_MARGIN, Summary, format_summary, summarise
 
 # the paper's GLUE score: Spearman for STS-B, MCC for CoLA, accuracy elsewhere; WNLI left out

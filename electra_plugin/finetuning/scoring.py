@@ -24,10 +24,10 @@ import torch
 import torch.nn.functional as F
 
 from ..data.tokenizer import METADATA_FILE
-from ..progress import progress
-from ..errors import ElectraUsageError
+from ..install.optional import require
 from ..models.generators.fast_electra import MASKED_LM_PARTS
-from ..optional import require
+from ..user_io.errors import ElectraUsageError
+from ..user_io.progress import progress
 from .checkpoint_kind import PRETRAINING, read_kind
 
 logger = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import dataclasses
 import os
 from typing import Dict, List, Tuple
 
-from ..errors import ElectraUsageError
+from ..user_io.errors import ElectraUsageError
 
 OVERRIDES = ("lr", "layer_decay", "epochs", "max_update", "batch_size", "warmup",
              "weight_decay")

@@ -7,9 +7,9 @@ import json
 import os
 from typing import List
 
-from ..errors import ElectraUsageError
-from ..glue import TEST_OUTPUTS, GlueTask, get_task
-from ..partial_output import written_whole
+from ..data.glue import TEST_OUTPUTS, GlueTask, get_task
+from ..user_io.errors import ElectraUsageError
+from ..user_io.partial_output import written_whole
 from .evaluate import sentence_predictions
 
 STS_RANGE = (0.0, 5.0)

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..data.binarize import pretraining_data_problem
-from ..errors import PREFIX, ElectraUsageError
-from ..glue import GLUE_TASKS, data_problem, get_task
-from ..partial_output import written_whole
-from ..progress import log_interval
+from ..data.glue import GLUE_TASKS, data_problem, get_task
+from ..user_io.errors import PREFIX, ElectraUsageError
+from ..user_io.partial_output import written_whole
+from ..user_io.progress import log_interval
 from .checkpoint_kind import DISCRIMINATOR, PRETRAINING, read_kind
 from .kinds import KINDS, FinetuningKind, PreparedTask, kind_named, prepared_task
 

@@ -17,19 +17,19 @@ import torch.nn as nn
 from fairseq.models import BaseFairseqModel, register_model
 from torch.profiler import record_function
 
-from ..errors import ElectraUsageError
 from ..optim.layer_decay import tag_parameters
-from ..run_config import complete_for_model, run_config
+from ..user_io.errors import ElectraUsageError
+from .bodies import body_named, body_of
 from .collapse import warn_if_collapsed
+from .core.checkpoint import take_settings
 from .core.config import (ARCH_SIZES, CHECKPOINT_VERSION, ElectraConfig,
                           EncoderSize, complete_config, discriminator_size,
                           register_fairseq_arch)
-from .bodies import body_named, body_of
-from .core.checkpoint import take_settings
 from .core.contract import BatchLayout
 from .core.encoder import DisentangledEmbedding
 from .core.flops import FlopsCounter
 from .core.heads import ElectraClassificationHead, HeadSettings
+from .core.run_config import complete_for_model, run_config
 from .generators import build_generator_kind
 from .loading import (VERSION_KEY, adopt_segment_types, check_fits, check_model_settings,
                       fit_parts)

@@ -8,7 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..data.tokenizer import load_tokenizer
-from ..errors import ElectraUsageError
+from ..user_io.errors import ElectraUsageError
 from .core.checkpoint_file import require_checkpoint_file
 
 

@@ -15,7 +15,7 @@ import logging
 import torch
 from omegaconf import OmegaConf, open_dict
 
-from ..errors import ElectraUsageError
+from ..user_io.errors import ElectraUsageError
 from .bodies import BODIES, body_named, discriminator_options
 from .core.config import (CHECKPOINT_VERSION, arch_generator_layers, arch_generator_size,
                           option_default)

@@ -14,8 +14,8 @@ import torch
 from fairseq.optim import register_optimizer
 from fairseq.optim.adam import Adam, FairseqAdam, FairseqAdamConfig
 
-from ..errors import ElectraUsageError
 from ..speed import MultiTensorAdam, clip_grad_norm_, enabled
+from ..user_io.errors import ElectraUsageError
 
 TAG = "electra"  # key inside p.optim_overrides, which fairseq's fp16 wrapper copies to fp32
 

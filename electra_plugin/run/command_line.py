@@ -2,7 +2,7 @@
 plugin's one line: the function they run a job through (``call_main``), each spawned worker's
 (``distributed_main``) and, for fairseq-hydra-train, which imports the plugin inside its job,
 hydra's reading of the job's result (``JobReturn.return_value``, which raises the job's
-exception) turn an :class:`~electra_plugin.errors.ElectraUsageError`, the error itself or the
+exception) turn an :class:`~electra_plugin.user_io.errors.ElectraUsageError`, the error itself or the
 one fairseq's trainer wrapped it in, into the exit with its line, where fairseq's trainer and
 hydra would print a traceback. A Python caller of the plugin never passes here and gets the
 exception."""
@@ -10,7 +10,7 @@ exception."""
 from fairseq.distributed import utils as distributed_utils
 from hydra.core.utils import JobReturn
 
-from ..errors import usage_error_in_chain
+from ..user_io.errors import usage_error_in_chain
 from .crash_safety import wrap_function, wrap_property
 
 

@@ -53,13 +53,13 @@ from fairseq.logging import metrics
 from fairseq.trainer import Trainer
 from omegaconf import open_dict
 
+from ..models.collapse import warn_if_collapsed
 from ..models.core.checkpoint import remember_settings
 from ..models.core.checkpoint_file import checkpoint_damage, file_error, not_a_checkpoint
-from .integrity import check_binarized
 from ..speed.deferred import hold_logs, norm_on_device
+from ..user_io.errors import ElectraUsageError
 from .divergence import save_finite_only, settle_before_reading, step_or_stop
-from ..errors import ElectraUsageError
-from ..models.collapse import warn_if_collapsed
+from .integrity import check_binarized
 from .save_dir_lock import hold_save_dir
 
 logger = logging.getLogger(__name__)

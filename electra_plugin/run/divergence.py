@@ -17,8 +17,8 @@ import os
 
 import torch
 
-from ..errors import ElectraUsageError
 from ..speed.deferred import log_update, mean_loss, take_pending, trainers_with_pending
+from ..user_io.errors import ElectraUsageError
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import struct
 import numpy as np
 from fairseq.data.indexed_dataset import MMapIndexedDataset, _code_to_dtype
 
-from ..errors import ElectraUsageError
+from ..user_io.errors import ElectraUsageError
 
 MAGIC = MMapIndexedDataset.Index._HDR_MAGIC
 HEADER = len(MAGIC) + 8 + 1 + 8  # magic, version, dtype code, item count

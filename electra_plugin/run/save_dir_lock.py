@@ -20,7 +20,7 @@ import logging
 import os
 import socket
 
-from ..errors import ElectraUsageError
+from ..user_io.errors import ElectraUsageError
 
 try:
     import fcntl

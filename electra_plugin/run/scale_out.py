@@ -28,7 +28,7 @@ from fairseq.data.iterators import EpochBatchIterator
 from fairseq.distributed import utils as distributed_utils
 from fairseq.trainer import Trainer
 
-from ..errors import ElectraUsageError
+from ..user_io.errors import ElectraUsageError
 from .crash_safety import wrap_function, wrap_method
 
 logger = logging.getLogger(__name__)

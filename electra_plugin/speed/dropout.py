@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..splitmix import splitmix64
+from ..data.splitmix import splitmix64
 from .switch import enabled
 
 

@@ -26,11 +26,11 @@ from torch.profiler import record_function
 from ..data.dictionary import MASK_SYMBOL, load_dictionary
 from ..data.masking import ElectraMaskingDataset, word_starts
 from ..data.segment_pairs import SegmentPairDataset
-from ..errors import ElectraUsageError
+from ..models.core.run_config import complete_global_batch
 from ..optim.amp import optimizer_step
-from ..run_config import complete_global_batch
 from ..speed import (COMPILE_BACKENDS, compile_encoders, compile_step,
                      retain_freed_memory)
+from ..user_io.errors import ElectraUsageError
 
 logger = logging.getLogger(__name__)
 SEGMENT_PAIRS = "segment_pairs"

@@ -30,12 +30,12 @@ from omegaconf import II, MISSING
 
 from ..criterions.collected import collect, log_derived_scores
 from ..data import squad_answers
+from ..data.dictionary import MASK_SYMBOL, load_dictionary
 from ..data.evaluation import batch_window_logits
 from ..data.squad import SquadMetadata, split_paths
-from ..errors import ElectraUsageError
 from ..models.core.span_head import SpanHead
 from ..optim.amp import optimizer_step
-from ..data.dictionary import MASK_SYMBOL, load_dictionary
+from ..user_io.errors import ElectraUsageError
 from .electra_pretraining import load_split
 
 logger = logging.getLogger(__name__)

@@ -15,9 +15,9 @@ from omegaconf import II, MISSING
 
 from ..data.conll import IGNORE, LABELS_FILE
 from ..data.dictionary import MASK_SYMBOL, load_dictionary
-from ..errors import ElectraUsageError
 from ..models.core.heads import ElectraTokenClassificationHead
 from ..optim.amp import optimizer_step
+from ..user_io.errors import ElectraUsageError
 from .electra_pretraining import load_split
 
 logger = logging.getLogger(__name__)

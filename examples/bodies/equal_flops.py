@@ -23,7 +23,7 @@ from pathlib import Path
 from fairseq.data import Dictionary
 from omegaconf import OmegaConf
 
-from electra_plugin.demo import preset_cmd
+from electra_plugin.cli.demo import preset_cmd
 from electra_plugin.finetuning import report, trials
 from electra_plugin.models.core.config import complete_config
 from electra_plugin.models.electra import ElectraModel

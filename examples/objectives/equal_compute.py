@@ -32,7 +32,7 @@ from pathlib import Path
 from fairseq.data import Dictionary
 from omegaconf import OmegaConf
 
-from electra_plugin.demo import dev_accuracy_cmd, finetune_cmd
+from electra_plugin.cli.demo import dev_accuracy_cmd, finetune_cmd
 from electra_plugin.models.core.config import complete_config
 from electra_plugin.models.electra import ElectraModel
 from scripts.demo import prepare_corpus, prepare_sentiment  # the demo's data steps

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from electra_plugin.demo import dev_accuracy_cmd, finetune_cmd, log_stats, pretrain_cmd
+from electra_plugin.cli.demo import dev_accuracy_cmd, finetune_cmd, log_stats, pretrain_cmd
 from scripts.demo import prepare_corpus, prepare_sentiment, run  # the demo's data steps
 
 REPO = Path(__file__).resolve().parents[2]

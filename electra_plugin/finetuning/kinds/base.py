@@ -13,7 +13,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from ...errors import ElectraUsageError
+from ...user_io.errors import ElectraUsageError
 
 TASK_FILE = "finetuning_task.json"
 

@@ -4,8 +4,8 @@ each option with a one-logit head; judged by accuracy."""
 import os
 
 from ...data import multiple_choice as mc
-from .registry import register_kind
 from .base import Evaluation, FinetuningKind, HfHead, PreparedTask
+from .registry import register_kind
 
 
 def labels_of(directory, split):
@@ -75,7 +75,7 @@ class ChoiceKind(FinetuningKind):
 
     def write_test_outputs(self, checkpoint, task_cfg, data, out_dir, cpu):
         """test.choices: the chosen option's index (from 0), one example per line."""
-        from ...partial_output import written_whole
+        from ...user_io.partial_output import written_whole
 
         chosen, _ = self.chosen(checkpoint, data, "test", cpu)
         path = os.path.join(out_dir, "test.choices")

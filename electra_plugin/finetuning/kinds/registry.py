@@ -4,7 +4,7 @@ prepared directory."""
 import os
 from typing import Dict, List, Optional
 
-from ...errors import ElectraUsageError
+from ...user_io.errors import ElectraUsageError
 from .base import FinetuningKind, HfHead, PreparedTask, read_task_file, write_task_file
 
 KINDS: Dict[str, FinetuningKind] = {}

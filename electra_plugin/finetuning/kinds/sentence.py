@@ -6,10 +6,10 @@ sentence_prediction_metrics criterion (the dev metrics in fairseq's validation).
 import os
 from typing import List, Sequence
 
-from ...glue import GLUE_TASKS, GlueTask, constant_baseline, data_problem, score
-from ...errors import ElectraUsageError
-from .registry import register_kind
+from ...data.glue import GLUE_TASKS, GlueTask, constant_baseline, data_problem, score
+from ...user_io.errors import ElectraUsageError
 from .base import Evaluation, FinetuningKind, HfHead, PreparedTask
+from .registry import register_kind
 
 # official epochs: 3, 10 for RTE and STS-B (the paper's appendix)
 GLUE_EPOCHS = {"RTE": 10, "STS-B": 10}

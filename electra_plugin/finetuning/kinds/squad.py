@@ -6,8 +6,8 @@ import os
 
 from ...data import squad as sq
 from ...data import squad_answers
-from .registry import register_kind
 from .base import Evaluation, FinetuningKind, HfHead, PreparedTask
+from .registry import register_kind
 
 METRICS = ("f1", "exact")  # the official evaluation's F1 and EM
 
@@ -58,7 +58,7 @@ class SquadKind(FinetuningKind):
         """predictions.json ({question id: answer}, the official evaluation's input)."""
         import json
 
-        from ...partial_output import written_whole
+        from ...user_io.partial_output import written_whole
         from ..evaluate import squad_predictions
 
         preds, _ = squad_predictions(checkpoint, data, "test", cpu)

@@ -5,8 +5,8 @@ the result carries each entity type's precision, recall and F1."""
 import os
 
 from ...data import conll
-from .registry import register_kind
 from .base import Evaluation, FinetuningKind, HfHead, PreparedTask
+from .registry import register_kind
 
 ENTITY_METRICS = ("f1", "precision", "recall", "accuracy")
 
@@ -51,7 +51,7 @@ class TaggingKind(FinetuningKind):
 
     def write_test_outputs(self, checkpoint, task_cfg, data, out_dir, cpu):
         """test.conll: each test word and its predicted label (CoNLL columns)."""
-        from ...partial_output import written_whole
+        from ...user_io.partial_output import written_whole
         from ..evaluate import tagging_predictions
 
         sentences, predicted, _ = tagging_predictions(checkpoint, data, "test", cpu)

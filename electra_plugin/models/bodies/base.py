@@ -5,7 +5,7 @@ from typing import Dict, Optional, Tuple, Type
 
 import torch.nn as nn
 
-from ...errors import ElectraUsageError
+from ...user_io.errors import ElectraUsageError
 from ..core.config import BODY_COMPLETIONS, EncoderSize, option_default, register_arch
 from ..core.contract import Encoder
 from ..core.flops import paper_encoder_flops

@@ -15,7 +15,7 @@ trainer builds a fresh optimizer even without ``--reset-optimizer``.
 
 :func:`load_checkpoint` reads such a file (or one ``fairseq-train`` wrote) and reports a
 missing file, a file that is not a PyTorch checkpoint, or a checkpoint of another model with
-one :class:`~electra_plugin.errors.ElectraUsageError` line.
+one :class:`~electra_plugin.user_io.errors.ElectraUsageError` line.
 """
 
 import argparse
@@ -34,10 +34,10 @@ from fairseq.tasks import TASK_DATACLASS_REGISTRY
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from ...errors import ElectraUsageError, first_line
+from ...user_io.errors import ElectraUsageError, first_line
+from ...user_io.partial_output import written_whole
 from .checkpoint_file import read_checkpoint_file
 from .config import complete_config
-from ...partial_output import written_whole
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from ...errors import ElectraUsageError
+from ...user_io.errors import ElectraUsageError
 
 __all__ = ["read_checkpoint_file", "file_error", "checkpoint_file_error", "require_checkpoint_file",
            "not_a_checkpoint", "checkpoint_damage",

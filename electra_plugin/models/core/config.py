@@ -16,7 +16,7 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY, register_model_architecture
 from omegaconf import OmegaConf, open_dict
 
-from ...errors import ElectraUsageError
+from ...user_io.errors import ElectraUsageError
 
 logger = logging.getLogger(__name__)
 

@@ -1,13 +1,13 @@
 """Where the replacements come from: one generator kind per file (``--generator``);
 :class:`.base.GeneratorKind` is what the step calls."""
 
-from ...errors import ElectraUsageError
+from ...user_io.errors import ElectraUsageError
 from ..core.config import discriminator_size
 from ..objectives import objective_named
-from .base import (GENERATOR_KINDS, GeneratorKind, generator_kind,  # noqa: F401
-                   generator_options, register_generator_kind)
 from . import (adversarial, fast_electra, masked_lm, tied, two_stage,  # noqa: F401,E402
                two_tower, unigram, uniform)
+from .base import (GENERATOR_KINDS, GeneratorKind, generator_kind,  # noqa: F401
+                   generator_options, register_generator_kind)
 
 
 def build_generator_kind(cfg, objective):

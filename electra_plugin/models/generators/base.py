@@ -9,7 +9,7 @@ loading, and its share of the training FLOPs.
 
 from typing import Dict, Optional, Type
 
-from ...errors import ElectraUsageError
+from ...user_io.errors import ElectraUsageError
 from ..core.config import EncoderSize, discriminator_size, option_default
 from ..core.flops import paper_generator_output
 

@@ -13,8 +13,8 @@ import math
 import torch
 from omegaconf import open_dict
 
+from ...user_io.errors import ElectraUsageError
 from ..core.checkpoint import load_checkpoint
-from ...errors import ElectraUsageError
 from ..core.config import complete_config, discriminator_size, scaled_size
 from ..objectives import objective_named
 from .base import frozen, generator_kind, register_generator_kind

@@ -5,8 +5,8 @@ import logging
 
 import torch
 
-from ...errors import ElectraUsageError
-from ...run_config import TORCH_DDP, master_copies, set_logged
+from ...user_io.errors import ElectraUsageError
+from ..core.run_config import TORCH_DDP, master_copies, set_logged
 from .base import register_generator_kind
 from .masked_lm import MaskedLMGenerator
 

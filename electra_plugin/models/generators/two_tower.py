@@ -13,7 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ...errors import ElectraUsageError
+from ...user_io.errors import ElectraUsageError
 from ..core.flops import paper_generator_output
 from ..core.heads import ElectraGeneratorPredictions
 from .base import register_generator_kind

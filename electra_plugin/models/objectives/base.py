@@ -17,7 +17,7 @@ from typing import Dict, NamedTuple, Optional
 
 import torch
 
-from ...errors import ElectraUsageError
+from ...user_io.errors import ElectraUsageError
 from ..core.flops import paper_discriminator_output
 from ..core.heads import ElectraDiscriminatorPredictions, ElectraGeneratorPredictions
 

@@ -20,11 +20,11 @@ from fairseq.tasks import FairseqTask, register_task
 from omegaconf import MISSING
 
 from electra_plugin.data.dictionary import load_dictionary
+from electra_plugin.data.glue import pearson
 from electra_plugin.data.tokenizer import load_tokenizer
 from electra_plugin.finetuning.kinds import (Evaluation, FinetuningKind, PreparedTask,
                                              record_task, register_kind)
-from electra_plugin.glue import pearson
-from electra_plugin.output_dir import lacks
+from electra_plugin.user_io.output_dir import lacks
 
 PAD_SCORE = -100.0  # the target of <s>, </s> and padding: not scored
 

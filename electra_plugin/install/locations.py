@@ -5,10 +5,10 @@ repository keeps them (``examples/NAME/config``)."""
 import importlib.util
 import os
 
-from .errors import ElectraUsageError
+from ..user_io.errors import ElectraUsageError
 
 RECIPES = ("pretraining", "glue")
-PLUGIN = os.path.dirname(os.path.abspath(__file__))
+PLUGIN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # electra_plugin/
 
 
 def user_dir() -> str:

@@ -12,7 +12,7 @@ import logging
 
 from omegaconf import OmegaConf, open_dict
 
-from .errors import ElectraUsageError
+from ...user_io.errors import ElectraUsageError
 
 logger = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ import numpy as np
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-from .errors import ElectraUsageError
-from .output_dir import lacks
+from ..user_io.errors import ElectraUsageError
+from ..user_io.output_dir import lacks
 
 
 # written by electra-glue preprocess beside the test splits: the task, each split's server

@@ -10,10 +10,11 @@ import os
 import re
 import sys
 
-from .optional import require
-from .partial_output import written_whole
+from ..install.locations import user_dir
+from ..install.optional import require
+from ..user_io.partial_output import written_whole
 
-PLUGIN = os.path.dirname(os.path.abspath(__file__))
+PLUGIN = user_dir()
 
 
 def pretrain_cmd(data, save_dir, updates, seed, log_path):
@@ -38,7 +39,7 @@ def finetune_cmd(data, save_dir, updates, seed, restore=None, model=("--arch", "
     No layer-wise lr decay: the official 0.8 (for 12 layers) left a 4-layer model pre-trained
     at small compute at chance for ~700 of 900 updates; without it, it leaves chance by
     update ~200 (docs/objectives.md, recipe search)."""
-    from .finetuning.trials import Recipe, Start, Trial, finetune_command, parse_task
+    from ..finetuning.trials import Recipe, Start, Trial, finetune_command, parse_task
 
     trial = Trial(parse_task(f"SST-2={data}"), Start("demo", tuple(model), restore), seed,
                   os.fspath(save_dir))

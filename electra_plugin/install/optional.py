@@ -8,7 +8,7 @@ deep inside a library.
 
 import importlib
 
-from .errors import ElectraUsageError
+from ..user_io.errors import ElectraUsageError
 
 # feature -> (extra, the modules it imports)
 FEATURES = {
