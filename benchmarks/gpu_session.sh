@@ -96,7 +96,7 @@ stage pretrain $py -m fairseq_cli.hydra_train --config-dir examples/pretraining/
     checkpoint.save_dir=$scratch/pretrain checkpoint.save_interval_updates=0 \
     checkpoint.no_epoch_checkpoints=true dataset.disable_validation=true \
     hydra.run.dir=$scratch/pretrain-hydra $pretrain
-stage pytest_gpu $py -m pytest -m gpu -q -p no:cacheprovider --timeout 150 -rA tests
+stage pytest_gpu $py -m pytest -m gpu -n 0 -q -p no:cacheprovider --timeout 150 -rA tests
 for arm in "--checkpoint $scratch/pretrain/checkpoint_last.pt" "--arch $arch"; do
     name=trials${arm%% *}  # each arm in a folder of its own
     stage $name $py -m electra_plugin.cli.finetune trials $arm \
