@@ -592,18 +592,26 @@ def run_config(args, arch, length, precision, device, data_root):
     specs = row_specs(args.impls, precision, device, args.baseline, args.compile, args.graphed)
     flags = {name: row_flags for _, name, row_flags in specs}
     workers = [Worker(spec, args, config, batches) for spec in specs]
+    times = {w.name: [] for w in workers}
+    cpu_times = {w.name: [] for w in workers}
+    faults = {w.name: [] for w in workers}
+
+    def timed(worker):
+        seconds, cpu, minflt = worker("time")
+        times[worker.name].append(seconds)
+        cpu_times[worker.name].append(cpu)
+        faults[worker.name].append(minflt)
+        return seconds
+
     try:
-        for worker in workers:  # warm-up: optimizer state, oneDNN/cuBLAS choices, heap
-            worker("warmup")
-        times = {w.name: [] for w in workers}
-        cpu_times = {w.name: [] for w in workers}
-        faults = {w.name: [] for w in workers}
-        for _ in range(args.repeats):  # interleaved, so that all see the same machine load
+        for worker in workers:  # warm-up (optimizer state, cuBLAS choices, heap, compiling),
+            worker("warmup")    # then a first repeat, printed at once: a run cut by a time
+            seconds = timed(worker)  # limit still leaves each warm row's pace
+            print(f"{tag} {worker.name}: {1e3 * seconds:.1f} ms/update, "
+                  f"{batch_size * length / seconds:.0f} tokens/s (first repeat)", flush=True)
+        for _ in range(args.repeats - 1):  # interleaved, so that all see the same machine load
             for worker in workers:
-                seconds, cpu, minflt = worker("time")
-                times[worker.name].append(seconds)
-                cpu_times[worker.name].append(cpu)
-                faults[worker.name].append(minflt)
+                timed(worker)
         memory = {w.name: w("memory") for w in workers}
     finally:
         for worker in workers:

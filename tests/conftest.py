@@ -29,6 +29,28 @@ def pytest_configure(config):
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
+# The files that take longest (docs/testing.md has the times), started first: pytest.ini turns
+# off xdist's own order (most tests first), which left the one-test GPU rehearsal to run alone
+# at the end while the other worker sat idle.
+LONGEST_FIRST = ("test_gpu_session.py", "test_bodies.py", "test_training.py", "test_kinds.py",
+                 "test_glue.py", "test_readme.py", "test_scale_out.py", "test_crash_safety.py",
+                 "test_compile.py")
+
+
+def pytest_collection_modifyitems(items):
+    """Files in LONGEST_FIRST's order, then the rest by their number of tests, most first."""
+    counts = {}
+    for item in items:
+        counts[item.path.name] = counts.get(item.path.name, 0) + 1
+
+    def rank(item):
+        name = item.path.name
+        return (LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST),
+                -counts[name], name)
+
+    items.sort(key=rank)  # stable: a file's tests keep their order
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item):
     _current["item"] = item

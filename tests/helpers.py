@@ -24,6 +24,7 @@ from tokenizers.pre_tokenizers import BertPreTokenizer
 from electra_plugin.convert import model_cli_args
 from electra_plugin.models.electra import ElectraModel
 from electra_plugin.optim.layer_decay import ElectraAdamConfig
+from electra_plugin.run.save_dir_lock import release_save_dirs
 from electra_plugin.tasks.electra_pretraining import ElectraPretrainingConfig, ElectraPretrainingTask
 from electra_plugin.user_io.errors import ElectraUsageError, usage_error_in_chain
 
@@ -151,6 +152,40 @@ def assert_one_line_error(proc, *phrases) -> str:
     return last
 
 
+def run_here(cmd, env=None) -> subprocess.CompletedProcess:
+    """A ``train_cmd`` run by :func:`train_in_process` and reported as :func:`run` reports the
+    command: fairseq's log lines (what fairseq-train prints on stdout) as stdout, 1 and the
+    error's line as stderr on an exception. It spares a run the interpreter's start-up and
+    imports (about 5 of a tiny run's 6 seconds); a test of the command line itself (its exit,
+    its stderr, signals, several processes) runs the real command with :func:`run`."""
+    import io
+    import logging
+    import traceback
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s"))
+    root = logging.getLogger()
+    level, environ, threads = root.level, dict(os.environ), torch.get_num_threads()
+    torch.set_num_threads(1)  # as run gives its commands (OMP_NUM_THREADS=1)
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    os.environ.update({k: str(v) for k, v in (env or {}).items()})
+    code, error = 0, ""
+    try:
+        train_in_process(cmd)
+    except Exception:  # noqa: BLE001 - reported as a failed command is
+        code, error = 1, traceback.format_exc()
+    finally:
+        release_save_dirs()  # as the command's exit does: a later command may use the dir
+        root.removeHandler(handler)
+        root.setLevel(level)
+        torch.set_num_threads(threads)
+        os.environ.clear()
+        os.environ.update(environ)
+    return subprocess.CompletedProcess(cmd, code, stream.getvalue(), error)
+
+
 def train_in_process(cmd) -> None:
     """A ``train_cmd`` (fairseq-train, or electra-train when the module is swapped in) run by
     the same main in this process, as a Python caller runs it (not through the command
@@ -218,8 +253,8 @@ DISC_WEIGHT = 50.0  # the criterion's default (official lambda)
 
 
 def train(data, save_dir, *extra):
-    """Run fairseq-train (small CPU command line from conftest) and return its stdout."""
-    result = run(train_cmd(data, save_dir, *extra))
+    """Run a small fairseq-train (:func:`train_cmd`) in this process; return its log."""
+    result = run_here(train_cmd(data, save_dir, *extra))
     assert result.returncode == 0, failure("fairseq-train", result)
     return result.stdout
 

@@ -9,7 +9,6 @@ import pytest
 
 from helpers import REPO
 
-
 pytest.importorskip("transformers")  # the peer
 
 
@@ -37,6 +36,9 @@ def test_harness_times_plugin_command_lines_and_peers_in_their_own_processes(tmp
     for row in rows.values():
         assert len(row["ms_per_update_repeats"]) == 2 and row["tokens_per_s"] > 0
         assert row["peak_memory_bytes"] > 0 and row["page_faults_per_update"] >= 0
+        # each row's first repeat is printed as soon as it is warm (a cut run keeps it)
+        first = f"{row['config']} {row['impl']}: {row['ms_per_update_repeats'][0]:.1f} ms/update"
+        assert first in proc.stdout
     # the ratios are the per-repeat time ratios against the peers of the same precision
     for (precision, impl), plugin in rows.items():
         if not impl.startswith("plugin"):

@@ -17,7 +17,7 @@ from electra_plugin.models.electra import init_bert_params
 from electra_plugin.models.generators import model_sizes
 from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import (assert_main_error, assert_usage_error, assert_usage_line, masked_batch,
-                     records, run, tiny_model, train_cmd)
+                     records, run, run_here, tiny_model, train_cmd)
 
 VOCAB, PAD = 100, 1
 HIDDEN, LAYERS, HEADS, FFN, MAX_POSITIONS = 64, 2, 4, 128, 64
@@ -120,9 +120,9 @@ def test_deberta_body_builds_both_encoders_steps_and_counts_its_flops(sharing):
 @pytest.mark.slow
 def test_deberta_body_trains_through_fairseq_train(data_bin, tmp_path):
     save = tmp_path / "ck"
-    result = run(train_cmd(data_bin, save, "--max-update", "2", "--no-epoch-checkpoints",
-                           "--disable-validation", "--encoder-body", "deberta",
-                           "--objective", "electra"))
+    result = run_here(train_cmd(data_bin, save, "--max-update", "2", "--no-epoch-checkpoints",
+                                "--disable-validation", "--encoder-body", "deberta",
+                                "--objective", "electra"))
     assert result.returncode == 0, result.stderr[-3000:]
     logs = records(result.stdout)
     assert [r["num_updates"] for r in logs] == [1, 2]
@@ -307,8 +307,9 @@ def test_every_generator_and_objective_trains_with_each_body(body):
     """One criterion step of every variant on each body: finite losses, gradients everywhere
     the step trains (the variants' code is the same for every body). Electric's towers attend
     one direction each, a mask the modern body (padding only) does not read: refused."""
-    from electra_plugin.criterions.electra import ElectraCriterion
     from helpers import sample_for
+
+    from electra_plugin.criterions.electra import ElectraCriterion
 
     extra = [dict(embedding_sharing="gdes", enhanced_mask_decoder=True)] \
         if body == "deberta" else []
@@ -338,8 +339,7 @@ def test_body_resumes_exactly_fine_tunes_and_serves_through_transformers(body, s
     enhanced mask decoder): 4 updates in one go == 2, stop, 2 more (dropout and sampling
     on); then RTE fine-tuning from that checkpoint, and the fine-tuned classifier exported
     to its transformers class, giving the plugin's logits."""
-    from helpers import (PLUGIN, assert_same_params, checkpoint, failure, preprocess,
-                         write_rte)
+    from helpers import PLUGIN, assert_same_params, checkpoint, failure, preprocess, write_rte
 
     sizes = ["--arch", f"electra_{body}_small", "--num-layers", "2", "--hidden-size", "64",
              "--num-heads", "2", "--ffn-size", "96", "--embedding-size", "64",
@@ -349,10 +349,10 @@ def test_body_resumes_exactly_fine_tunes_and_serves_through_transformers(body, s
     recipe = ("--embedding-sharing", "gdes", "--enhanced-mask-decoder") if body == "deberta" \
         else ()
     flags = ("--disable-validation", "--tokens-per-sample", "64", *sizes, *recipe)
-    straight = run(train_cmd(spm_data, once, "--max-update", "4", *flags))
+    straight = run_here(train_cmd(spm_data, once, "--max-update", "4", *flags))
     assert straight.returncode == 0, failure("fairseq-train", straight)
-    first = run(train_cmd(spm_data, twice, "--max-update", "2", *flags))
-    resumed = run(train_cmd(spm_data, twice, "--max-update", "4", *flags))
+    first = run_here(train_cmd(spm_data, twice, "--max-update", "2", *flags))
+    resumed = run_here(train_cmd(spm_data, twice, "--max-update", "4", *flags))
     assert first.returncode == 0 and resumed.returncode == 0, failure("resume", resumed)
     keys = ("num_updates", "loss", "disc_loss", "gen_loss", "train_flops")
     assert [{k: r[k] for k in keys} for r in records(straight.stdout)] == \
@@ -394,8 +394,9 @@ def test_body_resumes_exactly_fine_tunes_and_serves_through_transformers(body, s
 
 @pytest.mark.parametrize("body", ["deberta", "modern"])
 def test_bf16_autocast_step_of_each_body_stays_close_to_fp32(body):
-    from electra_plugin.criterions.electra import ElectraCriterion
     from helpers import sample_for
+
+    from electra_plugin.criterions.electra import ElectraCriterion
 
     model, task = tiny_model(encoder_body=body, dropout=0.0, attention_dropout=0.0,
                              temperature=0)
@@ -413,8 +414,7 @@ def test_two_gloo_workers_match_update_freq_2_with_each_body(body, data_bin, tmp
     """--update-freq 2 on one process == 2 CPU processes (gloo), as for the BERT body; the
     modern body's (unpadded rows, its own masks; DeBERTa's step is BERT's in this respect,
     deberta passes too)."""
-    from helpers import assert_same_params, checkpoint
-    from helpers import assert_metrics_equal, ddp_train, train
+    from helpers import assert_metrics_equal, assert_same_params, checkpoint, ddp_train, train
 
     deterministic = ("--temperature", "0", "--dropout", "0", "--attention-dropout", "0",
                      "--max-update", "3", "--encoder-body", body)
@@ -428,11 +428,11 @@ def test_two_gloo_workers_match_update_freq_2_with_each_body(body, data_bin, tmp
 
 def test_trials_and_import_give_the_body_options_as_fairseq_train_parses_them(tmp_path):
     from fairseq import options
+    from helpers import PLUGIN
 
     from electra_plugin.convert import model_cli_args
     from electra_plugin.finetuning import trials
     from electra_plugin.models.core.checkpoint import write_checkpoint
-    from helpers import PLUGIN
 
     model, _ = tiny_model(encoder_body="deberta", enhanced_mask_decoder=True,
                           position_buckets=32)
@@ -541,8 +541,8 @@ def test_a_body_from_a_user_dir(tmp_path, spm_data):
     """A body in one --user-dir file (post-LN with ALiBi): pre-trains through fairseq-train,
     resumes exactly (4 updates == 2, stop, 2 more), fine-tunes with every kind through
     trials, and its export is refused in one line (no transformers family)."""
-    from helpers import (assert_one_line_error, assert_same_params, checkpoint, command,
-                         failure, prepared_suite)
+    from helpers import (assert_one_line_error, assert_same_params, checkpoint, command, failure,
+                         prepared_suite)
 
     def pretrain(save_dir, updates):
         cmd = train_cmd(spm_data, save_dir, "--max-update", str(updates), "--disable-validation",

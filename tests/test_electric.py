@@ -15,9 +15,8 @@ from electra_plugin.models.core.flops import (paper_discriminator_output, paper_
                                               paper_generator_output)
 from electra_plugin.models.objectives import OBJECTIVES, PretrainingOutput
 from electra_plugin.user_io.errors import ElectraUsageError
-from helpers import (assert_same_params, assert_usage_error, built_from_command_line,
-                     checkpoint, failure, masked_batch, records, run, sample_for, tiny_model,
-                     train_cmd)
+from helpers import (assert_same_params, assert_usage_error, built_from_command_line, checkpoint,
+                     failure, masked_batch, records, run_here, sample_for, tiny_model, train_cmd)
 
 ELECTRIC = dict(objective="electric", generator="two_tower")
 DETERMINISTIC = dict(dropout=0.0, attention_dropout=0.0)
@@ -259,8 +258,8 @@ def test_the_runs_mask_prob_is_the_prior(data_bin, tmp_path):
 
 @pytest.mark.slow
 def test_electric_trains_with_fairseq_train(data_bin, tmp_path):
-    result = run(train_cmd(data_bin, tmp_path, "--max-update", "3", "--no-save",
-                           "--disable-validation", *ELECTRIC_FLAGS))
+    result = run_here(train_cmd(data_bin, tmp_path, "--max-update", "3", "--no-save",
+                                "--disable-validation", *ELECTRIC_FLAGS))
     assert result.returncode == 0, failure("fairseq-train", result)
     logs = records(result.stdout)
     assert [r["num_updates"] for r in logs] == [1, 2, 3]
@@ -278,11 +277,11 @@ def test_stop_and_resume_gives_the_same_losses_and_model(data_bin, tmp_path):
     """4 updates in one go == 2 updates, stop, restart to 4 (dropout and sampling on)."""
     once, twice = tmp_path / "once", tmp_path / "twice"
     flags = ("--disable-validation", *ELECTRIC_FLAGS)
-    straight = run(train_cmd(data_bin, once, "--max-update", "4", *flags))
+    straight = run_here(train_cmd(data_bin, once, "--max-update", "4", *flags))
     assert straight.returncode == 0, failure("fairseq-train", straight)
-    first = run(train_cmd(data_bin, twice, "--max-update", "2", *flags))
+    first = run_here(train_cmd(data_bin, twice, "--max-update", "2", *flags))
     assert first.returncode == 0, failure("fairseq-train", first)
-    resumed = run(train_cmd(data_bin, twice, "--max-update", "4", *flags))
+    resumed = run_here(train_cmd(data_bin, twice, "--max-update", "4", *flags))
     assert resumed.returncode == 0, failure("fairseq-train", resumed)
     assert "Loaded checkpoint" in resumed.stdout + resumed.stderr
 

@@ -11,7 +11,8 @@ from electra_plugin.criterions.electra import ElectraCriterion
 from electra_plugin.models.core.checkpoint import write_checkpoint
 from electra_plugin.models.core.config import complete_config
 from electra_plugin.user_io.errors import ElectraUsageError
-from helpers import make_task, records, run, sample_for, tiny_model, tiny_model_config, train_cmd
+from helpers import (make_task, records, run_here, sample_for, tiny_model, tiny_model_config,
+                     train_cmd)
 
 
 def saved_masked_lm(path, task, **options):
@@ -104,14 +105,14 @@ def test_a_masked_lm_of_another_shape_or_vocabulary_is_one_line(tmp_path):
 def test_fairseq_train_logs_the_schedule_keeps_the_generator_and_resumes_exactly(
         data_bin, tmp_path):
     mlm = tmp_path / "mlm"
-    proc = run(train_cmd(data_bin, mlm, "--objective", "mlm", "--max-update", "3",
-                         "--disable-validation", "--no-epoch-checkpoints"))
+    proc = run_here(train_cmd(data_bin, mlm, "--objective", "mlm", "--max-update", "3",
+                              "--disable-validation", "--no-epoch-checkpoints"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     options = ["--generator", "fast_electra", "--generator-checkpoint",
                mlm / "checkpoint_last.pt", "--temperature-start", "2",
                "--temperature-decay-updates", "4", "--disable-validation",
                "--no-epoch-checkpoints"]
-    once = run(train_cmd(data_bin, tmp_path / "once", "--max-update", "4", *options))
+    once = run_here(train_cmd(data_bin, tmp_path / "once", "--max-update", "4", *options))
     assert once.returncode == 0, once.stderr[-3000:]
     logs = records(once.stdout)
     assert [r["gen_temperature"] for r in logs] == [2.0, 1.75, 1.5, 1.25]
@@ -122,9 +123,9 @@ def test_fairseq_train_logs_the_schedule_keeps_the_generator_and_resumes_exactly
         if key.startswith("generator."):
             assert torch.equal(value, source["discriminator." + key[len("generator."):]]), key
     # stopped after 2 updates and resumed: the same log lines and the same weights
-    half = run(train_cmd(data_bin, tmp_path / "twice", "--max-update", "2", *options))
+    half = run_here(train_cmd(data_bin, tmp_path / "twice", "--max-update", "2", *options))
     assert half.returncode == 0, half.stderr[-3000:]
-    rest = run(train_cmd(data_bin, tmp_path / "twice", "--max-update", "4", *options))
+    rest = run_here(train_cmd(data_bin, tmp_path / "twice", "--max-update", "4", *options))
     assert rest.returncode == 0, rest.stderr[-3000:]
     resumed = records(half.stdout) + records(rest.stdout)
     keep = ("num_updates", "loss", "disc_loss", "gen_temperature", "disc_acc", "train_flops")

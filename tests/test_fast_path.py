@@ -27,9 +27,8 @@ from electra_plugin.models.core.flops import (
 from electra_plugin.models.generators import model_sizes
 from electra_plugin.models.electra import ElectraModel
 from electra_plugin.speed.dropout import Dropout, random_int16
-from helpers import (
-    electra_adam_cfg, records, run, sample_for, tiny_model, tiny_model_config, train_cmd,
-)
+from helpers import (electra_adam_cfg, records, run, run_here, sample_for, tiny_model,
+                     tiny_model_config, train_cmd)
 
 DISC_WEIGHT = 50.0
 
@@ -365,8 +364,8 @@ def test_train_flops_survive_an_end_of_epoch_resume(data_bin, tmp_path):
     """fairseq drops its meters when it resumes from an end-of-epoch checkpoint; the count
     lives in the model and goes on. The tiny valid split gives 3 updates per epoch."""
     def train(save_dir, epochs):
-        result = run(train_cmd(data_bin, save_dir, "--train-subset", "valid",
-                               "--disable-validation", "--max-epoch", str(epochs)))
+        result = run_here(train_cmd(data_bin, save_dir, "--train-subset", "valid",
+                                    "--disable-validation", "--max-epoch", str(epochs)))
         assert result.returncode == 0, result.stderr[-3000:]
         return records(result.stdout)
 
@@ -443,9 +442,9 @@ def test_a_run_without_the_speed_work_learns_the_same(data_bin, tmp_path, monkey
     update and steps (fairseq's Adam or the fused kernel)."""
     no_dropout = ("--max-update", "5", "--dropout", "0", "--attention-dropout", "0",
                   "--optimizer", "electra_adam", "--clip-norm", "0.5")
-    fast = run(train_cmd(data_bin, tmp_path / "fast", *no_dropout))
+    fast = run_here(train_cmd(data_bin, tmp_path / "fast", *no_dropout))
     monkeypatch.setenv("ELECTRA_SPEED", "0")
-    plain = run(train_cmd(data_bin, tmp_path / "plain", *no_dropout))
+    plain = run_here(train_cmd(data_bin, tmp_path / "plain", *no_dropout))
     assert fast.returncode == 0 and plain.returncode == 0, plain.stderr[-2000:]
     assert "freed memory stays" in fast.stdout and "freed memory stays" not in plain.stdout
     a, b = records(fast.stdout), records(plain.stdout)

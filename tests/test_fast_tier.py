@@ -15,3 +15,15 @@ def test_a_fast_test_may_start_other_commands():
     proc = subprocess.run([sys.executable, "-c", "print('fairseq_cli.train is just text')"],
                           capture_output=True, text=True, check=True)
     assert proc.stdout.startswith("fairseq_cli.train")
+
+
+def test_the_files_started_first_exist_and_come_first(request):
+    """conftest.LONGEST_FIRST names real files, and the collection starts with them in that
+    order (a renamed file would otherwise drop silently to its place by test count)."""
+    from conftest import LONGEST_FIRST
+
+    tests = request.config.rootpath / "tests"
+    assert all((tests / name).is_file() for name in LONGEST_FIRST)
+    order = list(dict.fromkeys(item.path.name for item in request.session.items))
+    if set(LONGEST_FIRST) <= set(order):  # the whole suite was collected
+        assert order[:len(LONGEST_FIRST)] == list(LONGEST_FIRST)

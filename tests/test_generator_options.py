@@ -11,7 +11,7 @@ from scipy.stats import chi2
 from electra_plugin.criterions.electra import ElectraCriterion
 from electra_plugin.models.electra import ElectraModel
 from electra_plugin.user_io.errors import ElectraUsageError
-from helpers import assert_one_line_error, records, run, sample_for, tiny_model, train_cmd
+from helpers import assert_one_line_error, records, run, run_here, sample_for, tiny_model, train_cmd
 
 DETERMINISTIC = dict(dropout=0.0, attention_dropout=0.0)
 ROWS = 20000
@@ -167,9 +167,9 @@ def test_gen_weight_scales_the_generator_loss(gen_weight):
 
 @pytest.mark.slow
 def test_the_three_options_train_with_fairseq_train(data_bin, tmp_path):
-    result = run(train_cmd(data_bin, tmp_path, "--generator", "uniform", "--disallow-correct",
-                           "--gen-weight", "0.5", "--max-update", "2", "--no-save",
-                           "--disable-validation"))
+    result = run_here(train_cmd(data_bin, tmp_path, "--generator", "uniform", "--disallow-correct",
+                                "--gen-weight", "0.5", "--max-update", "2", "--no-save",
+                                "--disable-validation"))
     assert result.returncode == 0, result.stderr[-3000:]
     logs = records(result.stdout)
     assert [r["num_updates"] for r in logs] == [1, 2]

@@ -4,7 +4,7 @@ import pytest
 
 from electra_plugin.models.core.run_config import update_freq_for
 from electra_plugin.user_io.errors import ElectraUsageError
-from helpers import REPO, built_from_command_line, composed, records, run, train_cmd
+from helpers import REPO, built_from_command_line, composed, records, run_here, train_cmd
 
 CONFIG_DIR = REPO / "examples" / "pretraining" / "config"
 OFFICIAL_BATCH = {"electra_small": 128, "electra_base": 256, "electra_large": 2048}
@@ -50,8 +50,8 @@ def test_a_different_update_freq_is_one_line(data_bin):
 
 @pytest.mark.slow
 def test_a_run_updates_on_the_global_batch(data_bin, tmp_path):
-    result = run(train_cmd(data_bin, tmp_path, "--max-update", "2", "--global-batch-size", "16",
-                           "--no-save", "--disable-validation"))
+    result = run_here(train_cmd(data_bin, tmp_path, "--max-update", "2", "--global-batch-size",
+                                "16", "--no-save", "--disable-validation"))
     assert result.returncode == 0, result.stderr[-3000:]
     assert [r["bsz"] for r in records(result.stdout)] == [16, 16]  # 2 batches of 8 each
     assert "--global-batch-size 16: 8 sequences x 1 GPU(s) x --update-freq 2" in \

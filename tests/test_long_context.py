@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 from omegaconf import OmegaConf
-from helpers import REPO, composed, tiny_model
+from helpers import REPO, composed, run_here, tiny_model
 
 from electra_plugin.models.core.checkpoint import remember_settings
 from electra_plugin.user_io.errors import ElectraUsageError
@@ -81,15 +81,16 @@ def test_context_extension_continues_a_short_run_at_four_times_the_length(data_b
     """Stage 1: 2 updates at 64 tokens, global theta 10,000; stage 2 from its checkpoint
     (--finetune-from-model) at 256 tokens, theta 160,000, its own schedule: the local layers
     run the window kernel (16-token window) and the samples fill the longer length."""
-    from helpers import checkpoint, records, run, train_cmd
+    from helpers import checkpoint, records, train_cmd
     modern = ("--encoder-body", "modern", "--local-attention", "16",
               "--sample-break-mode", break_mode, "--max-update", "2")
-    first = run(train_cmd(data_bin, tmp_path / "stage1", *modern, "--max-positions", "64",
-                          "--tokens-per-sample", "64", "--global-rope-theta", "10000"))
+    first = run_here(train_cmd(data_bin, tmp_path / "stage1", *modern, "--max-positions", "64",
+                               "--tokens-per-sample", "64", "--global-rope-theta", "10000"))
     assert first.returncode == 0, first.stderr[-2000:]
-    second = run(train_cmd(data_bin, tmp_path / "stage2", *modern, "--max-positions", "256",
-                           "--tokens-per-sample", "256", "--batch-size", "2",
-                           "--finetune-from-model", tmp_path / "stage1" / "checkpoint_last.pt"))
+    second = run_here(train_cmd(data_bin, tmp_path / "stage2", *modern, "--max-positions", "256",
+                                "--tokens-per-sample", "256", "--batch-size", "2",
+                                "--finetune-from-model",
+                                tmp_path / "stage1" / "checkpoint_last.pt"))
     assert second.returncode == 0, second.stderr[-2000:]
     log = second.stdout + second.stderr
     assert "context extension" in log and "--max-positions 64 -> 256" in log
@@ -109,11 +110,12 @@ def test_tagging_fine_tunes_a_long_context_checkpoint_on_sentences_past_512_piec
     (the local layers through the window kernel) and predict labels every word."""
     import logging
 
-    from electra_plugin.cli import tag as tag_cli
     from helpers import PLUGIN, SUBJECTS, TINY_SIZES, failure, run, train_cmd
 
+    from electra_plugin.cli import tag as tag_cli
+
     modern = ("--encoder-body", "modern", "--local-attention", "16", "--max-positions", "1024")
-    pre = run(train_cmd(spm_data, tmp_path / "pre", *modern, "--max-update", "1"))
+    pre = run_here(train_cmd(spm_data, tmp_path / "pre", *modern, "--max-update", "1"))
     assert pre.returncode == 0, failure("pre-training", pre)
     words = " ".join(SUBJECTS * 12).split()  # 288 words, 756 pieces: more than 512
     conll = "\n".join(f"{w}\t{'B-PER' if w == 'teacher' else 'O'}" for w in words) + "\n"

@@ -16,7 +16,8 @@ from electra_plugin.tasks.electra_pretraining import (
     ElectraPretrainingConfig,
     ElectraPretrainingTask,
 )
-from helpers import OBJECTS, SUBJECTS, TAILS, VERBS, failure, records, run, train_cmd, write_corpus
+from helpers import (OBJECTS, SUBJECTS, TAILS, VERBS, failure, records, run_here, train_cmd,
+                     write_corpus)
 
 
 def make_task(data_bin, **overrides):
@@ -474,8 +475,8 @@ def test_word_starts_follow_the_dictionary_convention(data_bin, spm_data, wordpi
 
 @pytest.mark.slow
 def test_whole_word_mask_trains(spm_data, tmp_path):
-    proc = run(train_cmd(spm_data, tmp_path, "--whole-word-mask", "--max-update", "3",
-                         "--no-save", "--disable-validation"))
+    proc = run_here(train_cmd(spm_data, tmp_path, "--whole-word-mask", "--max-update", "3",
+                              "--no-save", "--disable-validation"))
     assert proc.returncode == 0, failure("fairseq-train", proc)
     assert "whole-word masking: sentencepiece" in proc.stdout + proc.stderr
     logs = records(proc.stdout)

@@ -21,17 +21,17 @@ from electra_plugin.tasks.electra_pretraining import (
     ElectraPretrainingConfig,
     ElectraPretrainingTask,
 )
-from helpers import PLUGIN, failure, import_plugin, records, run, train_cmd
+from helpers import PLUGIN, failure, import_plugin, records, run, run_here, train_cmd
 
 
 @pytest.fixture(scope="module")
 def trained(data_bin, tmp_path_factory):
     """Checkpoints of a tiny run at update 1 (scores still bunched) and update 120."""
     save = tmp_path_factory.mktemp("auc_run")
-    proc = run(train_cmd(data_bin, save, "--max-update", "120", "--lr", "2e-3",
-                         "--save-interval-updates", "1", "--keep-interval-updates", "120",
-                         "--no-epoch-checkpoints", "--disable-validation", "--log-interval",
-                         "20"))
+    proc = run_here(train_cmd(data_bin, save, "--max-update", "120", "--lr", "2e-3",
+                              "--save-interval-updates", "1", "--keep-interval-updates", "120",
+                              "--no-epoch-checkpoints", "--disable-validation", "--log-interval",
+                              "20"))
     assert proc.returncode == 0, failure("fairseq-train", proc)
     return save
 
@@ -227,8 +227,8 @@ def test_feature_spread_in_validation_logs_exact_over_batching(data_bin, tmp_pat
     same input (argmax samples, --temperature 0, fix the input; --required-batch-size-multiple
     1 keeps the last, partial batch, which fairseq drops otherwise: its issue 5036)."""
     whole = ("--required-batch-size-multiple", "1")
-    proc = run(train_cmd(data_bin, tmp_path, "--max-update", "3", "--temperature", "0",
-                         "--no-epoch-checkpoints", *whole))
+    proc = run_here(train_cmd(data_bin, tmp_path, "--max-update", "3", "--temperature", "0",
+                              "--no-epoch-checkpoints", *whole))
     assert proc.returncode == 0, failure("fairseq-train", proc)
     train = records(proc.stdout) + records(proc.stdout, "train")
     (valid,) = records(proc.stdout, "valid")

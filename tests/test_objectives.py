@@ -15,7 +15,7 @@ from electra_plugin.models.core.flops import paper_encoder_flops
 from electra_plugin.models.objectives import OBJECTIVES
 from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import (
-    assert_usage_error, hydra_train, import_plugin, make_task, records, run, sample_for,
+    assert_usage_error, hydra_train, import_plugin, make_task, records, run_here, sample_for,
     tiny_model, train_cmd,
 )
 
@@ -261,8 +261,8 @@ def test_paper_flops_of_mlm_by_hand():
     (["--embedding-sharing", "gdes"], "disc_loss"),
 ])
 def test_each_variant_trains_with_fairseq_train(options, loss_key, data_bin, tmp_path):
-    result = run(train_cmd(data_bin, tmp_path, "--max-update", "3", "--no-save",
-                           "--disable-validation", *options))
+    result = run_here(train_cmd(data_bin, tmp_path, "--max-update", "3", "--no-save",
+                                "--disable-validation", *options))
     assert result.returncode == 0, result.stderr[-3000:]
     logs = records(result.stdout)
     assert [r["num_updates"] for r in logs] == [1, 2, 3]
@@ -275,12 +275,12 @@ def test_each_variant_trains_with_fairseq_train(options, loss_key, data_bin, tmp
 def test_two_stage_run_switches_at_the_update_and_resumes(data_bin, tmp_path):
     options = ["--generator", "two_stage", "--two-stage-updates", "3", "--train-subset", "valid",
                "--disable-validation"]
-    first = run(train_cmd(data_bin, tmp_path, "--max-epoch", "1", *options))
+    first = run_here(train_cmd(data_bin, tmp_path, "--max-epoch", "1", *options))
     assert first.returncode == 0, first.stderr[-3000:]
     stage_one = records(first.stdout)
     assert all("disc_loss" not in r for r in stage_one)  # updates 1..3: generator alone
     shutil.copy(tmp_path / "checkpoint_last.pt", tmp_path / "stage_one.pt")
-    resumed = run(train_cmd(data_bin, tmp_path, "--max-epoch", "2", *options))
+    resumed = run_here(train_cmd(data_bin, tmp_path, "--max-epoch", "2", *options))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     stage_two = records(resumed.stdout)
     assert [r["num_updates"] for r in stage_two] == [4, 5, 6]

@@ -11,7 +11,6 @@ import pytest
 from helpers import (assert_one_line_error, assert_same_params, checkpoint, digest, failure,
                      records, run, train_cmd)
 
-
 SAVES = ("--save-interval-updates", "2", "--no-epoch-checkpoints", "--disable-validation")
 # Real processes, not in process: the subject is a second run beside a live one, and the lock a
 # SIGKILLed process leaves behind.
@@ -137,3 +136,23 @@ def test_killed_beside_its_loader_workers_resumes_at_once(tmp_path, data_bin):
     assert a["optimizer_history"][-1]["num_updates"] == updates
     assert b["optimizer_history"][-1]["num_updates"] == updates
     assert_same_params(a["model"], b["model"], atol=0, what="killed 3 times vs uninterrupted")
+
+
+@pytest.mark.slow  # two interpreters importing the plugin
+def test_a_python_caller_holds_its_save_dirs_until_it_releases_them(tmp_path):
+    """Held by this process, a directory is refused to another process (the message names
+    this pid); after release_save_dirs another process takes it."""
+    import sys
+
+    from electra_plugin.run.save_dir_lock import hold_save_dir, release_save_dirs
+
+    other = [sys.executable, "-c", "import sys; from electra_plugin.run.save_dir_lock import "
+             "hold_save_dir; hold_save_dir(sys.argv[1])", str(tmp_path)]
+    hold_save_dir(tmp_path)
+    try:
+        refused = subprocess.run(other, capture_output=True, text=True)
+        assert refused.returncode != 0 and f"pid {os.getpid()}" in refused.stderr
+    finally:
+        release_save_dirs()
+    taken = subprocess.run(other, capture_output=True, text=True)
+    assert taken.returncode == 0, taken.stderr[-2000:]

@@ -11,7 +11,7 @@ from fairseq.data import Dictionary, data_utils
 from electra_plugin.data.segment_pairs import SegmentPairDataset, build_examples
 from electra_plugin.models.electra import segment_ids
 from helpers import (
-    assert_same_params, assert_usage_error, checkpoint, records, run, train_cmd, failure,
+    assert_same_params, assert_usage_error, checkpoint, records, run, run_here, train_cmd, failure,
 )
 
 SEGMENTS = ("--sample-break-mode", "segment_pairs", "--segment-token-types")
@@ -112,12 +112,12 @@ def test_segment_pairs_need_segment_token_types(data_bin, tmp_path):
 def test_pretraining_on_pairs_trains_type_one_and_resumes_exactly(data_bin, tmp_path):
     once, twice, packed = tmp_path / "once", tmp_path / "twice", tmp_path / "packed"
     for save, updates in ((once, 4), (twice, 2), (twice, 4)):
-        proc = run(train_cmd(data_bin, save, *SEGMENTS, "--max-update", str(updates)))
+        proc = run_here(train_cmd(data_bin, save, *SEGMENTS, "--max-update", str(updates)))
         assert proc.returncode == 0, failure("fairseq-train", proc)
     assert [r["num_updates"] for r in records(proc.stdout)] == [3, 4]
     a, b = checkpoint(once / "checkpoint_last.pt"), checkpoint(twice / "checkpoint_last.pt")
     assert_same_params(a["model"], b["model"], atol=1e-6, what="resumed vs uninterrupted")
-    proc = run(train_cmd(data_bin, packed, "--max-update", "4"))
+    proc = run_here(train_cmd(data_bin, packed, "--max-update", "4"))
     assert proc.returncode == 0, failure("fairseq-train", proc)
     # the same seed gives both runs the same initial rows; packed text never reads type 1,
     # so its row 1 gets no gradient and stays as initialised, where pairs train it
@@ -134,11 +134,12 @@ def test_finetuning_reads_pairs_as_the_checkpoint_was_trained(tmp_path, spm_data
     without the flag; the fine-tuned checkpoint keeps it, so evaluation reads pairs alike."""
     import sys
 
-    from electra_plugin.cli import glue as glue_cli
     from helpers import PLUGIN, write_rte
 
+    from electra_plugin.cli import glue as glue_cli
+
     pre = tmp_path / "pre"
-    proc = run(train_cmd(spm_data, pre, *SEGMENTS, "--max-update", "2"))
+    proc = run_here(train_cmd(spm_data, pre, *SEGMENTS, "--max-update", "2"))
     assert proc.returncode == 0, failure("fairseq-train", proc)
     glue_cli.main(["preprocess", "--task", "RTE", "--glue-dir",
                    str(write_rte(tmp_path / "RTE", 16, 8)), "--pretrain-data", str(spm_data),

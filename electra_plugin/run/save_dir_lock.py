@@ -65,3 +65,10 @@ def hold_save_dir(save_dir) -> None:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
     _held[path] = fd
+
+
+def release_save_dirs() -> None:
+    """Drop every lock this process holds: for a Python caller that trained in its own
+    process and hands the directory on to another process (the next run holds it anew)."""
+    while _held:
+        os.close(_held.popitem()[1])
