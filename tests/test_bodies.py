@@ -363,13 +363,13 @@ def test_body_resumes_exactly_fine_tunes_and_serves_through_transformers(body, s
     assert preprocess("RTE", write_rte(tmp_path / "glue"), spm_data,
                       tmp_path / "rte").returncode == 0
     tuned = tmp_path / "tuned"
-    result = run([sys.executable, "-m", "fairseq_cli.train", tmp_path / "rte", "--user-dir",
-                  PLUGIN, "--task", "sentence_prediction", "--criterion", "sentence_prediction",
-                  *sizes, "--num-classes", "2", "--init-token", "0", "--separator-token", "2",
-                  "--cpu", "--optimizer", "electra_adam", "--lr", "1e-4", "--batch-size", "8",
-                  "--max-update", "2", "--save-dir", tuned, "--no-epoch-checkpoints",
-                  "--disable-validation", "--num-workers", "0", "--finetune-from-model",
-                  once / "checkpoint_last.pt"])
+    result = run_here([sys.executable, "-m", "fairseq_cli.train", tmp_path / "rte", "--user-dir",
+                       PLUGIN, "--task", "sentence_prediction", "--criterion",
+                       "sentence_prediction", *sizes, "--num-classes", "2", "--init-token", "0",
+                       "--separator-token", "2", "--cpu", "--optimizer", "electra_adam", "--lr",
+                       "1e-4", "--batch-size", "8", "--max-update", "2", "--save-dir", tuned,
+                       "--no-epoch-checkpoints", "--disable-validation", "--num-workers", "0",
+                       "--finetune-from-model", once / "checkpoint_last.pt"])
     assert result.returncode == 0, failure("fine-tuning", result)
     transformers = pytest.importorskip("transformers")
     from electra_plugin.convert import to_hf

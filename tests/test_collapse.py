@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from electra_plugin.models.collapse import COLLAPSE_RATIO, input_dependence, warn_if_collapsed
-from helpers import PLUGIN, checkpoint, failure, run, tiny_model, train_cmd
+from helpers import PLUGIN, checkpoint, failure, run, run_here, tiny_model, train_cmd
 
 LAST_NORM = "discriminator.encoder.layer.{}.output.LayerNorm.weight"
 WARNING = "the discriminator's features barely depend on its input"
@@ -50,13 +50,13 @@ def test_collapsed_checkpoint_warned_at_fine_tuning_and_at_the_end_of_pre_traini
                    "--destdir", str(tmp_path / "rte")])
 
     def finetune(start, save):
-        return run([sys.executable, "-m", "fairseq_cli.train", tmp_path / "rte", "--user-dir",
-                    PLUGIN, "--task", "sentence_prediction", "--criterion",
-                    "sentence_prediction", "--arch", "electra_tiny", "--num-classes", "2",
-                    "--init-token", "0", "--cpu", "--optimizer", "adam", "--lr", "1e-4",
-                    "--batch-size", "8", "--max-update", "1", "--save-dir", save,
-                    "--finetune-from-model", start, "--num-workers", "0",
-                    "--data-buffer-size", "0"])
+        return run_here([sys.executable, "-m", "fairseq_cli.train", tmp_path / "rte", "--user-dir",
+                         PLUGIN, "--task", "sentence_prediction", "--criterion",
+                         "sentence_prediction", "--arch", "electra_tiny", "--num-classes", "2",
+                         "--init-token", "0", "--cpu", "--optimizer", "adam", "--lr", "1e-4",
+                         "--batch-size", "8", "--max-update", "1", "--save-dir", save,
+                         "--finetune-from-model", start, "--num-workers", "0",
+                         "--data-buffer-size", "0"])
 
     proc = finetune(collapsed, tmp_path / "ft")
     assert proc.returncode == 0, failure("fine-tuning", proc)

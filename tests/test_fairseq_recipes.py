@@ -9,7 +9,7 @@ import pytest
 
 from electra_plugin.data.binarize import fairseq_preprocess
 from electra_plugin.data.tokenizer import load_tokenizer
-from helpers import OBJECTS, PLUGIN, SUBJECTS, VERBS, run
+from helpers import OBJECTS, PLUGIN, SUBJECTS, VERBS, run, run_here
 
 # The shape of fairseq's examples/roberta/config/finetuning/*.yaml (RoBERTa's GLUE recipe),
 # written out here; only the model name changes.
@@ -121,13 +121,13 @@ def test_sentence_ranking_task(tmp_path, spm_data, pretrained):
         (tmp_path / "label" / f"{split}.label").write_text(
             "\n".join(str(i % 3) for i in range(len(part))) + "\n")
     save = tmp_path / "ck"
-    proc = run([sys.executable, "-m", "fairseq_cli.train", tmp_path, "--user-dir", PLUGIN,
-                "--task", "sentence_ranking", "--criterion", "sentence_ranking",
-                "--num-classes", "3", "--init-token", "0", "--arch", "electra_tiny", "--cpu",
-                "--restore-file", pretrained, "--reset-optimizer", "--reset-dataloader",
-                "--reset-meters", "--optimizer", "electra_adam", "--lr", "1e-4",
-                "--batch-size", "4", "--max-update", "3", "--save-dir", save,
-                "--num-workers", "0", "--data-buffer-size", "0", "--max-positions", "512"])
+    proc = run_here([sys.executable, "-m", "fairseq_cli.train", tmp_path, "--user-dir", PLUGIN,
+                     "--task", "sentence_ranking", "--criterion", "sentence_ranking",
+                     "--num-classes", "3", "--init-token", "0", "--arch", "electra_tiny", "--cpu",
+                     "--restore-file", pretrained, "--reset-optimizer", "--reset-dataloader",
+                     "--reset-meters", "--optimizer", "electra_adam", "--lr", "1e-4",
+                     "--batch-size", "4", "--max-update", "3", "--save-dir", save,
+                     "--num-workers", "0", "--data-buffer-size", "0", "--max-positions", "512"])
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     state = torch.load(save / "checkpoint_last.pt", weights_only=False)
     head = [k for k in state["model"] if k.endswith("out_proj.weight")]

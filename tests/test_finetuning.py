@@ -7,7 +7,7 @@ import torch
 
 from electra_plugin.cli import extract
 from electra_plugin.models.electra import ElectraModel
-from helpers import PLUGIN, assert_main_error, preprocess, run, write_rte
+from helpers import PLUGIN, assert_main_error, preprocess, run_here, write_rte
 
 
 @pytest.fixture(scope="module")
@@ -37,12 +37,12 @@ def test_finetune_from_the_discriminator_checkpoint(tmp_path, spm_data, discrimi
     data = tmp_path / "bin"
     assert preprocess("RTE", write_rte(tmp_path / "RTE", 16, 8), spm_data, data).returncode == 0
     save = tmp_path / "ft"
-    proc = run([sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
-                "--task", "sentence_prediction", "--arch", "electra_tiny", "--cpu",
-                "--criterion", "sentence_prediction", "--num-classes", "2", "--init-token", "0",
-                "--finetune-from-model", discriminator, "--optimizer", "electra_adam",
-                "--lr", "1e-9", "--batch-size", "8", "--max-update", "1", "--save-dir", save,
-                "--num-workers", "0", "--data-buffer-size", "0"])
+    proc = run_here([sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
+                     "--task", "sentence_prediction", "--arch", "electra_tiny", "--cpu",
+                     "--criterion", "sentence_prediction", "--num-classes", "2", "--init-token",
+                     "0", "--finetune-from-model", discriminator, "--optimizer", "electra_adam",
+                     "--lr", "1e-9", "--batch-size", "8", "--max-update", "1", "--save-dir", save,
+                     "--num-workers", "0", "--data-buffer-size", "0"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     tuned = torch.load(save / "checkpoint_last.pt", weights_only=False)["model"]
     start = torch.load(discriminator, weights_only=False)["model"]

@@ -14,8 +14,8 @@ from electra_plugin.cli import glue as glue_cli
 from electra_plugin.data import glue
 from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import (
-    GLUE, PLUGIN, REPO, assert_usage_error, composed, digest, preprocess, run, sentence,
-    train_in_process, write_rte,
+    GLUE, PLUGIN, REPO, assert_usage_error, composed, digest, preprocess, run, run_here,
+    sentence, train_in_process, write_rte,
 )
 
 
@@ -156,15 +156,15 @@ def test_stsb_regression_and_cola_without_header(tmp_path, spm_data, pretrained)
     assert proc.returncode == 0 and "dev: 30 examples" in proc.stderr
 
     save = tmp_path / "ft"
-    proc = run([sys.executable, "-m", "fairseq_cli.train", stsb, "--user-dir", PLUGIN,
-                "--task", "sentence_prediction", "--arch", "electra_tiny", "--cpu",
-                "--criterion", "sentence_prediction_metrics", "--regression-target",
-                "--num-classes", "1", "--init-token", "0", "--restore-file", pretrained,
-                "--reset-optimizer", "--reset-dataloader", "--reset-meters", "--optimizer",
-                "electra_adam", "--layer-decay", "0.8", "--lr", "1e-4", "--batch-size", "8",
-                "--max-update", "3", "--save-dir", save, "--best-checkpoint-metric", "pearson",
-                "--maximize-best-checkpoint-metric", "--num-workers", "0",
-                "--data-buffer-size", "0"])
+    proc = run_here([sys.executable, "-m", "fairseq_cli.train", stsb, "--user-dir", PLUGIN,
+                     "--task", "sentence_prediction", "--arch", "electra_tiny", "--cpu",
+                     "--criterion", "sentence_prediction_metrics", "--regression-target",
+                     "--num-classes", "1", "--init-token", "0", "--restore-file", pretrained,
+                     "--reset-optimizer", "--reset-dataloader", "--reset-meters", "--optimizer",
+                     "electra_adam", "--layer-decay", "0.8", "--lr", "1e-4", "--batch-size", "8",
+                     "--max-update", "3", "--save-dir", save, "--best-checkpoint-metric", "pearson",
+                     "--maximize-best-checkpoint-metric", "--num-workers", "0",
+                     "--data-buffer-size", "0"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     valid = [line for line in proc.stdout.splitlines() if "valid on 'valid' subset" in line]
     assert valid and "| pearson " in valid[-1] and "| spearman " in valid[-1], valid
@@ -211,7 +211,7 @@ def test_data_binarized_with_another_dictionary(tmp_path, rte_bin, pretrained):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_evaluate_on_the_gpu_matches_the_cpu(tmp_path, rte_bin, pretrained):
     save = tmp_path / "ck"
-    proc = run(finetune_cmd(rte_bin, pretrained, save))
+    proc = run_here(finetune_cmd(rte_bin, pretrained, save))
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = {}
     for device, flags in (("cuda", []), ("cpu", ["--cpu"])):  # the GPU unless --cpu

@@ -18,7 +18,7 @@ import torch
 from conversion_helpers import (FAIRSEQ_INDEX, MASK_ID, TEXTS, VOCAB, assert_close, bert_batch,
                                 load_fairseq, randomize, save_hf)
 from helpers import (
-    PLUGIN, assert_main_error, assert_one_update_from, run, train_from_model_cfg,
+    PLUGIN, assert_main_error, assert_one_update_from, run, run_here, train_from_model_cfg,
 )
 
 transformers = pytest.importorskip(
@@ -471,15 +471,15 @@ def test_finetuning_an_imported_model_keeps_its_token_types(tiny, tmp_path):
                       "--max-seq-len", "64")
     assert proc.returncode == 0, proc.stderr[-3000:]
     save = tmp_path / "ft"
-    proc = run([sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
-                "--task", "sentence_prediction", "--criterion", "sentence_prediction",
-                *model_cli_args(imported.model_cfg), "--cpu", "--num-classes", "2",
-                "--init-token", "0", "--max-positions", "64",
-                "--restore-file", imported.checkpoint, "--reset-optimizer",
-                "--reset-dataloader", "--reset-meters", "--optimizer", "adam", "--lr", "1e-5",
-                "--batch-size", "4", "--max-update", "1", "--save-dir", save,
-                "--no-epoch-checkpoints", "--disable-validation", "--num-workers", "0",
-                "--data-buffer-size", "0"])
+    proc = run_here([sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
+                     "--task", "sentence_prediction", "--criterion", "sentence_prediction",
+                     *model_cli_args(imported.model_cfg), "--cpu", "--num-classes", "2",
+                     "--init-token", "0", "--max-positions", "64",
+                     "--restore-file", imported.checkpoint, "--reset-optimizer",
+                     "--reset-dataloader", "--reset-meters", "--optimizer", "adam", "--lr", "1e-5",
+                     "--batch-size", "4", "--max-update", "1", "--save-dir", save,
+                     "--no-epoch-checkpoints", "--disable-validation", "--num-workers", "0",
+                     "--data-buffer-size", "0"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     model, task = load_fairseq(save / "checkpoint_last.pt", data)
     assert model.cfg.segment_token_types

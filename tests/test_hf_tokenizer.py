@@ -19,8 +19,8 @@ from electra_plugin.data import fast_tokenizer
 from electra_plugin.data import tokenizer as tokmod
 from electra_plugin.data.binarize import fairseq_preprocess
 from helpers import (
-    PLUGIN, VARIED, assert_one_update_from, preprocess, python_docs_paragraphs, run, train_cmd,
-    train_from_model_cfg, vocab_for, write_rte,
+    PLUGIN, VARIED, assert_one_update_from, preprocess, python_docs_paragraphs, run, run_here,
+    train_cmd, train_from_model_cfg, vocab_for, write_rte,
 )
 
 
@@ -416,15 +416,16 @@ def test_exported_classifier_in_a_transformers_pipeline(spm_model, spm_dir, tmp_
     assert proc.returncode == 0, proc.stderr[-3000:]
     rte = write_rte(tmp_path / "RTE", 16, 8)
     assert preprocess("RTE", rte, spm_dir, tmp_path / "data").returncode == 0
-    proc = run([sys.executable, "-m", "fairseq_cli.train", tmp_path / "data", "--user-dir", PLUGIN,
-                "--task", "sentence_prediction", "--arch", "electra_tiny", "--cpu",
-                "--num-layers", "2", "--hidden-size", "64", "--num-heads", "4",
-                "--ffn-size", "128", "--embedding-size", "32",
-                "--criterion", "sentence_prediction", "--num-classes", "2", "--init-token", "0",
-                "--finetune-from-model", tmp_path / "disc.pt", "--optimizer", "adam",
-                "--lr", "1e-3", "--batch-size", "8", "--max-update", "3",
-                "--save-dir", tmp_path / "ft", "--num-workers", "0", "--data-buffer-size", "0",
-                "--no-epoch-checkpoints", "--seed", "1"])
+    proc = run_here([sys.executable, "-m", "fairseq_cli.train", tmp_path / "data",
+                     "--user-dir", PLUGIN, "--task", "sentence_prediction",
+                     "--arch", "electra_tiny", "--cpu",
+                     "--num-layers", "2", "--hidden-size", "64", "--num-heads", "4",
+                     "--ffn-size", "128", "--embedding-size", "32",
+                     "--criterion", "sentence_prediction", "--num-classes", "2",
+                     "--init-token", "0", "--finetune-from-model", tmp_path / "disc.pt",
+                     "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "8",
+                     "--max-update", "3", "--save-dir", tmp_path / "ft", "--num-workers", "0",
+                     "--data-buffer-size", "0", "--no-epoch-checkpoints", "--seed", "1"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = to_hf(tmp_path / "ft" / "checkpoint_last.pt", tmp_path / "hf")
     assert result.architecture == "ElectraForSequenceClassification" and result.hf_tokenizer
@@ -598,13 +599,13 @@ def test_finetune_an_imported_bpe_checkpoint(tmp_path):
     result = from_hf(tmp_path / "hf", out_dir=tmp_path / "imported")
     rte = write_rte(tmp_path / "RTE", 16, 8)
     assert preprocess("RTE", rte, tmp_path / "imported", tmp_path / "data").returncode == 0
-    proc = run([sys.executable, "-m", "fairseq_cli.train", tmp_path / "data", "--user-dir",
-                PLUGIN, "--task", "sentence_prediction", *model_cli_args(result.model_cfg),
-                "--cpu", "--criterion", "sentence_prediction", "--num-classes", "2",
-                "--init-token", "0", "--finetune-from-model", result.checkpoint,
-                "--optimizer", "adam", "--lr", "1e-4", "--batch-size", "8", "--max-update", "1",
-                "--save-dir", tmp_path / "ft", "--num-workers", "0", "--data-buffer-size", "0",
-                "--no-epoch-checkpoints"])
+    proc = run_here([sys.executable, "-m", "fairseq_cli.train", tmp_path / "data", "--user-dir",
+                     PLUGIN, "--task", "sentence_prediction", *model_cli_args(result.model_cfg),
+                     "--cpu", "--criterion", "sentence_prediction", "--num-classes", "2",
+                     "--init-token", "0", "--finetune-from-model", result.checkpoint,
+                     "--optimizer", "adam", "--lr", "1e-4", "--batch-size", "8",
+                     "--max-update", "1", "--save-dir", tmp_path / "ft", "--num-workers", "0",
+                     "--data-buffer-size", "0", "--no-epoch-checkpoints"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     exported = to_hf(tmp_path / "ft" / "checkpoint_last.pt", tmp_path / "out")
     assert exported.architecture == "ElectraForSequenceClassification" and exported.hf_tokenizer

@@ -110,7 +110,7 @@ def test_tagging_fine_tunes_a_long_context_checkpoint_on_sentences_past_512_piec
     (the local layers through the window kernel) and predict labels every word."""
     import logging
 
-    from helpers import PLUGIN, SUBJECTS, TINY_SIZES, failure, run, train_cmd
+    from helpers import PLUGIN, SUBJECTS, TINY_SIZES, failure, run_here, train_cmd
 
     from electra_plugin.cli import tag as tag_cli
 
@@ -125,12 +125,13 @@ def test_tagging_fine_tunes_a_long_context_checkpoint_on_sentences_past_512_piec
                              str(tmp_path / "long.conll"), "--valid", str(tmp_path / "long.conll"),
                              "--max-seq-len", "1024", "--out-dir", str(tmp_path / "ner")]) == 0
     assert f"2 sentences, {2 * len(words)} words, 0 sentences cut to 1024 tokens" in caplog.text
-    tune = run([sys.executable, "-m", "fairseq_cli.train", tmp_path / "ner", "--user-dir", PLUGIN,
-                "--task", "token_tagging", "--criterion", "token_tagging", "--arch",
-                "electra_tiny", *TINY_SIZES, *modern, "--cpu", "--optimizer", "electra_adam",
-                "--lr", "1e-3", "--batch-size", "1", "--max-update", "2", "--num-workers", "0",
-                "--save-dir", tmp_path / "ck", "--disable-validation",
-                "--finetune-from-model", tmp_path / "pre" / "checkpoint_last.pt"])
+    tune = run_here([sys.executable, "-m", "fairseq_cli.train", tmp_path / "ner",
+                     "--user-dir", PLUGIN,
+                     "--task", "token_tagging", "--criterion", "token_tagging", "--arch",
+                     "electra_tiny", *TINY_SIZES, *modern, "--cpu", "--optimizer", "electra_adam",
+                     "--lr", "1e-3", "--batch-size", "1", "--max-update", "2", "--num-workers", "0",
+                     "--save-dir", tmp_path / "ck", "--disable-validation",
+                     "--finetune-from-model", tmp_path / "pre" / "checkpoint_last.pt"])
     assert tune.returncode == 0, failure("fine-tuning", tune)
     out = tmp_path / "long.predicted.conll"
     assert tag_cli.main(["predict", "--checkpoint", str(tmp_path / "ck" / "checkpoint_last.pt"),

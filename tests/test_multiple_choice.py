@@ -14,7 +14,7 @@ from electra_plugin.cli import choice as choice_cli
 from electra_plugin.data import multiple_choice as mc
 from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import (OBJECTS, PLUGIN, SUBJECTS, VERBS, assert_main_error, assert_usage_line,
-                     command, failure, records, run)
+                     command, failure, records, run, run_here)
 
 SWAG = ("video-id,fold-ind,startphrase,sent1,sent2,gold-source,"
         "ending0,ending1,ending2,ending3,label\n"
@@ -214,7 +214,7 @@ def test_sentence_ranking_train_and_evaluate(tmp_path, spm_data):
              "--save-dir", save, "--no-epoch-checkpoints", "--num-workers", "0",
              "--data-buffer-size", "0", "--log-format", "json", "--log-interval", "1",
                 "--seed", "1"]
-    proc = run([*train, "--max-update", "4"])
+    proc = run_here([*train, "--max-update", "4"])
     assert proc.returncode == 0, failure("fairseq-train", proc)
     checkpoint = save / "checkpoint_last.pt"
     # an argparse task: its settings are stored as a Namespace named by _name
@@ -307,6 +307,6 @@ def test_sentence_ranking_train_and_evaluate(tmp_path, spm_data):
     assert all(torch.equal(first[k], second[k]) for k in first)
 
     # resuming the run: fairseq's argparse task config loads weights-only
-    proc = run([*train, "--max-update", "6"])
+    proc = run_here([*train, "--max-update", "6"])
     assert proc.returncode == 0, failure("fairseq-train (resumed)", proc)
     assert [r["num_updates"] for r in records(proc.stdout)] == [5, 6]

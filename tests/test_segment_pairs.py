@@ -11,7 +11,7 @@ from fairseq.data import Dictionary, data_utils
 from electra_plugin.data.segment_pairs import SegmentPairDataset, build_examples
 from electra_plugin.models.electra import segment_ids
 from helpers import (
-    assert_same_params, assert_usage_error, checkpoint, records, run, run_here, train_cmd, failure,
+    assert_same_params, assert_usage_error, checkpoint, records, run_here, train_cmd, failure,
 )
 
 SEGMENTS = ("--sample-break-mode", "segment_pairs", "--segment-token-types")
@@ -145,14 +145,14 @@ def test_finetuning_reads_pairs_as_the_checkpoint_was_trained(tmp_path, spm_data
                    str(write_rte(tmp_path / "RTE", 16, 8)), "--pretrain-data", str(spm_data),
                    "--destdir", str(tmp_path / "rte")])
     ft = tmp_path / "ft"
-    proc = run([sys.executable, "-m", "fairseq_cli.train", tmp_path / "rte", "--user-dir",
-                PLUGIN, "--task", "sentence_prediction", "--criterion", "sentence_prediction",
-                "--arch", "electra_tiny", "--num-layers", "2", "--hidden-size", "64",
-                "--num-heads", "4", "--ffn-size", "128", "--embedding-size", "32",
-                "--num-classes", "2", "--init-token", "0", "--cpu", "--optimizer", "adam",
-                "--lr", "1e-4", "--batch-size", "8", "--max-update", "2", "--save-dir", ft,
-                "--finetune-from-model", pre / "checkpoint_last.pt", "--num-workers", "0",
-                "--data-buffer-size", "0"])
+    proc = run_here([sys.executable, "-m", "fairseq_cli.train", tmp_path / "rte", "--user-dir",
+                     PLUGIN, "--task", "sentence_prediction", "--criterion", "sentence_prediction",
+                     "--arch", "electra_tiny", "--num-layers", "2", "--hidden-size", "64",
+                     "--num-heads", "4", "--ffn-size", "128", "--embedding-size", "32",
+                     "--num-classes", "2", "--init-token", "0", "--cpu", "--optimizer", "adam",
+                     "--lr", "1e-4", "--batch-size", "8", "--max-update", "2", "--save-dir", ft,
+                     "--finetune-from-model", pre / "checkpoint_last.pt", "--num-workers", "0",
+                     "--data-buffer-size", "0"])
     assert proc.returncode == 0, failure("fine-tuning", proc)
     assert "pairs read with token type 1 on the second segment" in proc.stdout + proc.stderr
     assert checkpoint(ft / "checkpoint_last.pt")["cfg"]["model"]["segment_token_types"] is True

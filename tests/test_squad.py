@@ -19,8 +19,8 @@ from electra_plugin.data import squad_answers as answers
 from electra_plugin.data.tokenizer import WordPieceTextTokenizer, load_tokenizer
 from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import (
-    LONG, PLUGIN, REPO, SHORT, answer, assert_main_error, assert_usage_error, run, squad_json,
-    write_json,
+    LONG, PLUGIN, REPO, SHORT, answer, assert_main_error, assert_usage_error, run, run_here,
+    squad_json, write_json,
 )
 
 SQUAD = [sys.executable, "-m", "electra_plugin.cli.squad"]  # electra-squad, installed or not
@@ -473,7 +473,7 @@ def test_bad_input_to_preprocess_and_finetune(tmp_path, squad_bin):
 @pytest.mark.slow
 def test_finetune_then_predict(tmp_path, squad_bin, pretrained, capsys):
     save = tmp_path / "ck"
-    proc = run(finetune_cmd(squad_bin["2.0"], save, pretrained))
+    proc = run_here(finetune_cmd(squad_bin["2.0"], save, pretrained))
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(m.group(1)) for m in re.finditer(
         r"\| (?:train_inner|train|valid) \| (\{.*\})$", proc.stdout, re.M)]
@@ -541,7 +541,7 @@ def test_finetune_then_predict(tmp_path, squad_bin, pretrained, capsys):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_predict_on_the_gpu_matches_the_cpu(tmp_path, squad_bin, pretrained):
     save = tmp_path / "ck"
-    proc = run(finetune_cmd(squad_bin["2.0"], save, pretrained, "--disable-validation"))
+    proc = run_here(finetune_cmd(squad_bin["2.0"], save, pretrained, "--disable-validation"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     outputs = {}
     for device, flags in (("cuda", []), ("cpu", ["--cpu"])):  # the GPU unless --cpu
@@ -656,7 +656,7 @@ def test_squad_11_head_served_by_transformers_and_back(tmp_path, squad_bin, pret
     from electra_plugin.tasks.squad import SquadTask
 
     data = squad_bin["1.1"]
-    proc = run(finetune_cmd(data, tmp_path / "ck", pretrained))
+    proc = run_here(finetune_cmd(data, tmp_path / "ck", pretrained))
     assert proc.returncode == 0, proc.stderr[-3000:]
     ck = tmp_path / "ck" / "checkpoint_last.pt"
     convert.main(["export", str(ck), "--out", str(tmp_path / "hf")])
@@ -698,14 +698,14 @@ def test_squad_11_head_served_by_transformers_and_back(tmp_path, squad_bin, pret
     assert all(torch.equal(back[k], original[k]) for k in original)
     again, _ = squad_predictions(str(imported), str(data), "valid", cpu=True)
     assert {q: p.answer for q, p in again.items()} == {q: p.answer for q, p in predicted.items()}
-    proc = run(finetune_cmd(data, tmp_path / "further", imported))  # and fine-tunes further
+    proc = run_here(finetune_cmd(data, tmp_path / "further", imported))  # and fine-tunes further
     assert proc.returncode == 0, proc.stderr[-3000:]
     convert.main(["export", str(imported), "--out", str(tmp_path / "hf2")])
     first, second = (load_file(tmp_path / d / "model.safetensors") for d in ("hf", "hf2"))
     assert sorted(first) == sorted(second)
     assert all(torch.equal(first[k], second[k]) for k in first)
 
-    proc = run(finetune_cmd(squad_bin["2.0"], tmp_path / "ck2", pretrained))
+    proc = run_here(finetune_cmd(squad_bin["2.0"], tmp_path / "ck2", pretrained))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_main_error(convert.main, ["export", tmp_path / "ck2" / "checkpoint_last.pt", "--out",
                                      tmp_path / "hf3"],
@@ -721,8 +721,8 @@ def test_official_joint_decoding_trains_and_predicts(tmp_path, squad_bin, pretra
     from electra_plugin.finetuning.evaluate import squad_predictions
 
     save = tmp_path / "ck"
-    proc = run(finetune_cmd(squad_bin["2.0"], save, pretrained, "--joint-prediction",
-                            "--answerable-uses-start-logits", "--beam-size", "4"))
+    proc = run_here(finetune_cmd(squad_bin["2.0"], save, pretrained, "--joint-prediction",
+                                 "--answerable-uses-start-logits", "--beam-size", "4"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     train = [json.loads(m.group(1)) for m in re.finditer(
         r"\| train_inner \| (\{.*\})$", proc.stdout, re.M)]

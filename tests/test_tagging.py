@@ -10,7 +10,7 @@ import pytest
 from electra_plugin.cli import prepare
 from electra_plugin.cli import tag as tag_cli
 from electra_plugin.data import conll
-from helpers import PLUGIN, assert_main_error, failure, run
+from helpers import PLUGIN, assert_main_error, failure, run_here
 
 ENGLISH = """-DOCSTART- -X- O O
 
@@ -93,14 +93,15 @@ def test_reading_and_the_first_piece_rule(tmp_path):
 
 def finetune_and_predict(tmp_path, data, pretrained, *model):
     save = tmp_path / "ck"
-    proc = run([sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
-                "--task", "token_tagging", "--criterion", "token_tagging", *model, "--cpu",
-                "--optimizer", "electra_adam", "--layer-decay", "0.8", "--lr", "1e-3",
-                "--batch-size", "2", "--required-batch-size-multiple", "1", "--max-update", "4",
-                "--save-dir", save,
-                "--num-workers", "0", "--data-buffer-size", "0", "--log-format", "json",
-                "--log-interval", "1", "--disable-validation",
-                *(["--finetune-from-model", pretrained] if pretrained else [])])
+    proc = run_here([sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
+                     "--task", "token_tagging", "--criterion", "token_tagging", *model, "--cpu",
+                     "--optimizer", "electra_adam", "--layer-decay", "0.8", "--lr", "1e-3",
+                     "--batch-size", "2", "--required-batch-size-multiple", "1",
+                     "--max-update", "4",
+                     "--save-dir", save,
+                     "--num-workers", "0", "--data-buffer-size", "0", "--log-format", "json",
+                     "--log-interval", "1", "--disable-validation",
+                     *(["--finetune-from-model", pretrained] if pretrained else [])])
     assert proc.returncode == 0, failure("fairseq-train", proc)
     assert '"accuracy"' in proc.stdout
     out = tmp_path / "valid.predictions.conll"
