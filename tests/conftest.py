@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from electra_plugin.cli import prepare
-from helpers import PLUGIN, binarize, run, write_corpus
+from helpers import PLUGIN, binarize, run_here, write_corpus
 
 # The commands only a slow test may start: console scripts and their ``-m`` modules.
 SLOW_COMMANDS = {"electra-prepare", "electra_plugin.cli.prepare", "fairseq-preprocess",
@@ -104,11 +104,11 @@ def spm_data(tmp_path_factory) -> Path:
 def pretrained(tmp_path_factory, spm_data) -> Path:
     """A 6-update electra_tiny pre-training checkpoint on spm_data."""
     save = tmp_path_factory.mktemp("pretrained")
-    proc = run([sys.executable, "-m", "fairseq_cli.train", spm_data, "--user-dir", PLUGIN,
-                "--task", "electra", "--criterion", "electra", "--arch", "electra_tiny",
-                "--cpu", "--tokens-per-sample", "64", "--batch-size", "8", "--num-workers", "0",
-                "--optimizer", "electra_adam", "--lr", "5e-4", "--max-update", "6",
-                "--save-dir", save, "--no-epoch-checkpoints", "--disable-validation",
-                "--seed", "1", "--data-buffer-size", "0"])
+    proc = run_here([sys.executable, "-m", "fairseq_cli.train", spm_data, "--user-dir", PLUGIN,
+                     "--task", "electra", "--criterion", "electra", "--arch", "electra_tiny",
+                     "--cpu", "--tokens-per-sample", "64", "--batch-size", "8",
+                     "--num-workers", "0", "--optimizer", "electra_adam", "--lr", "5e-4",
+                     "--max-update", "6", "--save-dir", save, "--no-epoch-checkpoints",
+                     "--disable-validation", "--seed", "1", "--data-buffer-size", "0"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     return save / "checkpoint_last.pt"

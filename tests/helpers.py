@@ -172,6 +172,8 @@ def run_here(cmd, env=None) -> subprocess.CompletedProcess:
     root.setLevel(logging.INFO)
     os.environ.update({k: str(v) for k, v in (env or {}).items()})
     code, error = 0, ""
+    from fairseq import checkpoint_utils  # the best score so far lives on the function: a new
+    vars(checkpoint_utils.save_checkpoint).pop("best", None)  # process starts without it
     try:
         train_in_process(cmd)
     except Exception:  # noqa: BLE001 - reported as a failed command is
