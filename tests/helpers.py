@@ -5,16 +5,20 @@ from here, never from each other."""
 
 import argparse
 import hashlib
+import io
 import json
+import logging
 import os
 import random
 import socket
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import pytest
 import torch
+from fairseq import checkpoint_utils
 from fairseq.data import Dictionary
 from fairseq.optim.amp_optimizer import AMPOptimizer
 from omegaconf import OmegaConf
@@ -154,14 +158,10 @@ def assert_one_line_error(proc, *phrases) -> str:
 
 def run_here(cmd, env=None) -> subprocess.CompletedProcess:
     """A ``train_cmd`` run by :func:`train_in_process` and reported as :func:`run` reports the
-    command: fairseq's log lines (what fairseq-train prints on stdout) as stdout, 1 and the
-    error's line as stderr on an exception. It spares a run the interpreter's start-up and
-    imports (about 5 of a tiny run's 6 seconds); a test of the command line itself (its exit,
-    its stderr, signals, several processes) runs the real command with :func:`run`."""
-    import io
-    import logging
-    import traceback
-
+    command: fairseq's log lines (what fairseq-train prints on stdout) as stdout; on an
+    exception, status 1 and the traceback as stderr. It spares a run the interpreter's
+    start-up and imports (about 5 of a tiny run's 6 seconds); a test of the command line
+    itself (its exit, its stderr, signals, several processes) runs it with :func:`run`."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s"))
@@ -171,9 +171,9 @@ def run_here(cmd, env=None) -> subprocess.CompletedProcess:
     root.addHandler(handler)
     root.setLevel(logging.INFO)
     os.environ.update({k: str(v) for k, v in (env or {}).items()})
+    # what a new process starts without: fairseq keeps the best score so far on the function
+    vars(checkpoint_utils.save_checkpoint).pop("best", None)
     code, error = 0, ""
-    from fairseq import checkpoint_utils  # the best score so far lives on the function: a new
-    vars(checkpoint_utils.save_checkpoint).pop("best", None)  # process starts without it
     try:
         train_in_process(cmd)
     except Exception:  # noqa: BLE001 - reported as a failed command is
