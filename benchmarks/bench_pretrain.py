@@ -604,9 +604,12 @@ def run_config(args, arch, length, precision, device, data_root):
         return seconds
 
     try:
-        for worker in workers:  # warm-up (optimizer state, cuBLAS choices, heap, compiling),
-            worker("warmup")    # then a first repeat, printed at once: a run cut by a time
-            seconds = timed(worker)  # limit still leaves each warm row's pace
+        # warm-up (optimizer state, cuBLAS choices, heap, compiling), then a first repeat,
+        # printed at once, compiled rows last: a run cut by a time limit still has the others
+        for worker in sorted(workers, key=lambda w: "--graphed-step" in flags[w.name]
+                             or "--torch-compile" in flags[w.name]):
+            worker("warmup")
+            seconds = timed(worker)
             print(f"{tag} {worker.name}: {1e3 * seconds:.1f} ms/update, "
                   f"{batch_size * length / seconds:.0f} tokens/s (first repeat)", flush=True)
         for _ in range(args.repeats - 1):  # interleaved, so that all see the same machine load
