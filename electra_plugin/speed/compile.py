@@ -10,9 +10,9 @@ The step: :meth:`ElectraModel.electra_step` (generator, sampling, corruption,
 discriminator, losses) forward and backward under ``fullgraph=True``, which the collater's
 fixed prediction slots make possible (no shape depends on the masked count). On a GPU,
 ``ELECTRA_SPEED=+cudagraphs`` also replays it as CUDA graphs (``mode="reduce-overhead"``: one
-replay per step instead of a launch per kernel); it is off unless asked for, because with
-torch 2.11 on an H200 the backward's first replay stopped on cudagraph trees' liveness check
-(docs/benchmarks.md, "GPU"). The batch dimension is marked dynamic, so that an epoch's
+replay per step instead of a launch per kernel); it is off unless asked for until a
+full-size run has been timed (it replays at test size: tests/test_gpu.py; docs/benchmarks.md,
+"GPU"). The batch dimension is marked dynamic, so that an epoch's
 short last batch reuses the graph, and every batch takes the padded layout (an attention
 mask), so that a batch with padding does too; validation runs the eager step (no second
 graph for eval mode). A configuration the compiler cannot take whole falls back to the
