@@ -380,12 +380,13 @@ def import_plugin():
 def train_from_model_cfg(data, save_dir, model_cfg, *extra):
     """One fairseq-train update of an electra model built from ``model_cfg`` (an
     imported checkpoint's options)."""
-    return run([sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
-                "--task", "electra", "--criterion", "electra", *model_cli_args(model_cfg),
-                "--cpu", "--tokens-per-sample", "32", "--batch-size", "4", "--num-workers", "0",
-                "--optimizer", "adam", "--lr", "1e-4", "--max-update", "1",
-                "--save-dir", save_dir, "--no-epoch-checkpoints", "--disable-validation",
-                "--log-format", "json", "--log-interval", "1", "--no-progress-bar", *extra])
+    return run_here([sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
+                     "--task", "electra", "--criterion", "electra", *model_cli_args(model_cfg),
+                     "--cpu", "--tokens-per-sample", "32", "--batch-size", "4",
+                     "--num-workers", "0", "--optimizer", "adam", "--lr", "1e-4",
+                     "--max-update", "1", "--save-dir", save_dir, "--no-epoch-checkpoints",
+                     "--disable-validation", "--log-format", "json", "--log-interval", "1",
+                     "--no-progress-bar", *extra])
 
 
 def assert_one_update_from(proc, save_dir, imported):
