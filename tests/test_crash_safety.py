@@ -16,7 +16,7 @@ from electra_plugin.models.core.checkpoint_file import checkpoint_damage
 from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import (
     PLUGIN, CreatesAFile, assert_main_error, assert_same_params, assert_usage_error, checkpoint,
-    digest, failure, records, run, train_cmd, train_in_process, write_corpus, write_rte,
+    digest, failure, records, run_here, train_cmd, train_in_process, write_corpus, write_rte,
 )
 
 # The errors are checked where they are raised, in process (fairseq-train's main, our commands'
@@ -207,10 +207,10 @@ def final_params(save):
 @pytest.mark.slow
 def test_damaged_last_checkpoint_resumes_from_the_newest_intact_one(tmp_path, data_bin):
     once, twice = tmp_path / "once", tmp_path / "twice"
-    assert run(resume_cmd(data_bin, once, 10)).returncode == 0
-    assert run(resume_cmd(data_bin, twice, 6)).returncode == 0
+    assert run_here(resume_cmd(data_bin, once, 10)).returncode == 0
+    assert run_here(resume_cmd(data_bin, twice, 6)).returncode == 0
     truncate(twice / "checkpoint_last.pt")  # a kill during stock fairseq's copy leaves this
-    proc = run(resume_cmd(data_bin, twice, 10))
+    proc = run_here(resume_cmd(data_bin, twice, 10))
     assert proc.returncode == 0, failure("resume", proc)
     warning = [line for line in proc.stdout.splitlines() if "is damaged" in line]
     assert warning and "resuming from" in warning[0], proc.stdout[-3000:]
@@ -260,7 +260,7 @@ def test_killed_at_random_moments_ends_like_an_uninterrupted_run(tmp_path, data_
     Real processes: the subject is a process killed at any moment, which needs one."""
     once, killed = tmp_path / "once", tmp_path / "killed"
     updates = 16
-    assert run(resume_cmd(data_bin, once, updates)).returncode == 0
+    assert run_here(resume_cmd(data_bin, once, updates)).returncode == 0
     rng = random.Random(0)
     triggers = ['"num_updates": "3"', "begin validation", "Preparing to save checkpoint",
                 "Preparing to save checkpoint", '"num_updates": "11"', "Preparing to save"]
