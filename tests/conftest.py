@@ -2,6 +2,7 @@
 pre-training run) and the fast tier's rule: a test not marked slow spawns no
 electra-prepare, fairseq-preprocess or fairseq-(hydra-)train."""
 
+import collections
 import os
 import subprocess
 import sys
@@ -39,9 +40,7 @@ LONGEST_FIRST = ("test_gpu_session.py", "test_bodies.py", "test_training.py", "t
 
 def pytest_collection_modifyitems(items):
     """Files in LONGEST_FIRST's order, then the rest by their number of tests, most first."""
-    counts = {}
-    for item in items:
-        counts[item.path.name] = counts.get(item.path.name, 0) + 1
+    counts = collections.Counter(item.path.name for item in items)
 
     def rank(item):
         name = item.path.name

@@ -156,21 +156,20 @@ def assert_one_line_error(proc, *phrases) -> str:
     return last
 
 
-def run_here(cmd, env=None) -> subprocess.CompletedProcess:
-    """A ``train_cmd`` run by :func:`train_in_process` and reported as :func:`run` reports the
-    command: fairseq's log lines (what fairseq-train prints on stdout) as stdout; on an
-    exception, status 1 and the traceback as stderr. It spares a run the interpreter's
+def run_here(cmd) -> subprocess.CompletedProcess:
+    """A fairseq-train command line run by :func:`train_in_process` and reported as :func:`run`
+    reports the command: fairseq's log lines (what fairseq-train prints on stdout) as stdout;
+    on an exception, status 1 and the traceback as stderr. It spares a run the interpreter's
     start-up and imports (about 5 of a tiny run's 6 seconds); a test of the command line
     itself (its exit, its stderr, signals, several processes) runs it with :func:`run`."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s"))
     root = logging.getLogger()
-    level, environ, threads = root.level, dict(os.environ), torch.get_num_threads()
+    level, threads = root.level, torch.get_num_threads()
     torch.set_num_threads(1)  # as run gives its commands (OMP_NUM_THREADS=1)
     root.addHandler(handler)
     root.setLevel(logging.INFO)
-    os.environ.update({k: str(v) for k, v in (env or {}).items()})
     # what a new process starts without: fairseq keeps the best score so far on the function
     vars(checkpoint_utils.save_checkpoint).pop("best", None)
     code, error = 0, ""
@@ -183,8 +182,6 @@ def run_here(cmd, env=None) -> subprocess.CompletedProcess:
         root.removeHandler(handler)
         root.setLevel(level)
         torch.set_num_threads(threads)
-        os.environ.clear()
-        os.environ.update(environ)
     return subprocess.CompletedProcess(cmd, code, stream.getvalue(), error)
 
 

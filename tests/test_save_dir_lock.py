@@ -4,6 +4,7 @@ not even while its data loader's workers outlive it."""
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -142,8 +143,6 @@ def test_killed_beside_its_loader_workers_resumes_at_once(tmp_path, data_bin):
 def test_a_python_caller_holds_its_save_dirs_until_it_releases_them(tmp_path):
     """Held by this process, a directory is refused to another process (the message names
     this pid); after release_save_dirs another process takes it."""
-    import sys
-
     from electra_plugin.run.save_dir_lock import hold_save_dir, release_save_dirs
 
     other = [sys.executable, "-c", "import sys; from electra_plugin.run.save_dir_lock import "

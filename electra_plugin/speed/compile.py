@@ -12,12 +12,11 @@ fixed prediction slots make possible (no shape depends on the masked count). On 
 ``ELECTRA_SPEED=+cudagraphs`` also replays it as CUDA graphs (``mode="reduce-overhead"``: one
 replay per step instead of a launch per kernel); it is off unless asked for until a
 full-size run has been timed (it replays at test size: tests/test_gpu.py; docs/benchmarks.md,
-"GPU"). The batch dimension is marked dynamic, so that an epoch's
-short last batch reuses the graph, and every batch takes the padded layout (an attention
-mask), so that a batch with padding does too; validation runs the eager step (no second
-graph for eval mode). A configuration the compiler cannot take whole falls back to the
-eager step at its first batch, with one log line. The modules and their state-dict keys are
-unchanged.
+"GPU"). The batch dimension is marked dynamic, so that an epoch's short last batch reuses
+the graph, and every batch takes the padded layout (an attention mask), so that a batch with
+padding does too; validation runs the eager step (no second graph for eval mode). A
+configuration the compiler cannot take whole falls back to the eager step at its first
+batch, with one log line. The modules and their state-dict keys are unchanged.
 """
 
 import logging
