@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from electra_plugin.cli import prepare
-from helpers import PLUGIN, binarize, run_here, write_corpus
+from helpers import BEFORE_START, PLUGIN, binarize, run_here, write_corpus
 
 # The commands only a slow test may start: console scripts and their ``-m`` modules.
 SLOW_COMMANDS = {"electra-prepare", "electra_plugin.cli.prepare", "fairseq-preprocess",
@@ -65,17 +65,22 @@ def _slow_command(args):
 _popen_init = subprocess.Popen.__init__
 
 
-def _checked_popen_init(self, args, *rest, **kwargs):
+def _refuse_slow_command(args):
     """Fail a fast test (its fixtures included) that starts one of SLOW_COMMANDS: the fast
     tier stays fast because nothing in it trains or preprocesses in a subprocess."""
     item, command = _current["item"], _slow_command(args)
     if item is not None and command and item.get_closest_marker("slow") is None:
         raise AssertionError(f"{item.nodeid} is not marked slow but runs {command}: mark it "
                              f"@pytest.mark.slow or do the work in process")
+
+
+def _checked_popen_init(self, args, *rest, **kwargs):
+    _refuse_slow_command(args)
     _popen_init(self, args, *rest, **kwargs)
 
 
 subprocess.Popen.__init__ = _checked_popen_init
+BEFORE_START.append(_refuse_slow_command)  # the commands the fork server starts
 
 
 @pytest.fixture(scope="session")

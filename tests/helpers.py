@@ -31,6 +31,7 @@ from electra_plugin.optim.layer_decay import ElectraAdamConfig
 from electra_plugin.run.save_dir_lock import release_save_dirs
 from electra_plugin.tasks.electra_pretraining import ElectraPretrainingConfig, ElectraPretrainingTask
 from electra_plugin.user_io.errors import ElectraUsageError, usage_error_in_chain
+from forkserver import ForkedProcess, forkable
 
 # ------------------------------------------------------------- corpus, commands
 
@@ -238,11 +239,34 @@ def assert_main_error(main, argv, *phrases) -> str:
     return assert_usage_line(caught.value, *phrases)
 
 
-def run(cmd, env=None, **kwargs) -> subprocess.CompletedProcess:
-    """``cmd`` to its end, output captured; ``env``: variables added to this environment."""
+def start(cmd, env=None, cwd=None, fresh=False, merge_stderr=False, **popen):
+    """``cmd`` started, its output captured as text: a ``python -m MODULE`` command forked by
+    the fork server (:mod:`forkserver`), unless ``fresh`` or Popen's own options
+    (``preexec_fn``) ask for a new interpreter; ``env``: variables added to this environment;
+    ``merge_stderr``: stderr into stdout."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **(env or {}))
-    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env,
-                          timeout=600, **kwargs)
+    cmd = [str(c) for c in cmd]
+    for check in BEFORE_START:
+        check(cmd)
+    if forkable(cmd, env) and not fresh and not popen:
+        return ForkedProcess(cmd, env=env, cwd=cwd, merge_stderr=merge_stderr)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=cwd,
+                            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+                            **popen)
+
+
+BEFORE_START = []  # checks of a command line before it starts (conftest's fast-tier guard)
+
+
+def run(cmd, env=None, cwd=None, fresh=False, timeout=600, **popen) -> subprocess.CompletedProcess:
+    """``cmd`` to its end (:func:`start`), as subprocess.run reports it."""
+    proc = start(cmd, env=env, cwd=cwd, fresh=fresh, **popen)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 # ------------------------------------ fairseq-train / hydra runs and their logs
@@ -287,9 +311,7 @@ def ddp_options(rank, workers, port):
 def run_together(cmds, timeout=300):
     """Commands started at once (the ranks or the nodes of one job) -> each one's
     (exit status, stdout, stderr)."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env) for cmd in cmds]
+    procs = [start(cmd) for cmd in cmds]
     try:
         outputs = [p.communicate(timeout=timeout) for p in procs]
     finally:

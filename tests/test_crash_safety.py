@@ -16,7 +16,7 @@ from electra_plugin.models.core.checkpoint_file import checkpoint_damage
 from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import (
     PLUGIN, CreatesAFile, assert_main_error, assert_same_params, assert_usage_error, checkpoint,
-    digest, failure, records, run_here, train_cmd, train_in_process, write_corpus, write_rte,
+    digest, failure, records, run_here, start, train_cmd, train_in_process, write_corpus, write_rte,
 )
 
 # The errors are checked where they are raised, in process (fairseq-train's main, our commands'
@@ -239,9 +239,7 @@ def killed_at(cmd, trigger, delay, log):
 
     Returns True if it was killed, False if it finished first.
     """
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env)
+    proc = start(cmd, merge_stderr=True)
     for line in proc.stdout:
         log.append(line)
         if trigger in line:

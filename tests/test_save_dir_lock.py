@@ -9,18 +9,17 @@ from pathlib import Path
 
 import pytest
 
+import helpers
 from helpers import (assert_one_line_error, assert_same_params, checkpoint, digest, failure,
                      records, run, train_cmd)
 
 SAVES = ("--save-interval-updates", "2", "--no-epoch-checkpoints", "--disable-validation")
-# Real processes, not in process: the subject is a second run beside a live one, and the lock a
-# SIGKILLed process leaves behind.
+# Processes (forked by the fork server), not in process: the subject is a second run beside a
+# live one, and the lock a SIGKILLed process leaves behind.
 
 
 def start(cmd):
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    return subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env)
+    return helpers.start(cmd, merge_stderr=True)
 
 
 def read_until(proc, phrase, log):

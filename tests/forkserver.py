@@ -1,0 +1,270 @@
+"""A warm interpreter that starts the tests' ``python -m MODULE ...`` commands by forking.
+
+A command's process costs about 4 seconds before its first line of work (the interpreter,
+torch, fairseq's tasks and scikit-learn); the suite starts a few hundred. This server imports
+those libraries once and forks a child per command, so a command is still a process of its
+own (its exit status, its stderr, its pid to kill, its loader workers, its locks released at
+its exit) that starts with the libraries loaded. It imports no module of the plugin and no
+command module, so each command imports and registers the plugin as a new process does.
+Tests of a fresh interpreter itself (the installed console scripts, import-time behaviour)
+start real processes (:func:`helpers.run` with ``fresh=True``).
+
+Protocol, one JSON object per line: the client writes ``{"argv", "env", "cwd", "stdout",
+"stderr"}`` (output file paths) on the server's stdin and reads ``{"pid"}`` back, then
+``{"exit": pid, "code": ...}`` when that child ends (``code`` as Popen's returncode). The
+server ends when its stdin closes.
+"""
+
+import atexit
+import importlib
+import json
+import logging
+import os
+import random
+import runpy
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+
+
+# what every command imports, without a command module's side effects (fairseq_cli.train
+# configures logging when imported)
+PRELOADED = ("numpy", "scipy.stats", "sklearn.metrics", "torch", "torch.optim",
+             "fairseq.checkpoint_utils", "fairseq.dataclass.utils", "fairseq.options",
+             "fairseq.tasks", "fairseq.trainer")
+
+
+def preload():
+    for name in PRELOADED:
+        importlib.import_module(name)
+    logging.root.handlers.clear()  # as a new process starts: logging not configured
+    logging.root.setLevel(logging.WARNING)
+
+
+def exit_code(error: SystemExit) -> int:
+    """What the interpreter exits with for ``raise SystemExit(error.code)``."""
+    if error.code is None:
+        return 0
+    if isinstance(error.code, int):
+        return error.code
+    print(error.code, file=sys.stderr)
+    return 1
+
+
+def child(request) -> None:
+    """Become the command: its files as stdout and stderr, its cwd and environment, its
+    module run as __main__; never returns."""
+    code = 1
+    try:
+        output = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        errors = output if request["stderr"] is None else \
+            os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        for target, fd in ((output, 1), (errors, 2)):
+            os.dup2(target, fd)
+        os.close(output)
+        if errors != output:
+            os.close(errors)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+        for stream in (sys.stdout, sys.stderr):
+            stream.reconfigure(line_buffering=unbuffered or stream is sys.stderr,
+                               write_through=unbuffered)
+        import numpy
+        import torch
+        if os.environ.get("OMP_NUM_THREADS"):
+            torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+        random.seed()  # a new process's seeds, not the server's state
+        numpy.random.seed()
+        module, args = request["argv"][2], request["argv"][3:]
+        sys.modules.pop(module, None)
+        sys.argv = [module, *args]
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as error:
+            code = exit_code(error)
+        except BaseException:  # noqa: BLE001 - printed as the interpreter prints it
+            traceback.print_exc()
+            code = 1
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - the exit must happen
+                pass
+        os._exit(code)
+
+
+def serve() -> None:
+    preload()
+    requests, replies = sys.stdin.fileno(), os.fdopen(os.dup(1), "w", buffering=1)
+    pending, children = b"", set()
+    while True:
+        ready, _, _ = select.select([requests], [], [], 0.02)
+        if ready:
+            chunk = os.read(requests, 65536)
+            if not chunk:
+                return
+            pending += chunk
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                request = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    replies.close()
+                    child(request)
+                children.add(pid)
+                replies.write(json.dumps({"pid": pid}) + "\n")
+        for pid in list(children):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                children.discard(pid)
+                replies.write(json.dumps({"exit": pid,
+                                          "code": os.waitstatus_to_exitcode(status)}) + "\n")
+
+
+# ------------------------------------------------------------------- the client's side
+
+_server = None  # this process's Server, started by its first ForkedProcess
+
+def interpreter_settings(env) -> dict:
+    """The variables an interpreter reads as it starts (PYTHONPATH, PYTHONWARNINGS, ...),
+    except PYTHONUNBUFFERED, which a child applies."""
+    return {k: v for k, v in env.items() if k.startswith("PYTHON") and k != "PYTHONUNBUFFERED"}
+
+
+def forkable(cmd, env) -> bool:
+    """Whether the server can start ``cmd`` in ``env`` as a new interpreter would: this
+    interpreter running a module, with the start-up settings the server started with."""
+    started_with = os.environ if _server is None else _server.env
+    return len(cmd) > 2 and str(cmd[0]) == sys.executable and cmd[1] == "-m" and \
+        interpreter_settings(env) == interpreter_settings(started_with)
+
+
+class Server:
+    """The server as the test process sees it: one per process, started at the first command."""
+
+    def __init__(self):
+        self.env = dict(os.environ)
+        self.process = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.started, self.codes = [], {}
+        self.changed = threading.Condition()
+        threading.Thread(target=self.read_replies, daemon=True).start()
+
+    def read_replies(self):
+        for line in self.process.stdout:
+            reply = json.loads(line)
+            with self.changed:
+                if "exit" in reply:
+                    self.codes[reply["exit"]] = reply["code"]
+                else:
+                    self.started.append(reply["pid"])
+                self.changed.notify_all()
+
+    def start(self, request) -> int:
+        with self.changed:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+            if not self.changed.wait_for(lambda: self.started or self.process.poll() is not None,
+                                         timeout=60) or not self.started:
+                raise RuntimeError("the fork server did not start the command")
+            return self.started.pop(0)
+
+    def wait(self, pid: int, timeout):
+        with self.changed:
+            if not self.changed.wait_for(lambda: pid in self.codes, timeout=timeout):
+                return None
+            return self.codes[pid]
+
+
+class Lines:
+    """A file the child writes, read as a pipe reads: line by line as they come, to the end
+    once the child has ended."""
+
+    def __init__(self, process, path: Path):
+        self.process, self.path = process, path
+
+    def __iter__(self):
+        with open(self.path, errors="replace") as f:
+            part = ""
+            while True:
+                ended = self.process.poll() is not None  # before reading: nothing comes after
+                part += f.readline()
+                if part.endswith("\n"):
+                    yield part
+                    part = ""
+                elif ended:
+                    rest = part + f.read()
+                    yield from rest.splitlines(keepends=True)
+                    return
+                else:
+                    time.sleep(0.01)
+
+    def close(self):
+        pass
+
+
+class ForkedProcess:
+    """What the tests use of a Popen (pid, poll, wait, kill, send_signal, communicate,
+    returncode, stdout and stderr read line by line) for a command the server started; its
+    output is text; ``merge_stderr`` puts stderr into stdout (Popen's stderr=STDOUT)."""
+
+    def __init__(self, cmd, env=None, cwd=None, merge_stderr=False):
+        global _server
+        if _server is None or _server.process.poll() is not None:
+            _server = Server()
+        self.server, self.args, self.returncode = _server, [str(c) for c in cmd], None
+        self.folder = Path(tempfile.mkdtemp(prefix="forked-"))
+        self.stdout = Lines(self, self.folder / "stdout")
+        self.stderr = None if merge_stderr else Lines(self, self.folder / "stderr")
+        for lines in (self.stdout, self.stderr):
+            if lines is not None:
+                lines.path.touch()  # to read from at once
+        self.pid = self.server.start({
+            "argv": self.args, "env": dict(os.environ if env is None else env),
+            "cwd": str(cwd or os.getcwd()), "stdout": str(self.folder / "stdout"),
+            "stderr": None if merge_stderr else str(self.folder / "stderr")})
+
+    def poll(self):
+        if self.returncode is None:
+            self.returncode = self.server.wait(self.pid, 0)
+        return self.returncode
+
+    def wait(self, timeout=None):
+        if self.returncode is None:
+            self.returncode = self.server.wait(self.pid, timeout)
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def send_signal(self, sig):
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self):
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, timeout=None):
+        self.wait(timeout)
+        outputs = tuple(None if lines is None else lines.path.read_text(errors="replace")
+                        for lines in (self.stdout, self.stderr))
+        shutil.rmtree(self.folder, ignore_errors=True)
+        return outputs
+
+
+if __name__ == "__main__":
+    serve()
