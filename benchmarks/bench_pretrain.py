@@ -555,7 +555,10 @@ class Worker:
     def __init__(self, spec, args, config, batches):
         import multiprocessing
 
-        ctx = multiprocessing.get_context("spawn")
+        # forked by the stdlib's fork server, which has imported this script's modules once
+        # (a fresh process each, without a row's several seconds of imports)
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["__main__", "transformers.models.electra.modeling_electra"])
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=serve, daemon=True, args=(
             child, spec, args, config, batches, torch.get_num_threads()))
