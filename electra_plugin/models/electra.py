@@ -18,6 +18,7 @@ from fairseq.models import BaseFairseqModel, register_model
 from torch.profiler import record_function
 
 from ..optim.layer_decay import tag_parameters
+from ..speed import pad_to_bucket
 from ..user_io.errors import ElectraUsageError
 from .bodies import body_named, body_of
 from .collapse import warn_if_collapsed
@@ -169,8 +170,11 @@ class ElectraModel(BaseFairseqModel):
                                      has_padding)
         if token_types is None:
             token_types = self.segments(src_tokens)
-        x, states = self.discriminator(src_tokens, token_types,
-                                       return_all_hiddens=return_all_hiddens)
+        length = src_tokens.size(1)
+        x, states = self.discriminator(
+            *pad_to_bucket(src_tokens, token_types, self.padding_idx, self.cfg.max_positions,
+                           self.cfg.length_buckets), return_all_hiddens=return_all_hiddens)
+        x, states = x[:, :length], [state[:, :length] for state in states]
         if classification_head_name is not None:
             if classification_head_name not in self.classification_heads:
                 raise ElectraUsageError(

@@ -42,11 +42,15 @@ part                      fast path                                   plain path
                           softmax and dropout mask in the backward
                           pass (``ELECTRA_SPEED=-global``: this part
                           alone off)
+``pad_to_bucket``         fine-tuning batches padded to one of        each batch at its
+(``buckets``)             ``--length-buckets`` lengths (a few shapes  own length
+                          for a compiled or graphed encoder)
 ========================  ==========================================  =====================
 """
 
 from .adam import MultiTensorAdam
 from .allocator import retain_freed_memory
+from .buckets import pad_to_bucket
 from .attention import attention, project_qkv
 from .clip import clip_grad_norm_
 from .compile import BACKENDS as COMPILE_BACKENDS
@@ -56,4 +60,4 @@ from .switch import enabled
 
 __all__ = ["Dropout", "dropout", "project_qkv", "attention", "MultiTensorAdam",
            "clip_grad_norm_", "retain_freed_memory", "compile_encoders", "compile_step",
-           "COMPILE_BACKENDS", "enabled"]
+           "COMPILE_BACKENDS", "enabled", "pad_to_bucket"]

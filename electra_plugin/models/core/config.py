@@ -205,6 +205,13 @@ class ElectraConfig(FairseqDataclass):
                                             "docs/finetuning.md) or normal (N(0, 0.02), HF's "
                                             "initializer_range). The inner dense layer is "
                                             "N(0, 0.02) either way"})
+    length_buckets: int = field(
+        default=0, metadata={"help": "fine-tuning: pad each batch on the right to the next of "
+                                     "this many lengths spread evenly up to --max-positions, "
+                                     "so that a compiled or CUDA-graphed encoder meets at "
+                                     "most this many shapes (the outputs at the batch's own "
+                                     "positions do not change); 0: each batch at its own "
+                                     "length"})
     load_checkpoint_heads: bool = field(
         default=False, metadata={"help": "keep the classification heads a checkpoint has "
                                          "(for evaluation and the hub interface)"})
