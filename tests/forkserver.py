@@ -34,18 +34,19 @@ import traceback
 from pathlib import Path
 
 
-# what every command imports, without a command module's side effects (fairseq_cli.train
-# configures logging when imported)
+# what every command imports; not the command modules themselves
 PRELOADED = ("numpy", "scipy.stats", "sklearn.metrics", "torch", "torch.optim",
              "fairseq.checkpoint_utils", "fairseq.dataclass.utils", "fairseq.options",
              "fairseq.tasks", "fairseq.trainer")
+# Importing fairseq configures logging (wav2vec2_classification's basicConfig: DEBUG, stderr),
+# as it does in a new process of every command but this one, which configures its own (INFO,
+# stdout) before it imports fairseq; its child starts from logging as a new interpreter has it.
+LOGGING_BEFORE_IMPORTS = ("fairseq_cli.train",)
 
 
 def preload():
     for name in PRELOADED:
         importlib.import_module(name)
-    logging.root.handlers.clear()  # as a new process starts: logging not configured
-    logging.root.setLevel(logging.WARNING)
 
 
 def exit_code(error: SystemExit) -> int:
@@ -88,7 +89,11 @@ def child(request) -> None:
         random.seed()  # a new process's seeds, not the server's state
         numpy.random.seed()
         module, args = request["argv"][2], request["argv"][3:]
+        if module in LOGGING_BEFORE_IMPORTS:
+            logging.root.handlers.clear()
+            logging.root.setLevel(logging.WARNING)
         sys.modules.pop(module, None)
+        sys.path[0] = os.getcwd()  # where ``python -m`` looks first (the server's: its folder)
         sys.argv = [module, *args]
         try:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
