@@ -14,6 +14,7 @@ from electra_plugin.cli import glue as glue_cli
 from electra_plugin.data import glue
 from electra_plugin.finetuning import statistics as st
 from electra_plugin.finetuning import report
+from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import assert_main_error, sentence, write_rte
 
 
@@ -336,3 +337,30 @@ def test_double_unordered(tmp_path, spm_data):
                                       "--pretrain-data", str(spm_data), "--destdir",
                                       str(tmp_path / "x"), "--double-unordered"],
                       "--double-unordered needs sentence pairs")
+
+
+@pytest.mark.slow
+def test_a_trial_forked_warm_is_the_trial_its_command_runs(tmp_path, rte_data, monkeypatch,
+                                                           capsys):
+    """Each trial starts from the fork server (speed/launch.py) or, with ELECTRA_SPEED=-launch,
+    as the printed command in a new interpreter: the same log lines, the same scores, the
+    same one-line failure."""
+    common = ["--arch", "electra_tiny", "--task", f"RTE={rte_data}", "--seeds", "3",
+              "--max-update", "3", "--batch-size", "8", "--cpu"]
+    runs = {}
+    for speed in ("1", "-launch"):
+        monkeypatch.setenv("ELECTRA_SPEED", speed)
+        work = tmp_path / speed
+        assert finetune_cli.main(["trials", "--workdir", str(work), *common]) == 0
+        log = (work / "RTE" / "seed-3" / "train.log").read_text()
+        losses = re.findall(r"\| train_inner \|.*?loss ([\d.]+)|\| train \|.*?loss ([\d.]+)", log)
+        runs[speed] = (json.load(open(work / "RTE" / "seed-3" / "result.json"))["scores"],
+                       losses, "| INFO | fairseq_cli.train | done training" in log)
+        with pytest.raises(ElectraUsageError) as failed:
+            finetune_cli.main(["trials", "--workdir", str(tmp_path / f"bad{speed}"), *common,
+                               "--fairseq-options=--no-such-option"])
+        line = str(failed.value)
+        assert "failed (exit 2): train.py: error: unrecognized arguments: " \
+               "--no-such-option; its log: " in line, line
+    capsys.readouterr()
+    assert runs["1"] == runs["-launch"] and runs["1"][1] and runs["1"][2]

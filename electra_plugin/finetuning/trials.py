@@ -18,7 +18,6 @@ import math
 import os
 import re
 import shlex
-import subprocess
 import sys
 import time
 import warnings
@@ -27,6 +26,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..data.binarize import pretraining_data_problem
 from ..data.glue import GLUE_TASKS, data_problem, get_task
+from ..speed.launch import start_fairseq_train
 from ..user_io.errors import PREFIX, ElectraUsageError
 from ..user_io.partial_output import written_whole
 from ..user_io.progress import log_interval
@@ -437,8 +437,7 @@ def run_trials(trials: Sequence[Trial], recipe: Recipe, jobs: int = 1,
                 echo("$ " + " ".join(shlex.quote(c) for c in cmd))
                 log = open(os.path.join(trial.save_dir, "train.log"), "a")
                 env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
-                running.append((trial, cmd, subprocess.Popen(
-                    cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log))
+                running.append((trial, cmd, start_fairseq_train(cmd, log, env), log))
             time.sleep(0.2)
             if time.monotonic() - reported >= log_interval():
                 reported = time.monotonic()

@@ -42,6 +42,9 @@ part                      fast path                                   plain path
                           softmax and dropout mask in the backward
                           pass (``ELECTRA_SPEED=-global``: this part
                           alone off)
+``start_fairseq_train``   a trial's fairseq-train forked from a fork  a new interpreter
+(``launch``)              server that imported torch and fairseq      (``python -m
+                          once                                        fairseq_cli.train``)
 ``pad_to_bucket``         fine-tuning batches padded to one of        each batch at its
 (``buckets``)             ``--length-buckets`` lengths (a few shapes  own length
                           for a compiled or graphed encoder)

@@ -1,0 +1,76 @@
+"""fairseq-train runs started warm: ``electra-finetune trials`` starts each trial from the
+standard library's fork server, which has imported torch and fairseq once, instead of a new
+interpreter that imports them again (about 4 of a small trial's seconds on a CPU). A trial
+is still a process of its own, with its log, environment, threads and exit status, and
+fairseq-train's logging; the command the trials print is the one it runs.
+``ELECTRA_SPEED=0`` (or ``-launch``) starts that command as a new interpreter instead."""
+
+import importlib
+import logging
+import multiprocessing
+import os
+import subprocess
+import sys
+
+from .switch import enabled
+
+# what fairseq-train imports, without fairseq_cli.train itself (it sets up logging)
+PRELOADED = ["torch", "fairseq.checkpoint_utils", "fairseq.options", "fairseq.tasks",
+             "fairseq.trainer"]
+
+
+class ForkedRun:
+    """A trial's process as the trials use a Popen: poll, returncode, kill, wait."""
+
+    def __init__(self, process):
+        self.process = process
+
+    def poll(self):
+        return self.process.exitcode
+
+    @property
+    def returncode(self):
+        return self.process.exitcode
+
+    def kill(self):
+        self.process.kill()
+
+    def wait(self):
+        self.process.join()
+        return self.process.exitcode
+
+
+def start_fairseq_train(cmd, log, env):
+    """Start ``cmd`` (``python -m fairseq_cli.train ARGS``) with stdout and stderr into the
+    open file ``log`` and the environment ``env``: forked warm where the platform has a fork
+    server, else as the command itself."""
+    if not enabled("launch") or "forkserver" not in multiprocessing.get_all_start_methods():
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOADED)
+    process = context.Process(target=fairseq_train, args=(cmd[3:], log.name, env))
+    process.start()
+    return ForkedRun(process)
+
+
+def fairseq_train(argv, log_path: str, env) -> None:
+    """The forked process: fairseq-train's ``cli_main`` on ``argv``, as its command runs it."""
+    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    for fd in (1, 2):
+        os.dup2(log, fd)
+    os.close(log)
+    for stream in (sys.stdout, sys.stderr):
+        stream.reconfigure(line_buffering=True)
+    os.environ.clear()
+    os.environ.update(env)
+    import torch
+
+    if env.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+    # fairseq-train sets up its logging (INFO, stdout) when its module is imported, before
+    # fairseq's own import leaves a DEBUG handler: so here too, from none
+    logging.root.handlers.clear()
+    sys.modules.pop("fairseq_cli.train", None)
+    train = importlib.import_module("fairseq_cli.train")
+    sys.argv = [train.__file__, *argv]  # as python -m fairseq_cli.train has it
+    train.cli_main()
