@@ -9,6 +9,7 @@ import torch
 from fairseq.data.indexed_dataset import MMapIndexedDataset
 
 from electra_plugin.speed.buckets import bucket_length
+from electra_plugin.speed.counting import HostWork
 from helpers import PLUGIN, REPO, failure, preprocess, records, run_here, tiny_model, write_rte
 
 
@@ -52,6 +53,13 @@ def test_outputs_and_gradients_do_not_change_and_the_encoder_meets_few_shapes(bo
             torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4)
     # without buckets, each batch's own length; with 4, the lengths 16, 32, 48 and 64
     assert seen == {5, 11, 16, 17, 30, 33, 64} | {16, 32, 48, 64}
+    # bucketed batches take the padded layout: no host sync asks whether there is padding
+    # (the modern body's unpadding reads the mask either way)
+    for buckets in (0, 4):
+        model.cfg.length_buckets = buckets
+        with torch.no_grad(), HostWork() as work:
+            model(tokens, classification_head_name="head")
+        assert (work.syncs == 0) == (buckets == 4 and body != "modern"), (buckets, work.syncs)
 
 
 @pytest.mark.slow

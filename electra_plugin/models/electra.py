@@ -171,9 +171,10 @@ class ElectraModel(BaseFairseqModel):
         if token_types is None:
             token_types = self.segments(src_tokens)
         length = src_tokens.size(1)
-        x, states = self.discriminator(
-            *pad_to_bucket(src_tokens, token_types, self.padding_idx, self.cfg.max_positions,
-                           self.cfg.length_buckets), return_all_hiddens=return_all_hiddens)
+        tokens, types, padded = pad_to_bucket(src_tokens, token_types, self.padding_idx,
+                                              self.cfg.max_positions, self.cfg.length_buckets)
+        x, states = self.discriminator(tokens, types, return_all_hiddens=return_all_hiddens,
+                                       has_padding=padded)
         x, states = x[:, :length], [state[:, :length] for state in states]
         if classification_head_name is not None:
             if classification_head_name not in self.classification_heads:

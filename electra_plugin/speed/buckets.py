@@ -24,11 +24,15 @@ def bucket_length(length: int, longest: int, buckets: int) -> int:
 
 
 def pad_to_bucket(tokens, token_types, padding_idx: int, longest: int, buckets: int):
-    """B x T tokens and token types (or None) padded on the right to :func:`bucket_length`
-    (``padding_idx`` and type 0); unchanged when off or already there."""
+    """-> B x T tokens and token types (or None) padded on the right to
+    :func:`bucket_length` (``padding_idx`` and type 0), and ``has_padding`` for the batch's
+    layout: True when bucketing, so that every batch takes the padded layout (an attention
+    mask) and no host sync asks the mask whether it holds padding; None (ask) when off."""
+    if buckets <= 0 or not enabled("buckets"):
+        return tokens, token_types, None
     length = tokens.size(1)
-    target = bucket_length(length, longest, buckets) if enabled("buckets") else length
-    if target == length:
-        return tokens, token_types
-    return (F.pad(tokens, (0, target - length), value=padding_idx),
-            None if token_types is None else F.pad(token_types, (0, target - length), value=0))
+    extra = bucket_length(length, longest, buckets) - length
+    if extra:
+        tokens = F.pad(tokens, (0, extra), value=padding_idx)
+        token_types = None if token_types is None else F.pad(token_types, (0, extra), value=0)
+    return tokens, token_types, True

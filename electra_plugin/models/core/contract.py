@@ -70,7 +70,9 @@ class Encoder(nn.Module):
         every layer's B x T x H when ``return_all_hiddens``, else empty)."""
         raise NotImplementedError
 
-    def forward(self, tokens, token_types=None, padding_mask=None, return_all_hiddens=False):
+    def forward(self, tokens, token_types=None, padding_mask=None, return_all_hiddens=False,
+                has_padding: Optional[bool] = None):
         if padding_mask is None:
             padding_mask = tokens.eq(self.padding_idx)
-        return self.encode(tokens, BatchLayout(padding_mask), token_types, return_all_hiddens)
+        return self.encode(tokens, BatchLayout(padding_mask, has_padding), token_types,
+                           return_all_hiddens)
