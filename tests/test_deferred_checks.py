@@ -87,6 +87,8 @@ def test_the_same_run_and_logs_as_with_fairseqs_checks(data_bin, tmp_path, caplo
             assert a[key] == pytest.approx(b[key], rel=1e-3, abs=1e-3), key
     for name, tensor in plain_ck["model"].items():
         assert torch.allclose(deferred_ck["model"][name].float(), tensor.float(), atol=1e-5), name
+    for speed in ("ups", "wps"):  # timed from the first update, not from the interval's read
+        assert deferred[0][speed] < 5 * max(plain[0][speed], deferred[1][speed]), speed
 
 
 @pytest.mark.parametrize("interval", [1, 5])
