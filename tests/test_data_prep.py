@@ -413,3 +413,32 @@ def test_setup_requires_a_sentencepiece_with_offset_mapping(tmp_path):
     line = "  a cat  follows the house ."
     assert [line[b:e] for _, b, e in tok.pieces_with_offsets(line) if b < e] == \
         [p.lstrip("\u2581") for p in tok.pieces(line) if p.lstrip("\u2581")]
+
+
+def test_fairseq_preprocess_runs_in_process_and_leaves_logging_as_it_was(tmp_path, caplog):
+    """fairseq-preprocess's main in this process: its summary lines reach ``log`` alone, the
+    files are written, no log handler of it stays open, and a missing input is one line."""
+    import logging
+
+    from electra_plugin.data.binarize import fairseq_preprocess
+
+    (tmp_path / "train.txt").write_text("a b c\nb c\n")
+    (tmp_path / "dict.txt").write_text("a 3\nb 2\nc 1\n")
+    fairseq_log = logging.getLogger("fairseq_cli.preprocess")
+    before = (list(logging.getLogger().handlers), list(fairseq_log.handlers))
+    lines = []
+    caplog.set_level(logging.INFO)
+    caplog.clear()
+    fairseq_preprocess(str(tmp_path / "bin"), str(tmp_path / "dict.txt"),
+                       {"trainpref": str(tmp_path / "train.txt")}, log=lines.append)
+    assert len(lines) == 2 and all(x.startswith("fairseq-preprocess: [None] ") for x in lines)
+    assert lines[0].endswith("Dictionary: 7 types")  # 3 words and fairseq's 4 specials
+    assert "train.txt: 2 sents, 7 tokens" in lines[1]  # each line's words and its </s>
+    data = data_utils.load_indexed_dataset(str(tmp_path / "bin" / "train"),
+                                           Dictionary.load(str(tmp_path / "bin" / "dict.txt")))
+    assert [data[i].tolist() for i in range(len(data))] == [[4, 5, 6, 2], [5, 6, 2]]
+    assert not [r for r in caplog.records if r.name == "fairseq_cli.preprocess"]
+    assert (list(logging.getLogger().handlers), list(fairseq_log.handlers)) == before
+    with pytest.raises(ElectraUsageError, match="^electra_plugin: error: fairseq-preprocess failed: .*missing.$"):
+        fairseq_preprocess(str(tmp_path / "bin2"), str(tmp_path / "dict.txt"),
+                           {"trainpref": str(tmp_path / "missing")})
