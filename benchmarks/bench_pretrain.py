@@ -463,7 +463,7 @@ def row_specs(impls, precision, device, baseline, compile_backend=None, graphed=
     """The rows of one precision: (``--impls`` name, row name, plugin flags); "plugin" gives
     one row per command line of :data:`PLUGIN_MODES` (and the first again with
     ``--torch-compile`` when ``compile_backend`` is set, and with ``--graphed-step`` when
-    ``graphed``), "baseline" the first at REV."""
+    ``graphed``: True or its own backend), "baseline" the first at REV."""
     rows = []
     for impl in impls:
         if impl == "plugin":
@@ -474,7 +474,8 @@ def row_specs(impls, precision, device, baseline, compile_backend=None, graphed=
                 rows.append((impl, f"plugin {name} --torch-compile {compile_backend}",
                              flags + ["--torch-compile", compile_backend]))
             if graphed:
-                backend = ["--torch-compile", compile_backend] if compile_backend else []
+                backend = graphed if isinstance(graphed, str) else compile_backend
+                backend = ["--torch-compile", backend] if backend else []
                 rows.append((impl, f"plugin {name} --graphed-step",
                              flags + ["--graphed-step", *backend]))
         elif impl == "baseline":
@@ -1060,10 +1061,11 @@ def main(argv=None):
                    choices=["inductor", "aot_eager"],
                    help="also time each precision's first plugin command line with "
                         "--torch-compile (default backend: inductor)")
-    p.add_argument("--graphed", action="store_true",
+    p.add_argument("--graphed", nargs="?", const=True, default=None,
+                   choices=[True, "inductor", "aot_eager"], metavar="BACKEND",
                    help="also time each precision's first plugin command line with "
-                        "--graphed-step (the whole step as one graph; with --compile's "
-                        "backend when given)")
+                        "--graphed-step (the whole step as one graph; BACKEND, else "
+                        "--compile's when given, else the plugin's default)")
     p.add_argument("--clip", action="store_true",
                    help="only time fairseq's gradient scaling and clipping over each model's "
                         "parameters, ELECTRA_SPEED on and off")

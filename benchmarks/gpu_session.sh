@@ -51,7 +51,7 @@ stage() {  # stage NAME COMMAND...: a chosen stage, under its share
 }
 
 if [ "$TINY" = 1 ]; then  # the CPU rehearsal: tiny sizes, this environment's Python
-    py=${PYTHON:-python3}; device=cpu; backend=aot_eager; graphed_backend="--compile aot_eager"; scratch=$OUT/scratch
+    py=${PYTHON:-python3}; device=cpu; backend=aot_eager; graphed_backend=aot_eager; scratch=$OUT/scratch
     small="--batch-size 2 --lengths 16 --steps 1 --warmup 1 --repeats 1 --vocab 64 --data-batch-size 8 --data-batches 1"
     base="$small"; arch=electra_tiny; updates=4; seeds="1"; jobs=1
     bodies="--sizes small --lengths 16 --batch-size 2 --steps 1 --warmup 1 --repeats 1 --vocab 64"
