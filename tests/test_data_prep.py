@@ -439,6 +439,7 @@ def test_fairseq_preprocess_runs_in_process_and_leaves_logging_as_it_was(tmp_pat
     assert [data[i].tolist() for i in range(len(data))] == [[4, 5, 6, 2], [5, 6, 2]]
     assert not [r for r in caplog.records if r.name == "fairseq_cli.preprocess"]
     assert (list(logging.getLogger().handlers), list(fairseq_log.handlers)) == before
-    with pytest.raises(ElectraUsageError, match="^electra_plugin: error: fairseq-preprocess failed: .*missing.$"):
+    with pytest.raises(ElectraUsageError,
+                       match="^electra_plugin: error: fairseq-preprocess failed: .*missing.$"):
         fairseq_preprocess(str(tmp_path / "bin2"), str(tmp_path / "dict.txt"),
                            {"trainpref": str(tmp_path / "missing")})

@@ -89,13 +89,13 @@ def hold_logs(original, trainer, logging_outputs, sample_size, grad_norm=None):
     None."""
     if not isinstance(grad_norm, DeviceNorm):
         return original(trainer, logging_outputs, sample_size, grad_norm)
-    trainer.__dict__.setdefault("electra_pending", []).append(
-        Pending(trainer.get_num_updates(), logging_outputs, sample_size, grad_norm))
-    # a speed meter's clock starts at its first entry: start ups and wps now, as fairseq
-    # would, not when settle logs the interval's updates at once (ups in the thousands)
-    metrics.log_speed("ups", 0.0, priority=100, round=2)
-    if any("ntokens" in log for log in logging_outputs):
-        metrics.log_speed("wps", 0.0, priority=90, round=1)
+    pending = trainer.__dict__.setdefault("electra_pending", [])
+    if not pending:  # a speed meter's clock starts at its first entry: start ups and wps at
+        # the interval's first update, as fairseq would, not when settle logs them all
+        metrics.log_speed("ups", 0.0, priority=100, round=2)
+        if any("ntokens" in log for log in logging_outputs):
+            metrics.log_speed("wps", 0.0, priority=90, round=1)
+    pending.append(Pending(trainer.get_num_updates(), logging_outputs, sample_size, grad_norm))
     _WITH_PENDING.add(trainer)
     return {"sample_size": sample_size}
 
