@@ -957,7 +957,8 @@ NEAR_ZERO = ("--hidden-size", "16", "--num-heads", "4", "--ffn-size", "16",
 
 
 def count_rows(args, device, root, batch_size=2, length=16, vocab=64):
-    """Per update of electra_small's depth at near-zero widths (``NEAR_ZERO``, B x T =
+    """Per update of electra_small's depth at near-zero widths (``NEAR_ZERO``, then
+    ``--plugin-args``' own ``--option N`` pairs, for the peer too; B x T =
     ``batch_size`` x ``length``, ``vocab`` entries): aten operators, those that are not views,
     those compiled code issued (one CUDA graph replay on a GPU), host-device syncs, and ms
     per update (median of ``args.repeats`` runs of ``args.steps``), for the plugin as of
@@ -968,12 +969,13 @@ def count_rows(args, device, root, batch_size=2, length=16, vocab=64):
     from electra_plugin.models.core.config import complete_config
     from electra_plugin.speed.counting import HostWork
 
+    model = [*NEAR_ZERO, *args.plugin_args]
     data_dir = write_dictionary(root / f"dict{vocab}", vocab)
-    task = electra_task(data_dir, "electra_small", length, NEAR_ZERO)
+    task = electra_task(data_dir, "electra_small", length, model)
     updates = args.steps
     batches = make_batches(task, args.warmup + 1 + updates, batch_size, length)
     batches = [(src.to(device), target.to(device)) for src, target in batches]
-    widths = {k[2:].replace("-", "_"): int(v) for k, v in zip(NEAR_ZERO[::2], NEAR_ZERO[1::2])}
+    widths = {k[2:].replace("-", "_"): int(v) for k, v in zip(model[::2], model[1::2])}
     cfg = complete_config(OmegaConf.create({"_name": "electra_small", **widths}))
     graphed = ["--graphed-step", "--torch-compile", args.compile or "inductor"]
     specs = ([("baseline", f"plugin@{args.baseline}", [], "-deferred")] if args.baseline
@@ -988,7 +990,7 @@ def count_rows(args, device, root, batch_size=2, length=16, vocab=64):
         else:
             package = plugin_at_revision(args.baseline, root) if impl == "baseline" else None
             runner = PluginStep(data_dir, "electra_small", length, batch_size, device,
-                                flags + list(NEAR_ZERO), package=package, name=name)
+                                flags + model, package=package, name=name)
         if impl != "peer":
             for batch in batches:  # the collater's work, not the update's
                 runner.sample(*batch)
@@ -1014,9 +1016,9 @@ def count_rows(args, device, root, batch_size=2, length=16, vocab=64):
     peer = next(r for r in rows if r["name"] == "peer")
     for r in rows:
         r["host_ms_vs_peer"] = r["ms"] / peer["ms"]
-    print(f"(electra_small depth, widths {widths}, {batch_size} x {length}, vocab {vocab}, "
-          f"{torch.get_num_threads()} threads; ms: median of {args.repeats} x {updates} "
-          f"updates)")
+    print(f"(electra_small, {cfg.num_layers} layers, widths {widths}, {batch_size} x {length}, "
+          f"vocab {vocab}, {torch.get_num_threads()} threads; ms: median of {args.repeats} x "
+          f"{updates} updates)")
     return rows
 
 
@@ -1079,7 +1081,8 @@ def main(argv=None):
     p.add_argument("--data-only", action="store_true",
                    help="time only the data rows (masked sequences/s of one loader worker)")
     p.add_argument("--plugin-args", nargs=argparse.REMAINDER, default=[],
-                   help="extra fairseq options for the plugin (last on the line)")
+                   help="extra fairseq options for the plugin (last on the line); with "
+                        "--count, its --option N pairs shape the peer too")
     p.add_argument("--count", action="store_true",
                    help="only count what an update asks of the host at electra_small's "
                         "depth with near-zero widths: aten operators, host syncs and ms per "

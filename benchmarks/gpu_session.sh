@@ -55,7 +55,7 @@ if [ "$TINY" = 1 ]; then  # the CPU rehearsal: tiny sizes, this environment's Py
     small="--batch-size 2 --lengths 16 --steps 1 --warmup 1 --repeats 1 --vocab 64 --data-batch-size 8 --data-batches 1"
     base="$small"; arch=electra_tiny; updates=4; seeds="1"; jobs=1
     bodies="--sizes small --lengths 16 --batch-size 2 --steps 1 --warmup 1 --repeats 1 --vocab 64"
-    count="--steps 1 --warmup 1 --repeats 1"
+    count="--steps 1 --warmup 1 --repeats 1 --plugin-args --num-layers 2"  # compiles fast
     pretrain="task.tokens_per_sample=32 dataset.batch_size=8 task.global_batch_size=8"
     tiny_model="--plugin-args --num-layers 2 --hidden-size 16 --num-heads 4 --ffn-size 16"
     tiny_model="$tiny_model --embedding-size 16"  # two layers: the graphed row compiles fast
@@ -77,7 +77,7 @@ cat "$OUT/machine.txt"
 
 # per update at electra_small's depth, near-zero widths: operators, syncs, host ms
 stage count $py benchmarks/bench_pretrain.py --count --device $device --compile $backend \
-    $count --json "$OUT/count.json"
+    --json "$OUT/count.json" $count
 # the paper's batches: eager (--autocast-bf16 and --bf16), graphed, the transformers peer
 stage bench_small $py benchmarks/bench_pretrain.py --device $device --precisions bf16 \
     --models electra_small $small --impls plugin peer --graphed $graphed_backend \

@@ -30,22 +30,27 @@ def pytest_configure(config):
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
-# The files that take longest (docs/testing.md has the times), started first: pytest.ini turns
-# off xdist's own order (most tests first), which left the one-test GPU rehearsal to run alone
-# at the end while the other worker sat idle.
-LONGEST_FIRST = ("test_gpu_session.py", "test_bodies.py", "test_training.py", "test_kinds.py",
-                 "test_glue.py", "test_readme.py", "test_scale_out.py", "test_crash_safety.py",
-                 "test_compile.py")
+# Seconds each of the longest files takes in a full run (--durations, summed; docs/testing.md),
+# handed out longest first, then the rest by their number of tests: pytest.ini turns off
+# xdist's own order (most tests first), which left a long file to run alone at the end while
+# the other worker sat idle.
+FILE_SECONDS = {"test_gpu_session.py": 170, "test_compile.py": 113, "test_save_dir_lock.py": 78,
+                "test_read_only.py": 64, "test_training.py": 57, "test_kinds.py": 52,
+                "test_readme.py": 50, "test_full_disk.py": 49, "test_bodies.py": 45,
+                "test_scale_out.py": 41, "test_benchmark.py": 40, "test_crash_safety.py": 39,
+                "test_new_language.py": 37, "test_trials.py": 36, "test_installed.py": 35,
+                "test_glue.py": 30, "test_multiple_choice.py": 25, "test_squad.py": 24,
+                "test_errors.py": 23, "test_metrics.py": 22, "test_padded_vocab.py": 21,
+                "test_demo.py": 20}
 
 
 def pytest_collection_modifyitems(items):
-    """Files in LONGEST_FIRST's order, then the rest by their number of tests, most first."""
+    """Files by FILE_SECONDS, longest first, then the rest by their number of tests."""
     counts = collections.Counter(item.path.name for item in items)
 
     def rank(item):
         name = item.path.name
-        return (LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST),
-                -counts[name], name)
+        return -FILE_SECONDS.get(name, 0), -counts[name], name
 
     items.sort(key=rank)  # stable: a file's tests keep their order
 

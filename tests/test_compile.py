@@ -85,23 +85,26 @@ def counters_of(stdout):
 
 
 @pytest.mark.slow
-def test_the_graphed_step_is_one_graph_equal_to_the_eager_step(data_bin, tmp_path):
+def test_the_graphed_step_is_one_graph_equal_to_the_eager_step_and_resumes_exactly(data_bin,
+                                                                                   tmp_path):
     """--graphed-step over a real run's batches (the epoch's short last batch included): one
     graph, no graph break, no recompile; losses and weights equal to the eager step's, with
-    dropout (both draw F.dropout's masks from torch's generator: ELECTRA_SPEED=-dropout)."""
+    dropout (both draw F.dropout's masks from torch's generator: ELECTRA_SPEED=-dropout); and
+    the same run stopped at 4 updates and resumed to 8 ends weight for weight equal to it."""
     env = {"ELECTRA_SPEED": "-dropout"}
     # the tiny valid split: 80 sentences of --batch-size 8 over --tokens-per-sample 32
     # blocks leaves a short last batch
-    extra = ("--train-subset", "valid", "--max-update", "8")
+    extra = ("--train-subset", "valid")
     # validated at each epoch's end: eval runs the eager step, no second graph
-    graphed = run(graphed_run(data_bin, tmp_path / "graphed", *extra), env=env)
+    graphed = run(graphed_run(data_bin, tmp_path / "graphed", *extra, "--max-update", "8"),
+                  env=env)
     assert graphed.returncode == 0, graphed.stderr[-3000:]
     assert "the step runs as one compiled graph" in graphed.stdout + graphed.stderr
     counters = counters_of(graphed.stdout)
     assert counters["stats"]["unique_graphs"] == 1, counters
     assert not counters.get("graph_break") and not counters.get("recompiles"), counters
     eager = run(train_cmd(data_bin, tmp_path / "eager", "--disable-validation",
-                          "--no-epoch-checkpoints", *extra), env=env)
+                          "--no-epoch-checkpoints", *extra, "--max-update", "8"), env=env)
     assert eager.returncode == 0, eager.stderr[-3000:]
     logged = [records(p.stdout) for p in (graphed, eager)]
     assert [r["num_updates"] for r in logged[0]] == [r["num_updates"] for r in logged[1]]
@@ -115,21 +118,13 @@ def test_the_graphed_step_is_one_graph_equal_to_the_eager_step(data_bin, tmp_pat
                for name in ("graphed", "eager")]
     for name, tensor in weights[1].items():
         torch.testing.assert_close(weights[0][name], tensor, rtol=1e-4, atol=1e-5)
-
-
-@pytest.mark.slow
-def test_the_graphed_step_resumes_exactly(data_bin, tmp_path):
-    """4 graphed updates straight equal 2 + a resume + 2, weight for weight."""
-    extra = ("--train-subset", "valid", "--disable-validation")
-    straight = run(graphed_run(data_bin, tmp_path / "straight", *extra, "--max-update", "4"))
-    assert straight.returncode == 0, straight.stderr[-3000:]
-    for updates in ("2", "4"):
-        part = run(graphed_run(data_bin, tmp_path / "resumed", *extra, "--max-update", updates))
+    for updates in ("4", "8"):
+        part = run(graphed_run(data_bin, tmp_path / "resumed", *extra, "--max-update", updates),
+                   env=env)
         assert part.returncode == 0, part.stderr[-3000:]
-    a, b = (torch.load(tmp_path / name / "checkpoint_last.pt", weights_only=False)["model"]
-            for name in ("straight", "resumed"))
-    for name, tensor in a.items():
-        assert torch.equal(tensor, b[name]), name
+    resumed = torch.load(tmp_path / "resumed" / "checkpoint_last.pt", weights_only=False)["model"]
+    for name, tensor in weights[0].items():
+        assert torch.equal(tensor, resumed[name]), name
 
 
 @pytest.mark.slow

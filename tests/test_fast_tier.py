@@ -18,12 +18,13 @@ def test_a_fast_test_may_start_other_commands():
 
 
 def test_the_files_started_first_exist_and_come_first(request):
-    """conftest.LONGEST_FIRST names real files, and the collection starts with them in that
-    order (a renamed file would otherwise drop silently to its place by test count)."""
-    from conftest import LONGEST_FIRST
+    """conftest.FILE_SECONDS names real files, and the collection starts with them, longest
+    first (a renamed file would otherwise drop silently to its place by test count)."""
+    from conftest import FILE_SECONDS
 
     tests = request.config.rootpath / "tests"
-    assert all((tests / name).is_file() for name in LONGEST_FIRST)
+    assert all((tests / name).is_file() for name in FILE_SECONDS)
     order = list(dict.fromkeys(item.path.name for item in request.session.items))
-    if set(LONGEST_FIRST) <= set(order):  # the whole suite was collected
-        assert order[:len(LONGEST_FIRST)] == list(LONGEST_FIRST)
+    if set(FILE_SECONDS) <= set(order):  # the whole suite was collected
+        longest = sorted(FILE_SECONDS, key=FILE_SECONDS.get, reverse=True)
+        assert order[:len(FILE_SECONDS)] == longest

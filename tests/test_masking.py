@@ -98,6 +98,19 @@ def test_masks_are_a_function_of_seed_epoch_and_index(data_bin, task):
     assert same < 0.1 * sum(len(b["id"]) for b in first)
 
 
+def test_an_epochs_order_is_the_same_loaded_at_the_start_or_at_a_resume(data_bin, task):
+    """A run loads its split once, at epoch 1; a run resumed in epoch 3 loads it there. Both
+    see epoch 3's batches in one order, and epoch 2's in another."""
+    resumed = ElectraPretrainingTask.setup_task(task.cfg)
+    resumed.load_dataset("train", epoch=3)
+
+    def ids(t, epoch):
+        return [b["id"].tolist() for b in batches(t, epoch=epoch)]
+
+    assert ids(task, 3) == ids(resumed, 3)
+    assert ids(task, 2) != ids(task, 3)
+
+
 def test_loader_workers_give_the_batches_of_the_main_process(task):
     def stream(workers):
         itr = task.get_batch_iterator(task.dataset("train"), max_sentences=16, seed=7,

@@ -1,10 +1,14 @@
 """The README's chain runs as written: its pre-training, fine-tuning and conversion blocks,
 read from README.md itself (so they cannot drift), run in order in one directory laid out
-as a clone's root, with the sizes shrunk by the substitutions listed here."""
+as a clone's root, with the sizes shrunk by the substitutions listed here. The shell expands
+each command line; a console script then runs as its entry point's module (``python -m``,
+forked warm by the tests' fork server); test_installed runs the installed scripts themselves."""
 
 import os
 import re
+import subprocess
 import sys
+from importlib.metadata import entry_points
 
 import pytest
 
@@ -49,6 +53,18 @@ def shrunk(command):
     return command
 
 
+def as_module(command, cwd, env):
+    """``command`` as the shell expands it, its console script as ``python -m`` its entry
+    point's module (what each command module's ``__main__`` runs); others as they are."""
+    argv = subprocess.run(["bash", "-c", f"set -- {command}; printf '%s\\0' \"$@\""], cwd=cwd,
+                          env=dict(os.environ, **env), capture_output=True, text=True,
+                          check=True).stdout.split("\0")[:-1]
+    script = entry_points(group="console_scripts", name=argv[0])
+    if not script:
+        return ["bash", "-c", command]
+    return [sys.executable, "-m", next(iter(script)).module, *argv[1:]]
+
+
 def test_the_chain_is_what_the_readme_says():
     commands = readme_commands()
     starts = [c.split()[0] + (" " + c.split()[1] if c.startswith("electra-") else "")
@@ -84,7 +100,7 @@ def test_the_readme_chain_runs_as_written(tmp_path):
         command = shrunk(command)
         if not command:
             continue
-        proc = run(["bash", "-c", command], env=env, cwd=tmp_path)
+        proc = run(as_module(command, tmp_path, env), env=env, cwd=tmp_path)
         assert proc.returncode == 0, failure(command, proc)
     assert (tmp_path / "checkpoints" / "checkpoint_best.pt").is_file()  # where the README reads
     assert (tmp_path / "trials" / "small" / "trials.md").is_file()

@@ -10,7 +10,6 @@ from fairseq import metrics, utils
 from fairseq.data import (
     Dictionary,
     PrependTokenDataset,
-    SortDataset,
     TokenBlockDataset,
     data_utils,
 )
@@ -26,6 +25,7 @@ from torch.profiler import record_function
 from ..data.dictionary import MASK_SYMBOL, load_dictionary
 from ..data.masking import ElectraMaskingDataset, word_starts
 from ..data.segment_pairs import SegmentPairDataset
+from ..data.shuffle import EpochShuffleDataset
 from ..models.core.run_config import complete_global_batch
 from ..optim.amp import optimizer_step
 from ..speed import (COMPILE_BACKENDS, compile_encoders, compile_step,
@@ -195,9 +195,7 @@ class ElectraPretrainingTask(FairseqTask):
             mask_prob=self.cfg.mask_prob, leave_unmasked_prob=self.cfg.leave_unmasked_prob,
             random_token_prob=self.cfg.random_token_prob, word_starts=self.word_starts,
             pad_to_multiple=length_bucket(self.cfg), max_length=self.cfg.tokens_per_sample)
-        with data_utils.numpy_seed(self.cfg.seed + epoch):
-            shuffle = np.random.permutation(len(dataset))
-        self.datasets[split] = SortDataset(dataset, sort_order=[shuffle, dataset.sizes])
+        self.datasets[split] = EpochShuffleDataset(dataset, dataset.sizes, self.cfg.seed)
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)

@@ -21,7 +21,6 @@ from fairseq.data import (
     NumSamplesDataset,
     RawLabelDataset,
     RightPadDataset,
-    SortDataset,
     data_utils,
 )
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
@@ -32,6 +31,7 @@ from ..criterions.collected import collect, log_derived_scores
 from ..data import squad_answers
 from ..data.dictionary import MASK_SYMBOL, load_dictionary
 from ..data.evaluation import batch_window_logits
+from ..data.shuffle import EpochShuffleDataset
 from ..data.squad import SquadMetadata, split_paths
 from ..models.core.span_head import SpanHead
 from ..optim.amp import optimizer_step
@@ -192,9 +192,7 @@ class SquadTask(FairseqTask):
             },
             sizes=[tokens.sizes],
         )
-        with data_utils.numpy_seed(self.cfg.seed + epoch):
-            shuffle = np.random.permutation(len(dataset))
-        self.datasets[split] = SortDataset(dataset, sort_order=[shuffle, tokens.sizes])
+        self.datasets[split] = EpochShuffleDataset(dataset, tokens.sizes, self.cfg.seed)
         logger.info(f"{split}: {len(dataset)} windows of {len(meta.examples)} questions "
                     f"(SQuAD {meta.version})")
         return self.datasets[split]

@@ -6,15 +6,15 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-import numpy as np
 from fairseq.data import (IdDataset, NestedDictionaryDataset, NumelDataset, NumSamplesDataset,
-                          RightPadDataset, SortDataset, data_utils)
+                          RightPadDataset, data_utils)
 from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II, MISSING
 
 from ..data.conll import IGNORE, LABELS_FILE
 from ..data.dictionary import MASK_SYMBOL, load_dictionary
+from ..data.shuffle import EpochShuffleDataset
 from ..models.core.heads import ElectraTokenClassificationHead
 from ..optim.amp import optimizer_step
 from ..user_io.errors import ElectraUsageError
@@ -77,9 +77,7 @@ class TaggingTask(FairseqTask):
             },
             sizes=[tokens.sizes],
         )
-        with data_utils.numpy_seed(self.cfg.seed + epoch):
-            shuffle = np.random.permutation(len(dataset))
-        self.datasets[split] = SortDataset(dataset, sort_order=[shuffle, tokens.sizes])
+        self.datasets[split] = EpochShuffleDataset(dataset, tokens.sizes, self.cfg.seed)
         logger.info(f"{split}: {len(dataset)} sentences, {len(self.labels)} labels")
         return self.datasets[split]
 
