@@ -61,15 +61,17 @@ def test_each_precision_trains_like_fp32(precision, fp32_run, data_bin, tmp_path
     assert state["cfg"]["common"]["tpu"] is False
 
 
-@pytest.mark.parametrize("switch", ["1", "+cudagraphs"])
+@pytest.mark.parametrize("switch", ["1", "+cudagraphs", "+cudagraphs,-trees"])
 def test_the_graphed_step_trains_like_the_eager_step(switch, fp32_run, data_bin, tmp_path,
                                                      monkeypatch):
     """--graphed-step on CUDA (inductor; with ELECTRA_SPEED=+cudagraphs also replayed as CUDA
-    graphs: update 1 runs, 2 records, 3 and 4 replay) logs what the eager step logs."""
+    graphs, as cudagraph trees or, with -trees, each graph on its own: update 1 runs, 2
+    records, 3 and 4 replay) logs what the eager step logs."""
     monkeypatch.setenv("ELECTRA_SPEED", switch)
     out = gpu_train(data_bin, tmp_path, "--graphed-step")
     assert "the step runs as one compiled graph" in out, out[-3000:]
-    assert ("CUDA graphs" in out) == (switch == "+cudagraphs")
+    assert ("CUDA graphs" in out) == switch.startswith("+cudagraphs")
+    assert ("without trees" in out) == switch.endswith("-trees")
     logs = records(out)
     assert [r["num_updates"] for r in logs] == [r["num_updates"] for r in fp32_run]
     for graphed, eager in zip(logs, fp32_run):
