@@ -998,20 +998,34 @@ def count_rows(args, device, root, batch_size=2, length=16, vocab=64):
             runner.step(src, target)
         with HostWork() as work:
             runner.step(*batches[args.warmup])
-        timed = []
-        for _ in range(args.repeats):
-            synchronize(device)
-            start = time.perf_counter()
-            for src, target in batches[args.warmup + 1:]:
-                runner.step(src, target)
-            synchronize(device)
-            timed.append((time.perf_counter() - start) / updates * 1000)
+        # with --weigh PART, each repeat also runs with that speed part off, in turn first
+        switches = [switch] + ([f"{switch},-{args.weigh}"] if args.weigh and impl != "peer"
+                               else [])
+        timed = {s: [] for s in switches}
+        for repeat in range(args.repeats):
+            for s in switches[::-1] if repeat % 2 else switches:
+                os.environ["ELECTRA_SPEED"] = s
+                synchronize(device)
+                start = time.perf_counter()
+                for src, target in batches[args.warmup + 1:]:
+                    runner.step(src, target)
+                synchronize(device)
+                timed[s].append((time.perf_counter() - start) / updates * 1000)
+        os.environ["ELECTRA_SPEED"] = switch
         rows.append(dict(name=name, operators=work.operators, kernels=work.kernels,
                          in_graph=work.in_graph, graph_kernels=work.graph_kernels,
-                         syncs=work.syncs, ms=statistics.median(timed)))
+                         syncs=work.syncs, ms=statistics.median(timed[switch])))
+        weighed = ""
+        if len(switches) == 2:
+            off = timed[switches[1]]
+            rows[-1].update(ms_without_part=statistics.median(off), part=args.weigh,
+                            with_part_vs_without=statistics.median(
+                                a / b for a, b in zip(timed[switch], off)))
+            weighed = (f"; without {args.weigh}: {rows[-1]['ms_without_part']:.2f} ms "
+                       f"(with/without, paired: {rows[-1]['with_part_vs_without']:.3f})")
         print(f"{name:>24}: {work.operators:5d} operators, {work.kernels:5d} not views, of "
               f"which {work.kernels - work.graph_kernels:5d} outside compiled code; "
-              f"{work.syncs:3d} syncs; {rows[-1]['ms']:7.2f} ms/update", flush=True)
+              f"{work.syncs:3d} syncs; {rows[-1]['ms']:7.2f} ms/update{weighed}", flush=True)
     os.environ.pop("ELECTRA_SPEED")
     peer = next(r for r in rows if r["name"] == "peer")
     for r in rows:
@@ -1088,6 +1102,9 @@ def main(argv=None):
                         "depth with near-zero widths: aten operators, host syncs and ms per "
                         "update, for the plugin (and as of --baseline), the plugin with "
                         "--graphed-step (--compile's backend) and the peer")
+    p.add_argument("--weigh", metavar="PART",
+                   help="with --count: each plugin row also timed with ELECTRA_SPEED's PART "
+                        "off (-PART), repeat by repeat in the same process")
     p.add_argument("--json", type=Path, help="write all results here")
     args = p.parse_args(argv)
 

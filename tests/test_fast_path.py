@@ -423,6 +423,38 @@ def test_speed_switch_off_gives_the_plain_ops(monkeypatch):
     assert not torch.equal(Dropout(0.1)(x), ours)  # its own mask
 
 
+@pytest.mark.parametrize("switch", ["1", "-walks"])
+def test_the_per_update_walks_do_what_fairseqs_do(switch, monkeypatch):
+    """model.train()/eval() leave every module in the mode asked for, one switched by hand
+    included; set_num_updates reaches each module that takes it (by its class or on the
+    instance, a shared one once) and no other."""
+    monkeypatch.setenv("ELECTRA_SPEED", switch)
+    model = tiny_model()[0]
+    model.train()
+    model.discriminator.encoder.layer[1].eval()  # a submodule switched on its own
+    assert model.train() is model
+    assert all(m.training for m in model.modules())
+    model.eval()
+    assert not any(m.training for m in model.modules())
+    model.train()
+    assert all(m.training for m in model.modules())
+
+    class Counted(torch.nn.Module):
+        def set_num_updates(self, n):
+            self.seen = getattr(self, "seen", []) + [n]
+
+    by_class, on_instance = Counted(), torch.nn.Linear(2, 2)
+    on_instance.set_num_updates = lambda n: setattr(on_instance, "seen", [n])
+    model.discriminator.extra = by_class
+    model.generator.extra = by_class  # shared: reached twice, told once
+    model.discriminator.other = on_instance
+    model.set_num_updates(7)
+    assert by_class.seen == [7] and on_instance.seen == [7]
+    for m in model.modules():  # nothing else in the model takes the count
+        if m is not model and m not in (by_class, on_instance):
+            assert not hasattr(m, "set_num_updates"), type(m)
+
+
 def test_a_part_on_trial_runs_only_when_asked_for(monkeypatch):
     """``+part`` asks for a part that is off by default; ``-part`` and ``0`` do not."""
     from electra_plugin.speed.switch import asked, enabled

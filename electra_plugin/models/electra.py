@@ -18,7 +18,7 @@ from fairseq.models import BaseFairseqModel, register_model
 from torch.profiler import record_function
 
 from ..optim.layer_decay import tag_parameters
-from ..speed import pad_to_bucket
+from ..speed import module_walks, pad_to_bucket
 from ..user_io.errors import ElectraUsageError
 from .bodies import body_named, body_of
 from .collapse import warn_if_collapsed
@@ -138,8 +138,11 @@ class ElectraModel(BaseFairseqModel):
             model.generator_kind.complete_run(run)
         return model
 
+    def train(self, mode=True):
+        return module_walks.train(self, mode, super().train)
+
     def set_num_updates(self, num_updates):
-        super().set_num_updates(num_updates)
+        module_walks.set_num_updates(self, num_updates, super().set_num_updates)
         if self.generator_kind is not None:
             self.generator_kind.set_num_updates(self, num_updates)
 

@@ -25,6 +25,9 @@ part                      fast path                                   plain path
                           (``--torch-compile``)
 ``compile_step``          the whole pre-training step as one graph    eager
                           (``--graphed-step``; CUDA graphs: ``+cudagraphs``)
+``module_walks``          the training mode set only where a module   fairseq's walks
+(``walks``)               differs; the update count to the modules    over every module
+                          whose class takes it                        (``hasattr`` each)
 ``deferred``              the update's finiteness checks and logs     fairseq's checks
                           stay on the device until --log-interval     after every update
                           (``ELECTRA_SPEED=-deferred``)
@@ -59,8 +62,9 @@ from .clip import clip_grad_norm_
 from .compile import BACKENDS as COMPILE_BACKENDS
 from .compile import compile_encoders, compile_step
 from .dropout import Dropout, dropout
+from . import module_walks
 from .switch import enabled
 
 __all__ = ["Dropout", "dropout", "project_qkv", "attention", "MultiTensorAdam",
            "clip_grad_norm_", "retain_freed_memory", "compile_encoders", "compile_step",
-           "COMPILE_BACKENDS", "enabled", "pad_to_bucket"]
+           "COMPILE_BACKENDS", "enabled", "pad_to_bucket", "module_walks"]
