@@ -381,7 +381,10 @@ def setup_argument(name):
 
 
 def test_console_scripts_name_real_functions():
-    """Each command of setup.py exists (this checkout may have none installed)."""
+    """Each command of setup.py exists (this checkout may have none installed), and its
+    module run as ``python -m`` calls the same function (the README chain's test runs the
+    commands that way)."""
+    import ast
     import importlib
 
     scripts = dict(line.replace(" ", "").split("=")
@@ -390,7 +393,11 @@ def test_console_scripts_name_real_functions():
             "electra-extract", "electra-convert"} <= set(scripts)
     for name, target in scripts.items():
         module, function = target.split(":")
-        assert callable(getattr(importlib.import_module(module), function)), name
+        loaded = importlib.import_module(module)
+        assert callable(getattr(loaded, function)), name
+        main_block = next(node for node in ast.parse(Path(loaded.__file__).read_text()).body
+                          if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test))
+        assert ast.unparse(main_block.body[-1]) == f"{function}()", name
 
 
 def test_setup_requires_a_sentencepiece_with_offset_mapping(tmp_path):
