@@ -998,7 +998,8 @@ def count_rows(args, device, root, batch_size=2, length=16, vocab=64):
             runner.step(src, target)
         with HostWork() as work:
             runner.step(*batches[args.warmup])
-        # with --weigh PART, each repeat also runs with that speed part off, in turn first
+        # with --weigh PART, each repeat also runs with that speed part off; the two take
+        # turns at going first
         switches = [switch] + ([f"{switch},-{args.weigh}"] if args.weigh and impl != "peer"
                                else [])
         timed = {s: [] for s in switches}

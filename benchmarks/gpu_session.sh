@@ -2,8 +2,8 @@
 # Every GPU figure of docs/benchmarks.md ("GPU") in one run on a one-GPU machine with torch
 # already installed: the CUDA tests, what an update asks of the host, the eager, graphed and
 # peer rows at the paper's batches (electra_small 128 x 128, electra_base 32 x 512, bf16),
-# the graphed row replayed as CUDA graphs without trees, each body in bf16, then a short graphed pre-training and sentiment trials from it and from
-# random init.
+# the graphed row replayed as CUDA graphs without trees, each body in bf16, then a short
+# graphed pre-training and sentiment trials from it and from random init.
 #
 #   OUT=results bash benchmarks/gpu_session.sh [SECONDS]   # SECONDS: the whole budget (560)
 #   STAGES="count bench_small pytest_gpu" OUT=results bash benchmarks/gpu_session.sh 300
@@ -23,14 +23,15 @@ TINY=${TINY:-0}
 data=${DATA:-$PWD/gpu_data}
 start=$SECONDS
 OUT=${OUT:?set OUT to a folder for the results}
-STAGES=${STAGES:-count bench_small bench_base cudagraphs pretrain pytest_gpu trials bench_bodies}
+STAGES=${STAGES:-count bench_small bench_base cudagraphs pretrain pytest_gpu trials \
+                 bench_bodies}
 # the GPU tests skip on a CPU, and a CPU has no CUDA graphs (the graphed row, unchanged)
 [ "$TINY" = 1 ] && STAGES=${STAGES/pytest_gpu/} && STAGES=${STAGES/cudagraphs/}
 mkdir -p "$OUT"
 weight() {  # each stage's relative share of the time left
-    case $1 in count) echo 80;; bench_small) echo 180;; bench_base) echo 150;; cudagraphs) echo 150;;
-               pretrain) echo 80;;
-               pytest_gpu) echo 110;; trials*) echo 40;; bench_bodies) echo 30;; esac; }
+    case $1 in count) echo 80;; bench_small) echo 180;; bench_base) echo 150;;
+               cudagraphs) echo 150;; pretrain) echo 80;; pytest_gpu) echo 110;;
+               trials*) echo 40;; bench_bodies) echo 30;; esac; }
 pending=""  # the chosen stages not yet run, in order
 for name in count bench_small bench_base cudagraphs pretrain pytest_gpu trials--checkpoint \
             trials--arch bench_bodies; do

@@ -15,11 +15,12 @@ full-size run has been timed (it replays at test size: tests/test_gpu.py; docs/b
 "GPU"). At full size cudagraph trees stop at their first replay on a liveness check
 (pytorch#154306); ``ELECTRA_SPEED=+cudagraphs,-trees`` captures each of the forward and
 backward graphs on its own instead (inductor's ``triton.cudagraph_trees=False``: inputs
-copied into fixed buffers, no liveness check), still untimed. The batch dimension is marked dynamic, so that an epoch's short last batch reuses
-the graph, and every batch takes the padded layout (an attention mask), so that a batch with
-padding does too; validation runs the eager step (no second graph for eval mode). A
-configuration the compiler cannot take whole falls back to the eager step at its first
-batch, with one log line. The modules and their state-dict keys are unchanged.
+copied into fixed buffers, no liveness check), still untimed. The batch dimension is marked
+dynamic, so that an epoch's short last batch reuses the graph, and every batch takes the
+padded layout (an attention mask), so that a batch with padding does too; validation runs
+the eager step (no second graph for eval mode). A configuration the compiler cannot take
+whole falls back to the eager step at its first batch, with one log line. The modules and
+their state-dict keys are unchanged.
 """
 
 import logging
@@ -60,7 +61,7 @@ class GraphedStep:
 
     def __init__(self, eager, backend: str):
         self.eager, self.backend = eager, backend
-        self.compiled = self.fell_back = self.cudagraphs = None
+        self.compiled = self.fell_back = self.cudagraphs = self.replayed_as = None
 
     def __call__(self, src_tokens, target, masked_positions=None, masked_weights=None,
                  has_padding=None):
@@ -71,11 +72,15 @@ class GraphedStep:
         first = self.compiled is None
         if first:
             self.cudagraphs = src_tokens.is_cuda and asked("cudagraphs")
-            graphs = {} if not self.cudagraphs else dict(mode="reduce-overhead") \
-                if enabled("trees") else dict(options={"triton.cudagraphs": True,
-                                                       "triton.cudagraph_trees": False})
+            replay, self.replayed_as = {}, ""
+            if self.cudagraphs and enabled("trees"):
+                replay, self.replayed_as = dict(mode="reduce-overhead"), ", CUDA graphs"
+            elif self.cudagraphs:
+                replay = dict(options={"triton.cudagraphs": True,
+                                       "triton.cudagraph_trees": False})
+                self.replayed_as = ", CUDA graphs without trees"
             self.compiled = torch.compile(self.eager, backend=self.backend, fullgraph=True,
-                                          **graphs)
+                                          **replay)
         if self.cudagraphs:  # each call is a new iteration: the last one's outputs are free
             torch.compiler.cudagraph_mark_step_begin()
         for tensor in (src_tokens, *args):  # B x ... inputs (the slots B*P): any batch size
@@ -94,8 +99,7 @@ class GraphedStep:
             return self.eager(src_tokens, *args)
         if first:
             logger.info(f"--graphed-step: the step runs as one compiled graph "
-                        f"({self.backend}{', CUDA graphs' if self.cudagraphs else ''}"
-                        f"{'' if enabled('trees') or not self.cudagraphs else ' without trees'})")
+                        f"({self.backend}{self.replayed_as})")
         if self.cudagraphs:  # a CUDA graph's outputs are overwritten by its next replay;
             # the logs wait for --log-interval (speed/deferred.py), so they get their own copy
             out = out._replace(logs={k: v.clone() if torch.is_tensor(v) else v
