@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Every GPU figure of docs/benchmarks.md ("GPU") in one run on a one-GPU machine with torch
 # already installed: the CUDA tests, what an update asks of the host, the eager, graphed and
-# peer rows at the paper's batches (electra_small 128 x 128, electra_base 32 x 512, bf16),
-# the graphed row replayed as CUDA graphs without trees, each body in bf16, then a short
-# graphed pre-training and sentiment trials from it and from random init.
+# peer rows at the paper's batches (electra_small 128 x 128, electra_base 32 x 512, bf16;
+# the graphed rows replayed as CUDA graphs), each body in bf16, then a short graphed
+# pre-training and sentiment trials from it and from random init.
 #
 #   OUT=results bash benchmarks/gpu_session.sh [SECONDS]   # SECONDS: the whole budget (560)
 #   STAGES="count bench_small pytest_gpu" OUT=results bash benchmarks/gpu_session.sh 300
@@ -13,8 +13,7 @@
 # sentiment set). Each stage runs under its weight's share of what is left of the budget, so
 # a stage that ends early leaves its time to the later ones and a slow one is cut instead of
 # losing what was measured; every log lands in $OUT as it is written. STAGES picks stages
-# (count bench_small bench_base cudagraphs pretrain pytest_gpu trials bench_bodies: all by
-# default).
+# (count bench_small bench_base pretrain pytest_gpu trials bench_bodies: all by default).
 # TINY=1 runs every stage on the CPU at tiny sizes, with the Python at hand and DATA as the data
 # folder (tests/test_gpu_session.py), so that a GPU's minutes are never lost to a typo.
 set -u
@@ -23,17 +22,16 @@ TINY=${TINY:-0}
 data=${DATA:-$PWD/gpu_data}
 start=$SECONDS
 OUT=${OUT:?set OUT to a folder for the results}
-STAGES=${STAGES:-count bench_small bench_base cudagraphs pretrain pytest_gpu trials \
-                 bench_bodies}
-# the GPU tests skip on a CPU, and a CPU has no CUDA graphs (the graphed row, unchanged)
-[ "$TINY" = 1 ] && STAGES=${STAGES/pytest_gpu/} && STAGES=${STAGES/cudagraphs/}
+STAGES=${STAGES:-count bench_small bench_base pretrain pytest_gpu trials bench_bodies}
+# the GPU tests skip on a CPU
+[ "$TINY" = 1 ] && STAGES=${STAGES/pytest_gpu/}
 mkdir -p "$OUT"
 weight() {  # each stage's relative share of the time left
     case $1 in count) echo 80;; bench_small) echo 180;; bench_base) echo 150;;
-               cudagraphs) echo 150;; pretrain) echo 80;; pytest_gpu) echo 110;;
+               pretrain) echo 80;; pytest_gpu) echo 110;;
                trials*) echo 40;; bench_bodies) echo 30;; esac; }
 pending=""  # the chosen stages not yet run, in order
-for name in count bench_small bench_base cudagraphs pretrain pytest_gpu trials--checkpoint \
+for name in count bench_small bench_base pretrain pytest_gpu trials--checkpoint \
             trials--arch bench_bodies; do
     [[ " $STAGES " == *" ${name%%--*} "* ]] && pending="$pending $name "
 done
@@ -89,12 +87,6 @@ stage bench_small $py benchmarks/bench_pretrain.py --device $device --precisions
 stage bench_base $py benchmarks/bench_pretrain.py --device $device --precisions bf16 \
     --models electra_base $base --impls plugin peer --graphed $graphed_backend \
     --json "$OUT/bench_base.json" $tiny_base
-# the graphed row replayed as CUDA graphs, each of its forward and backward graphs captured on
-# its own (cudagraph trees stop at this size: pytorch#154306), beside the eager rows
-stage cudagraphs env ELECTRA_SPEED=+cudagraphs,-trees $py benchmarks/bench_pretrain.py \
-    --device $device --precisions bf16 --models electra_small $small --impls plugin \
-    --graphed $graphed_backend --json "$OUT/cudagraphs.json" $tiny_model
-
 # a short pre-training at the graphed pace: electra_small, official recipe, bf16 autocast on
 # fp32 weights (the update's checks stay on the device), stopped by the clock
 stage pretrain $py -m fairseq_cli.hydra_train --config-dir examples/pretraining/config \

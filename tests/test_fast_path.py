@@ -455,18 +455,6 @@ def test_the_per_update_walks_do_what_fairseqs_do(switch, monkeypatch):
             assert not hasattr(m, "set_num_updates"), type(m)
 
 
-def test_a_part_on_trial_runs_only_when_asked_for(monkeypatch):
-    """``+part`` asks for a part that is off by default; ``-part`` and ``0`` do not."""
-    from electra_plugin.speed.switch import asked, enabled
-
-    for value, wanted in (("1", False), ("+cudagraphs", True), ("-window,+cudagraphs", True),
-                          ("-cudagraphs", False), ("0", False)):
-        monkeypatch.setenv("ELECTRA_SPEED", value)
-        assert asked("cudagraphs") is wanted, value
-    monkeypatch.setenv("ELECTRA_SPEED", "-window,+cudagraphs")  # the other parts: as before
-    assert enabled("dropout") and not enabled("window")
-
-
 @pytest.mark.slow
 def test_a_run_without_the_speed_work_learns_the_same(data_bin, tmp_path, monkeypatch):
     """fairseq-train with ELECTRA_SPEED=0 and without dropout logs the same losses and

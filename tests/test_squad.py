@@ -420,7 +420,8 @@ def test_the_criterion_waits_for_nothing_on_the_gpu(squad_bin):
         lambda *_: torch.cuda.set_sync_debug_mode("error"))  # after the encoder's own sync
     try:
         loss, _, log = criterion(model, sample)
-        with metrics.aggregate() as agg:
+        # a root of its own: earlier tests of this process left CPU meters in fairseq's
+        with metrics.aggregate(new_root=True) as agg:  # global one, moved here (a sync)
             SquadCriterion.reduce_metrics([log])
             torch.cuda.set_sync_debug_mode("default")
             logged = agg.get_smoothed_values()  # (fairseq's .item() on every meter)

@@ -24,7 +24,8 @@ part                      fast path                                   plain path
 ``compile_encoders``      ``torch.compile`` of each encoder           eager
                           (``--torch-compile``)
 ``compile_step``          the whole pre-training step as one graph    eager
-                          (``--graphed-step``; CUDA graphs: ``+cudagraphs``)
+                          (``--graphed-step``; on a GPU replayed
+                          as CUDA graphs, ``-cudagraphs``: not)
 ``module_walks``          the training mode set only where a module   fairseq's walks
 (``walks``)               differs; the update count to the modules    over every module
                           whose class takes it                        (``hasattr`` each)

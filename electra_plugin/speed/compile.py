@@ -6,28 +6,28 @@ Encoders: each encoder's ``encode`` (embeddings, projection, Transformer layers)
 the rest of the step stays eager. ``attn_mask`` is None for a batch without padding (SDPA
 may then run flash attention) and a tensor otherwise: at most two graphs per encoder.
 
-The step: :meth:`ElectraModel.electra_step` (generator, sampling, corruption,
-discriminator, losses) forward and backward under ``fullgraph=True``, which the collater's
-fixed prediction slots make possible (no shape depends on the masked count). On a GPU,
-``ELECTRA_SPEED=+cudagraphs`` also replays it as CUDA graphs (``mode="reduce-overhead"``: one
-replay per step instead of a launch per kernel); it is off unless asked for until a
-full-size run has been timed (it replays at test size: tests/test_gpu.py; docs/benchmarks.md,
-"GPU"). At full size cudagraph trees stop at their first replay on a liveness check
-(pytorch#154306); ``ELECTRA_SPEED=+cudagraphs,-trees`` captures each of the forward and
-backward graphs on its own instead (inductor's ``triton.cudagraph_trees=False``: inputs
-copied into fixed buffers, no liveness check), still untimed. The batch dimension is marked
-dynamic, so that an epoch's short last batch reuses the graph, and every batch takes the
-padded layout (an attention mask), so that a batch with padding does too; validation runs
-the eager step (no second graph for eval mode). A configuration the compiler cannot take
-whole falls back to the eager step at its first batch, with one log line. The modules and
-their state-dict keys are unchanged.
+The step: :meth:`ElectraModel.electra_step` (generator, sampling, corruption, discriminator,
+losses) forward and backward under ``fullgraph=True``, which the collater's fixed prediction
+slots make possible (no shape depends on the masked count). On a GPU the forward and the
+backward graph are each also captured as a CUDA graph and replayed, one launch per graph
+instead of one per kernel (3.6x the eager step for electra_small at 128 x 128, 1.7x for
+electra_base at 32 x 512: docs/benchmarks.md, "GPU at the paper's batches");
+``ELECTRA_SPEED=-cudagraphs`` turns that off. Each graph is captured on its own (inductor's
+``triton.cudagraph_trees=False``: its inputs copied into fixed buffers) because cudagraph
+trees stop at full size on a liveness check (pytorch#154306); the price is a memory pool per
+graph and a compile and capture per batch size. The batch dimension is marked dynamic, so
+that without CUDA graphs an epoch's short last batch reuses the graph (with them it takes
+one more), and every batch takes the padded layout (an attention mask), so that a batch with
+padding does too; validation runs the eager step (no second graph for eval mode). A
+configuration the compiler cannot take whole falls back to the eager step at its first
+batch, with one log line. The modules and their state-dict keys are unchanged.
 """
 
 import logging
 
 import torch
 
-from .switch import asked, enabled
+from .switch import enabled
 
 logger = logging.getLogger(__name__)
 
@@ -56,12 +56,12 @@ def compile_step(model, backend: str) -> bool:
 
 
 class GraphedStep:
-    """``electra_step`` compiled whole at its first batch (CUDA graphs on a GPU if asked
-    for); the eager step if that batch's step cannot compile."""
+    """``electra_step`` compiled whole at its first batch (replayed as CUDA graphs on a GPU);
+    the eager step if that batch's step cannot compile."""
 
     def __init__(self, eager, backend: str):
         self.eager, self.backend = eager, backend
-        self.compiled = self.fell_back = self.cudagraphs = self.replayed_as = None
+        self.compiled = self.fell_back = self.cudagraphs = None
 
     def __call__(self, src_tokens, target, masked_positions=None, masked_weights=None,
                  has_padding=None):
@@ -71,18 +71,11 @@ class GraphedStep:
             return self.eager(src_tokens, *args)
         first = self.compiled is None
         if first:
-            self.cudagraphs = src_tokens.is_cuda and asked("cudagraphs")
-            replay, self.replayed_as = {}, ""
-            if self.cudagraphs and enabled("trees"):
-                replay, self.replayed_as = dict(mode="reduce-overhead"), ", CUDA graphs"
-            elif self.cudagraphs:
-                replay = dict(options={"triton.cudagraphs": True,
-                                       "triton.cudagraph_trees": False})
-                self.replayed_as = ", CUDA graphs without trees"
+            self.cudagraphs = (src_tokens.is_cuda and self.backend == "inductor"
+                               and enabled("cudagraphs"))
+            replay = {"triton.cudagraphs": True, "triton.cudagraph_trees": False}
             self.compiled = torch.compile(self.eager, backend=self.backend, fullgraph=True,
-                                          **replay)
-        if self.cudagraphs:  # each call is a new iteration: the last one's outputs are free
-            torch.compiler.cudagraph_mark_step_begin()
+                                          options=replay if self.cudagraphs else None)
         for tensor in (src_tokens, *args):  # B x ... inputs (the slots B*P): any batch size
             if torch.is_tensor(tensor) and tensor.dim() > 0:
                 torch._dynamo.maybe_mark_dynamic(tensor, 0)
@@ -99,7 +92,7 @@ class GraphedStep:
             return self.eager(src_tokens, *args)
         if first:
             logger.info(f"--graphed-step: the step runs as one compiled graph "
-                        f"({self.backend}{self.replayed_as})")
+                        f"({self.backend}{', CUDA graphs' if self.cudagraphs else ''})")
         if self.cudagraphs:  # a CUDA graph's outputs are overwritten by its next replay;
             # the logs wait for --log-interval (speed/deferred.py), so they get their own copy
             out = out._replace(logs={k: v.clone() if torch.is_tensor(v) else v

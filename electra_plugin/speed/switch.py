@@ -13,8 +13,3 @@ def enabled(part: str = "") -> bool:
     value = os.environ.get(VARIABLE, "1")
     return value != "0" and not (part and f"-{part}" in value.split(","))
 
-
-def asked(part: str) -> bool:
-    """True when ``ELECTRA_SPEED`` lists ``+part``: a part still on trial, off unless asked
-    for (``ELECTRA_SPEED=+cudagraphs``)."""
-    return enabled() and f"+{part}" in os.environ.get(VARIABLE, "1").split(",")

@@ -107,8 +107,8 @@ class ElectraPretrainingConfig(FairseqDataclass):
         default=False, metadata={"help": "run the whole pre-training step (generator, "
                                          "sampling, discriminator, losses; forward and "
                                          "backward) as one torch.compile graph "
-                                         "(fullgraph; CUDA graphs on a GPU with "
-                                         "ELECTRA_SPEED=+cudagraphs); "
+                                         "(fullgraph; on a GPU replayed as CUDA "
+                                         "graphs, ELECTRA_SPEED=-cudagraphs: not); "
                                          "with the --torch-compile backend (inductor when "
                                          "off); a configuration that cannot compile whole "
                                          "runs eager, said in one log line"})
