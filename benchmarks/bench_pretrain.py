@@ -450,6 +450,28 @@ def page_faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
+def profile_steps(runner, batches, device, top=12):
+    """One more pass over ``batches`` under torch.profiler -> (the device's busy ms per update:
+    the sum of its kernels' times, 0 on a CPU; the ``top`` operators by host time, each
+    [name, calls, self host ms, self device ms] per update). Busy time well under the wall
+    time means the device waits on the host."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda"
+                                           else [])
+    with profile(activities=activities) as prof:
+        time_steps(runner, batches, device)
+    n = len(batches)
+    events = prof.key_averages()
+    # a kernel is device time with no host time of its own; an operator's self device time
+    # is the kernels it launched, so sum the kernels only (each counted once)
+    busy = sum(e.self_device_time_total for e in events
+               if e.self_device_time_total and not e.self_cpu_time_total) / 1e3 / n
+    ops = sorted(events, key=lambda e: -e.self_cpu_time_total)[:top]
+    return busy, [[e.key, e.count / n, e.self_cpu_time_total / 1e3 / n,
+                   e.self_device_time_total / 1e3 / n] for e in ops]
+
+
 def time_steps(runner, batches, device):
     synchronize(device)
     start = time.perf_counter()
@@ -541,6 +563,8 @@ def serve(conn, spec, args, config, batches, threads):
                 seconds = time_steps(runner, batches, device)
                 result = (seconds, (time.process_time() - cpu) / len(batches),
                           (page_faults() - minflt) / len(batches))
+            elif request == "profile":
+                result = profile_steps(runner, batches, device)
             else:  # "memory"
                 result = peak_memory(runner, batches[0], device)
             conn.send((True, result))
@@ -620,6 +644,12 @@ def run_config(args, arch, length, precision, device, data_root):
             for worker in workers:
                 timed(worker)
         memory = {w.name: w("memory") for w in workers}
+        profiled = {}
+        for worker in workers if args.profile else []:
+            try:  # the timed rows stand without it
+                profiled[worker.name] = worker("profile")
+            except RuntimeError as error:
+                print(f"{tag} {worker.name}: not profiled ({error})", flush=True)
     finally:
         for worker in workers:
             worker.close()
@@ -641,6 +671,9 @@ def run_config(args, arch, length, precision, device, data_root):
             tokens_per_s=batch_size * length / seconds, peak_memory_bytes=memory[name],
             paper_flops_per_update=paper, executed_flops_per_update=executed,
             achieved_flops_per_s=executed / seconds))
+        if name in profiled:
+            rows[-1].update(device_busy_ms_per_update=profiled[name][0],
+                            top_host_ops=profiled[name][1])
     recommended = f"plugin {plugin_modes(precision, device)[0][0]}"
     for row in rows:
         # median of the per-repeat ratios: each pair ran back to back under the same load
@@ -1074,6 +1107,10 @@ def main(argv=None):
     p.add_argument("--breakdown", action="store_true",
                    help="also time the parts of the plugin's step (generator, sampling, "
                         "discriminator, optimizer, data) one at a time")
+    p.add_argument("--profile", action="store_true",
+                   help="also run each row once more under torch.profiler: the device's busy "
+                        "ms per update (its kernels' time) and the operators that take the "
+                        "most host time (in the JSON; printed after the table)")
     p.add_argument("--compile", nargs="?", const="inductor", default=None,
                    choices=["inductor", "aot_eager"],
                    help="also time each precision's first plugin command line with "
@@ -1199,6 +1236,13 @@ def main(argv=None):
               + ", ".join(f"{k} {b[k]:.0f}" for k in inner)
               + f"), backward {b['backward']:.0f}, optimizer {b['optimizer']:.0f}, rest "
               f"{rest:.0f}; data (not in the step) {b['data']:.0f} ms/batch")
+    for r in rows:
+        if "top_host_ops" in r:
+            print(f"profile {r['config']} {r['impl']}: device busy "
+                  f"{r['device_busy_ms_per_update']:.1f} of {r['ms_per_update']:.1f} ms/update; "
+                  "host ms/update by operator: " + ", ".join(
+                      f"{name} {host:.2f} ({calls:g} calls)"
+                      for name, calls, host, _ in r["top_host_ops"][:6]))
     for t in train:
         print(f"fairseq-train {t['arch']} {t['mode']}: {t['fairseq_train_wps']:.0f} wps "
               f"= {t['ratio']:.2f}x the harness's {t['harness_tokens_per_s']:.0f} tokens/s")

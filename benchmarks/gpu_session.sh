@@ -80,12 +80,13 @@ cat "$OUT/machine.txt"
 # per update at electra_small's depth, near-zero widths: operators, syncs, host ms
 stage count $py benchmarks/bench_pretrain.py --count --device $device --compile $backend \
     --json "$OUT/count.json" $count
-# the paper's batches: eager (--autocast-bf16 and --bf16), graphed, the transformers peer
+# the paper's batches: eager (--autocast-bf16 and --bf16), graphed, the transformers peer;
+# each row profiled once more: the GPU's busy time per update and the host's top operators
 stage bench_small $py benchmarks/bench_pretrain.py --device $device --precisions bf16 \
-    --models electra_small $small --impls plugin peer --graphed $graphed_backend \
+    --models electra_small $small --impls plugin peer --graphed $graphed_backend --profile \
     --json "$OUT/bench_small.json" $tiny_model
 stage bench_base $py benchmarks/bench_pretrain.py --device $device --precisions bf16 \
-    --models electra_base $base --impls plugin peer --graphed $graphed_backend \
+    --models electra_base $base --impls plugin peer --graphed $graphed_backend --profile \
     --json "$OUT/bench_base.json" $tiny_base
 # a short pre-training at the graphed pace: electra_small, official recipe, bf16 autocast on
 # fp32 weights (the update's checks stay on the device), stopped by the clock

@@ -3,6 +3,7 @@ session runs (the host-work count, the eager, graphed and peer rows, the graphed
 pre-training, the trials, the bodies) ends well, so that a lent GPU's minutes are never lost
 to a typo, an option or an import."""
 
+import json
 import os
 import subprocess
 import sys
@@ -39,6 +40,8 @@ def test_the_gpu_session_runs_end_to_end_at_tiny_sizes(spm_data, tmp_path):
     assert "skipped" not in stages and stages.count("rc=0 ") == 7, stages
     count = (out / "count.txt").read_text()
     assert "plugin --graphed-step" in count and "peer" in count, count
+    for row in json.loads((out / "bench_small.json").read_text())["rows"]:  # --profile
+        assert row["device_busy_ms_per_update"] == 0 and row["top_host_ops"], row  # (a CPU)
     assert "--graphed-step: the step runs as one compiled graph" in \
         (out / "pretrain.txt").read_text()
     assert (out / "trials--checkpoint.md").is_file() and (out / "trials--arch.md").is_file()
