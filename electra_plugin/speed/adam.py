@@ -65,14 +65,11 @@ class MultiTensorAdam(Adam):
         for p in group["params"]:
             if p.grad is None:
                 continue
-            state = self.state[p]
+            state = self.state[p]  # (a loaded one: on p's device and dtype, as torch loads)
             if len(state) == 0:
                 state["step"] = 0
                 state["exp_avg"] = torch.zeros_like(p)
                 state["exp_avg_sq"] = torch.zeros_like(p)
-            else:  # (a loaded state may sit on another device)
-                state["exp_avg"] = state["exp_avg"].to(p)
-                state["exp_avg_sq"] = state["exp_avg_sq"].to(p)
             state["step"] += 1
             params, grads, exp_avgs, exp_avg_sqs = by_step[state["step"]]
             params.append(p)  # (no .data: under no_grad, without a detach per tensor)
