@@ -78,6 +78,19 @@ def test_the_graphed_step_trains_like_the_eager_step(switch, fp32_run, data_bin,
             assert abs(graphed[key] - eager[key]) <= atol, (key, graphed, eager)
 
 
+def test_cuda_graphs_accumulate_gradients_over_update_freq(data_bin, tmp_path):
+    """With --update-freq 2 the backward graph's replay hands autograd the same output
+    buffers twice: the gradients must add up (g1 + g2), as the eager step's do, not alias."""
+    flags = ("--update-freq", "2")
+    eager = records(gpu_train(data_bin, tmp_path / "eager", *flags))
+    graphed = records(gpu_train(data_bin, tmp_path / "graphed", *flags, "--graphed-step"))
+    assert [r["num_updates"] for r in graphed] == [r["num_updates"] for r in eager]
+    for g, e in zip(graphed, eager):
+        assert g["gnorm"] == pytest.approx(e["gnorm"], rel=0.02), (g, e)
+        for key, atol in TOLERANCE["amp"].items():
+            assert abs(g[key] - e[key]) <= atol, (key, g, e)
+
+
 @pytest.mark.parametrize("body", ["deberta", "modern"])
 def test_each_body_trains_in_bf16_like_fp32(body, data_bin, tmp_path):
     """The DeBERTa and modern bodies under --bf16 (electra-train) against their own fp32."""
