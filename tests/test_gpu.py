@@ -78,6 +78,33 @@ def test_the_graphed_step_trains_like_the_eager_step(switch, fp32_run, data_bin,
             assert abs(graphed[key] - eager[key]) <= atol, (key, graphed, eager)
 
 
+def test_cuda_graph_replays_draw_fresh_random_numbers_under_the_seed():
+    """Each replay of the CUDA-graphed step draws new dropout masks and generator samples
+    (not the captured ones again), and the same ones after the same ``torch.manual_seed``
+    (fairseq reseeds every update): the losses of one batch on fixed weights tell."""
+    from electra_plugin.data.masking import max_predictions, prediction_slots
+    from electra_plugin.speed.compile import compile_step
+
+    model, task = tiny_model()  # dropout 0.1, sampling at temperature 1
+    model.cuda().train()
+    src, target, _, picked = masked_batch(task)
+    positions, weights = prediction_slots(picked, max_predictions(0.15, src.size(1)))
+    src, target, positions, weights = (t.cuda() for t in (src, target, positions, weights))
+    assert compile_step(model, "inductor")
+
+    def loss(seed=None):
+        if seed is not None:
+            torch.manual_seed(seed)
+        return float(model(src, target=target, masked_positions=positions,
+                           masked_weights=weights, has_padding=True).main_loss)
+
+    replays = [loss() for _ in range(4)][1:]  # the first compiles and captures
+    assert model.electra_step.cudagraphs
+    assert all(abs(a - b) > 1e-5 * abs(b) for a, b in zip(replays, replays[1:])), replays
+    assert loss(7) == pytest.approx(loss(7), rel=1e-5)
+    assert abs(loss(7) - loss(8)) > 1e-5 * abs(loss(8))
+
+
 def test_cuda_graphs_accumulate_gradients_over_update_freq(data_bin, tmp_path):
     """With --update-freq 2 the backward graph's replay hands autograd the same output
     buffers twice: the gradients must add up (g1 + g2), as the eager step's do, not alias."""
