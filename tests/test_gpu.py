@@ -81,7 +81,8 @@ def test_the_graphed_step_trains_like_the_eager_step(switch, fp32_run, data_bin,
 def test_cuda_graph_replays_draw_fresh_random_numbers_under_the_seed():
     """Each replay of the CUDA-graphed step draws new dropout masks and generator samples
     (not the captured ones again), and the same ones after the same ``torch.manual_seed``
-    (fairseq reseeds every update): the losses of one batch on fixed weights tell."""
+    (fairseq reseeds every update): the losses of one batch on fixed weights tell. A batch
+    of fewer rows then runs eager."""
     from electra_plugin.data.masking import max_predictions, prediction_slots
     from electra_plugin.speed.compile import compile_step
 
@@ -103,6 +104,13 @@ def test_cuda_graph_replays_draw_fresh_random_numbers_under_the_seed():
     assert all(abs(a - b) > 1e-5 * abs(b) for a, b in zip(replays, replays[1:])), replays
     assert loss(7) == pytest.approx(loss(7), rel=1e-5)
     assert abs(loss(7) - loss(8)) > 1e-5 * abs(loss(8))
+    # a batch of fewer rows (an epoch's last) runs eager: no second compile and capture
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    short = prediction_slots(picked[:2], max_predictions(0.15, src.size(1)))
+    out = model(src[:2], target=target[:2], masked_positions=short[0].cuda(),
+                masked_weights=short[1].cuda(), has_padding=True)
+    assert torch.isfinite(out.main_loss)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
 
 
 def test_cuda_graphs_accumulate_gradients_over_update_freq(data_bin, tmp_path):

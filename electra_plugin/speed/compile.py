@@ -15,12 +15,13 @@ electra_base at 32 x 512: docs/benchmarks.md, "GPU at the paper's batches");
 ``ELECTRA_SPEED=-cudagraphs`` turns that off. Each graph is captured on its own (inductor's
 ``triton.cudagraph_trees=False``: its inputs copied into fixed buffers) because cudagraph
 trees stop at full size on a liveness check (pytorch#154306); the price is a memory pool per
-graph and a compile and capture per batch size. The batch dimension is marked dynamic, so
-that without CUDA graphs an epoch's short last batch reuses the graph (with them it takes
-one more), and every batch takes the padded layout (an attention mask), so that a batch with
-padding does too; validation runs the eager step (no second graph for eval mode). A
-configuration the compiler cannot take whole falls back to the eager step at its first
-batch, with one log line. The modules and their state-dict keys are unchanged.
+graph and a compile and capture per shape, so a batch with fewer rows than one captured at
+its length (an epoch's short last batch) runs eager instead. Without CUDA graphs the batch
+dimension is dynamic, so that such a batch reuses the graph. Every batch takes the padded
+layout (an attention mask), so that a batch with padding does too; validation runs the eager
+step (no second graph for eval mode). A configuration the compiler cannot take whole falls
+back to the eager step at its first batch, with one log line. The modules and their state-
+dict keys are unchanged.
 """
 
 import logging
@@ -62,6 +63,7 @@ class GraphedStep:
     def __init__(self, eager, backend: str):
         self.eager, self.backend = eager, backend
         self.compiled = self.fell_back = self.cudagraphs = None
+        self.rows, self.said_short = {}, False  # length -> the most rows captured at it
 
     def __call__(self, src_tokens, target, masked_positions=None, masked_weights=None,
                  has_padding=None):
@@ -76,6 +78,15 @@ class GraphedStep:
             replay = {"triton.cudagraphs": True, "triton.cudagraph_trees": False}
             self.compiled = torch.compile(self.eager, backend=self.backend, fullgraph=True,
                                           options=replay if self.cudagraphs else None)
+        rows, length = src_tokens.shape
+        if self.cudagraphs and rows < self.rows.get(length, 0):  # an epoch's short last
+            # batch: eager, rather than minutes of compiling and another graph's memory
+            if not self.said_short:
+                logger.info(f"--graphed-step: a batch of {rows} rows, fewer than the CUDA "
+                            f"graphs' {self.rows[length]} at its length, runs eager")
+                self.said_short = True
+            return self.eager(src_tokens, *args)
+        self.rows[length] = max(self.rows.get(length, 0), rows)
         for tensor in (src_tokens, *args):  # B x ... inputs (the slots B*P): any batch size
             if torch.is_tensor(tensor) and tensor.dim() > 0:
                 torch._dynamo.maybe_mark_dynamic(tensor, 0)
