@@ -78,15 +78,17 @@ class GraphedStep:
             replay = {"triton.cudagraphs": True, "triton.cudagraph_trees": False}
             self.compiled = torch.compile(self.eager, backend=self.backend, fullgraph=True,
                                           options=replay if self.cudagraphs else None)
-        rows, length = src_tokens.shape
-        if self.cudagraphs and rows < self.rows.get(length, 0):  # an epoch's short last
-            # batch: eager, rather than minutes of compiling and another graph's memory
-            if not self.said_short:
-                logger.info(f"--graphed-step: a batch of {rows} rows, fewer than the CUDA "
-                            f"graphs' {self.rows[length]} at its length, runs eager")
-                self.said_short = True
-            return self.eager(src_tokens, *args)
-        self.rows[length] = max(self.rows.get(length, 0), rows)
+        if self.cudagraphs:  # a CUDA graph holds one shape
+            rows, length = src_tokens.shape
+            most = self.rows.setdefault(length, rows)
+            if rows < most:  # an epoch's short last batch: eager, rather than minutes of
+                # compiling and another graph's memory
+                if not self.said_short:
+                    logger.info(f"--graphed-step: a batch of {rows} rows, fewer than the "
+                                f"CUDA graphs' {most} at its length, runs eager")
+                    self.said_short = True
+                return self.eager(src_tokens, *args)
+            self.rows[length] = rows
         for tensor in (src_tokens, *args):  # B x ... inputs (the slots B*P): any batch size
             if torch.is_tensor(tensor) and tensor.dim() > 0:
                 torch._dynamo.maybe_mark_dynamic(tensor, 0)
