@@ -99,7 +99,8 @@ def test_the_graphed_step_is_one_graph_equal_to_the_eager_step_and_resumes_exact
     graphed = run(graphed_run(data_bin, tmp_path / "graphed", *extra, "--max-update", "8"),
                   env=env)
     assert graphed.returncode == 0, graphed.stderr[-3000:]
-    assert "the step runs as one compiled graph" in graphed.stdout + graphed.stderr
+    assert "the step runs as one compiled graph (aot_eager, gradients inside)" in \
+        graphed.stdout + graphed.stderr
     counters = counters_of(graphed.stdout)
     assert counters["stats"]["unique_graphs"] == 1, counters
     assert not counters.get("graph_break") and not counters.get("recompiles"), counters
@@ -148,3 +149,55 @@ def test_a_step_that_cannot_compile_whole_runs_eager_with_one_line(options, capl
     lines = [r.getMessage() for r in caplog.records if "--graphed-step" in r.getMessage()]
     assert len(lines) == 1 and "runs eager" in lines[0] and "\n" not in lines[0], lines
     torch.testing.assert_close(outs[0].main_loss, outs[1].main_loss)
+
+
+def step_gradients(model, batch, autocast, scale=1.0):
+    """The criterion's loss (weights 50, 1) of one step on ``batch``, backward times
+    ``scale`` (fairseq's ignore_grad: 0): the loss and the gradients, added to any there."""
+    src, target, positions, weights = batch
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        out = model(src, target=target, masked_positions=positions, masked_weights=weights,
+                    has_padding=True)
+        loss = 50.0 * out.main_loss + out.generator_loss
+    (loss * scale).backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "autocast-bf16"])
+def test_gradients_taken_inside_the_graph_are_autograds(autocast):
+    """--graphed-step with the criterion's loss weights takes the gradients inside its graph
+    (one function of the parameters, torch.func): they equal autograd's through the eager
+    step, under bf16 autocast too (its backward outside autocast, as autograd's); a second
+    backward adds to them (--update-freq) and a zero cotangent (ignore_grad) adds nothing.
+    A parameter registered in two modules leaves the gradients to autograd."""
+    from electra_plugin.data.masking import max_predictions, prediction_slots
+    from electra_plugin.speed.compile import compile_step, tied_across_modules
+
+    (plain, task), (graphed, _) = (tiny_model(dropout=0.0, attention_dropout=0.0,
+                                              temperature=0.0) for _ in range(2))
+    graphed.load_state_dict(plain.state_dict())
+    src, target, _, picked = masked_batch(task)
+    positions, weights = prediction_slots(picked, max_predictions(0.15, src.size(1)))
+    batch = (src, target, positions, weights)
+    assert compile_step(graphed, "aot_eager")
+    graphed.electra_step.loss_weights = (50.0, 1.0)
+    plain.train(), graphed.train()
+    (loss, grads), (graphed_loss, graphed_grads) = (step_gradients(m, batch, autocast)
+                                                    for m in (plain, graphed))
+    assert graphed.electra_step.params is not None  # the gradients came from the graph
+    torch.testing.assert_close(graphed_loss, loss)
+    top = max(g.abs().max() for g in grads.values())
+    for name, grad in grads.items():
+        torch.testing.assert_close(graphed_grads[name], grad, rtol=1e-5, atol=1e-6 * top)
+    _, twice = step_gradients(graphed, batch, autocast)
+    _, still = step_gradients(graphed, batch, autocast, scale=0.0)
+    for name, grad in grads.items():
+        torch.testing.assert_close(twice[name], 2 * grad, rtol=1e-5, atol=2e-6 * top)
+        assert torch.equal(still[name], twice[name]), name
+
+    shared = torch.nn.Linear(2, 2)
+    assert not tied_across_modules(torch.nn.Sequential(shared, shared))  # one module
+    other = torch.nn.Linear(2, 2)
+    other.weight = shared.weight
+    assert tied_across_modules(torch.nn.Sequential(shared, other))

@@ -94,15 +94,21 @@ class ElectraCriterion(FairseqCriterion):
         super().__init__(task)
         self.disc_weight, self.gen_weight = disc_weight, gen_weight
 
+    def loss_weights(self, model):
+        """(w, g): the weights of ``L_main`` and ``L_gen`` in the loss, which a graphed step
+        also uses to take the loss's gradients inside its graph (speed/compile.py)."""
+        return (self.disc_weight if model.objective.binary else 1.0), self.gen_weight
+
     def forward(self, model, sample, reduce=True):
         """The step is :meth:`ElectraModel.electra_step`, run through ``model`` (the DDP
         wrapper in distributed training); this weights its losses and logs around it."""
         out = model(**sample["net_input"], target=sample["target"])
+        main_weight, gen_weight = self.loss_weights(model)
         loss = 0.0
         if out.main_loss is not None:
-            loss = (self.disc_weight if model.objective.binary else 1.0) * out.main_loss
+            loss = main_weight * out.main_loss
         if out.generator_loss is not None:
-            loss = loss + self.gen_weight * out.generator_loss  # x 1.0 is exact: no change
+            loss = loss + gen_weight * out.generator_loss  # x 1.0 is exact: no change
         logging_output = {"ntokens": sample["ntokens"], "nsentences": sample["nsentences"],
                           "sample_size": 1, **out.logs, "loss": loss.detach()}
         if not model.training and out.disc_hidden is not None:

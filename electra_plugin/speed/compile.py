@@ -8,20 +8,24 @@ may then run flash attention) and a tensor otherwise: at most two graphs per enc
 
 The step: :meth:`ElectraModel.electra_step` (generator, sampling, corruption, discriminator,
 losses) forward and backward under ``fullgraph=True``, which the collater's fixed prediction
-slots make possible (no shape depends on the masked count). On a GPU the forward and the
-backward graph are each also captured as a CUDA graph and replayed, one launch per graph
-instead of one per kernel (3.6x the eager step for electra_small at 128 x 128, 1.7x for
-electra_base at 32 x 512: docs/benchmarks.md, "GPU at the paper's batches");
-``ELECTRA_SPEED=-cudagraphs`` turns that off. Each graph is captured on its own (inductor's
-``triton.cudagraph_trees=False``: its inputs copied into fixed buffers) because cudagraph
-trees stop at full size on a liveness check (pytorch#154306); the price is a memory pool per
-graph and a compile and capture per shape, so a batch with fewer rows than one captured at
-its length (an epoch's short last batch) runs eager instead. Without CUDA graphs the batch
-dimension is dynamic, so that such a batch reuses the graph. Every batch takes the padded
-layout (an attention mask), so that a batch with padding does too; validation runs the eager
-step (no second graph for eval mode). A configuration the compiler cannot take whole falls
-back to the eager step at its first batch, with one log line. The modules and their state-
-dict keys are unchanged.
+slots make possible (no shape depends on the masked count). Where the task knows the
+criterion's loss weights, the loss is not scaled (not ``--fp16``/``--amp``) and no parameter
+is registered in two modules, the backward is in the same graph: ``torch.func.grad_and_value``
+of the criterion's loss over the parameters gives the gradients as the graph's outputs, and
+autograd only hands them to the parameters (:class:`_Gradients`): one graph call and one
+guard check per update instead of two, and no autograd walk through a compiled backward
+(docs/benchmarks.md, "The update at the GPU's pace"). Otherwise autograd runs the compiled
+backward as a second graph. On a GPU each graph is also captured as a CUDA graph and replayed, one launch
+per graph instead of one per kernel; ``ELECTRA_SPEED=-cudagraphs`` turns that off. Each graph
+is captured on its own (inductor's ``triton.cudagraph_trees=False``: its inputs copied into
+fixed buffers, the parameters left where they are) because cudagraph trees stop at full size
+on a liveness check (pytorch#154306). A graph holds one shape (``dynamic=False``): a batch of
+a new length compiles anew, and a batch with fewer rows than one already compiled at its
+length (an epoch's short last batch) runs eager instead. Every batch takes the padded layout
+(an attention mask), so that a batch with padding does too; validation runs the eager step
+(no second graph for eval mode). A configuration the compiler cannot take whole falls back to
+the eager step at its first batch, with one log line. The modules and their state-dict keys
+are unchanged.
 """
 
 import logging
@@ -58,11 +62,17 @@ def compile_step(model, backend: str) -> bool:
 
 class GraphedStep:
     """``electra_step`` compiled whole at its first batch (replayed as CUDA graphs on a GPU);
-    the eager step if that batch's step cannot compile."""
+    the eager step if that batch's step cannot compile.
+
+    ``loss_weights`` (main, generator), the weights of the criterion's sum of the two losses,
+    which the task sets where the loss is not scaled: then the graph also takes the gradients
+    of that sum (forward and backward in one graph, see :class:`_Gradients`); otherwise
+    autograd runs the compiled backward as a second graph."""
 
     def __init__(self, eager, backend: str):
         self.eager, self.backend = eager, backend
         self.compiled = self.fell_back = self.cudagraphs = None
+        self.loss_weights, self.params = None, None
         self.rows, self.said_short = {}, False  # length -> the most rows captured at it
 
     def __call__(self, src_tokens, target, masked_positions=None, masked_weights=None,
@@ -73,27 +83,24 @@ class GraphedStep:
             return self.eager(src_tokens, *args)
         first = self.compiled is None
         if first:
-            self.cudagraphs = (src_tokens.is_cuda and self.backend == "inductor"
-                               and enabled("cudagraphs"))
-            replay = {"triton.cudagraphs": True, "triton.cudagraph_trees": False}
-            self.compiled = torch.compile(self.eager, backend=self.backend, fullgraph=True,
-                                          options=replay if self.cudagraphs else None)
-        if self.cudagraphs:  # a CUDA graph holds one shape
-            rows, length = src_tokens.shape
-            most = self.rows.setdefault(length, rows)
-            if rows < most:  # an epoch's short last batch: eager, rather than minutes of
-                # compiling and another graph's memory
-                if not self.said_short:
-                    logger.info(f"--graphed-step: a batch of {rows} rows, fewer than the "
-                                f"CUDA graphs' {most} at its length, runs eager")
-                    self.said_short = True
-                return self.eager(src_tokens, *args)
-            self.rows[length] = rows
-        for tensor in (src_tokens, *args):  # B x ... inputs (the slots B*P): any batch size
-            if torch.is_tensor(tensor) and tensor.dim() > 0:
-                torch._dynamo.maybe_mark_dynamic(tensor, 0)
+            self.compile(src_tokens.is_cuda)
+        rows, length = src_tokens.shape  # a graph holds one shape
+        most = self.rows.setdefault(length, rows)
+        if rows < most:  # an epoch's short last batch: eager, rather than minutes of
+            # compiling (and under CUDA graphs another graph's memory)
+            if not self.said_short:
+                logger.info(f"--graphed-step: a batch of {rows} rows, fewer than the graph's "
+                            f"{most} at its length, runs eager")
+                self.said_short = True
+            return self.eager(src_tokens, *args)
+        self.rows[length] = rows
         try:
-            out = self.compiled(src_tokens, *args)
+            if self.params is None:
+                out = self.compiled(src_tokens, *args)
+            else:
+                with torch.no_grad():  # the graph takes the gradients: no autograd around it
+                    grads, fields = self.compiled(self.values, src_tokens, *args)
+                out = self.attach(grads, fields, masked_positions, masked_weights)
         except Exception as error:  # the compiler's own errors are not all its exception
             # class (torch 2.11 raises AssertionError); a real error of the step recurs eager
             if not first:
@@ -105,9 +112,106 @@ class GraphedStep:
             return self.eager(src_tokens, *args)
         if first:
             logger.info(f"--graphed-step: the step runs as one compiled graph "
-                        f"({self.backend}{', CUDA graphs' if self.cudagraphs else ''})")
+                        f"({self.backend}{', CUDA graphs' if self.cudagraphs else ''}"
+                        f"{', gradients inside' if self.params is not None else ''})")
         if self.cudagraphs:  # a CUDA graph's outputs are overwritten by its next replay;
             # the logs wait for --log-interval (speed/deferred.py), so they get their own copy
             out = out._replace(logs={k: v.clone() if torch.is_tensor(v) else v
                                      for k, v in out.logs.items()})
         return out
+
+    def compile(self, on_cuda: bool):
+        model = self.eager.__self__
+        self.cudagraphs = on_cuda and self.backend == "inductor" and enabled("cudagraphs")
+        replay = {"triton.cudagraphs": True, "triton.cudagraph_trees": False}
+        step = self.eager
+        if self.loss_weights is not None and not tied_across_modules(model):
+            # (a module shared by both encoders is one module: one name reaches it)
+            self.values = {name: p for name, p in model.named_parameters() if p.requires_grad}
+            self.params = list(self.values.values())
+            if self.cudagraphs:  # the weights stay where they are: no copy per replay
+                for p in self.params:
+                    torch._dynamo.mark_static_address(p)
+            step = self.with_gradients
+        self.compiled = torch.compile(step, backend=self.backend, fullgraph=True,
+                                      dynamic=False,
+                                      options=replay if self.cudagraphs else None)
+
+    def with_gradients(self, params, src_tokens, *args):
+        """The gradients of the criterion's loss (``loss_weights``), one per parameter of
+        ``self.params``, and the step, traced as one function of the parameters."""
+        model, device = self.eager.__self__, src_tokens.device.type
+        # the forward under the caller's autocast, the backward outside it, as autograd's
+        autocast = torch.autocast(device, torch.get_autocast_dtype(device),
+                                  enabled=torch.is_autocast_enabled(device))
+
+        def loss(values):
+            with torch.nn.utils.stateless._reparametrize_module(
+                    model, values, tie_weights=False), autocast:
+                out = self.eager(src_tokens, *args)
+            # what a training step's reader (the criterion) takes: the losses and logs
+            return weighted(self.loss_weights, out), {
+                name: getattr(out, name) for name in ("main_loss", "generator_loss", "logs")
+                if getattr(out, name) is not None}
+
+        with torch.autocast(device, enabled=False):
+            grads, (_, fields) = torch.func.grad_and_value(loss, has_aux=True)(params)
+        return list(grads.values()), fields
+
+    def attach(self, grads, fields, masked_positions, masked_weights):
+        """The step's output (its losses, logs and prediction slots) with the losses handed
+        to autograd as :class:`_Gradients`' outputs."""
+        from ..models.objectives import PretrainingOutput  # (the models import speed)
+
+        out = PretrainingOutput(**{name: fields.get(name) for name in PretrainingOutput._fields})
+        out = out._replace(positions=masked_positions, masked_weights=masked_weights)
+        losses = [out.main_loss, out.generator_loss]
+        present = [i for i, l in enumerate(losses) if l is not None]
+        weights = [self.loss_weights[i] for i in present]
+        attached = _Gradients.apply(grads, weights, not self.cudagraphs,
+                                    [losses[i] for i in present], *self.params)
+        for i, tensor in zip(present, attached):
+            losses[i] = tensor
+        return out._replace(main_loss=losses[0], generator_loss=losses[1])
+
+
+def tied_across_modules(model) -> bool:
+    """Whether a parameter is registered in two modules (a tie the graph's reparametrization
+    would miss at one of them; a module shared whole is no such tie)."""
+    owners = {}
+    for module in model.modules():
+        for name, p in module._parameters.items():
+            if p is not None:
+                owners.setdefault(id(p), set()).add((id(module), name))
+    return any(len(places) > 1 for places in owners.values())
+
+
+def weighted(loss_weights, out):
+    """The criterion's loss: ``loss_weights`` (main, generator) times the step's losses."""
+    terms = [w * l for w, l in zip(loss_weights, (out.main_loss, out.generator_loss))
+             if l is not None]
+    return sum(terms[1:], terms[0])
+
+
+class _Gradients(torch.autograd.Function):
+    """The step's losses, whose gradients the graph has already taken: those of the sum the
+    criterion makes, ``weights`` times the losses. A backward of that sum times s (fairseq's
+    ``loss.backward()``: s = 1; ``ignore_grad``: 0) gets each loss's cotangent as weight
+    times s, so s is read off one of them and the graph's gradients are scaled by it; the
+    parameters' accumulation (``--update-freq``, DDP's hooks) stays autograd's."""
+
+    @staticmethod
+    def forward(ctx, grads, weights, own, losses, *params):
+        """``own``: the gradients are this call's own (not a CUDA graph's reused buffers) and
+        may be scaled in place."""
+        ctx.grads, ctx.weights, ctx.own = grads, weights, own
+        return tuple(loss.clone() for loss in losses)  # (a CUDA graph's buffer is reused)
+
+    @staticmethod
+    def backward(ctx, *cotangents):
+        # s from the first loss that weighs something (if none does: no gradient)
+        scale = next((c / w for c, w in zip(cotangents, ctx.weights) if w != 0), 0.0)
+        if ctx.own:
+            torch._foreach_mul_(ctx.grads, scale)
+            return (None, None, None, None, *ctx.grads)
+        return (None, None, None, None, *torch._foreach_mul(ctx.grads, scale))

@@ -145,6 +145,7 @@ class ElectraPretrainingTask(FairseqTask):
     def __init__(self, cfg: ElectraPretrainingConfig, dictionary: Dictionary):
         super().__init__(cfg)
         self.device_set = False  # process-wide settings for the training device, at step 1
+        self.graphed_step = None  # --graphed-step's, once the model is built
         if not 0 < cfg.mask_prob < 1:
             raise ElectraUsageError(f"--mask-prob {cfg.mask_prob:g} is not a fraction in (0, 1)")
         if min(cfg.leave_unmasked_prob, cfg.random_token_prob) < 0 or \
@@ -201,12 +202,22 @@ class ElectraPretrainingTask(FairseqTask):
         model = super().build_model(cfg, from_checkpoint)
         self.flops_counter = model.flops_counter
         backend = self.cfg.torch_compile
-        if self.cfg.graphed_step:
-            compile_step(model, "inductor" if backend == "off" else str(backend))
+        if self.cfg.graphed_step and compile_step(model, "inductor" if backend == "off"
+                                                  else str(backend)):
+            self.graphed_step = model.electra_step
         elif compile_encoders(model, backend):
             logger.info(f"--torch-compile {self.cfg.torch_compile}: the encoders compile at "
                         f"their first batch")
         return model
+
+    def build_criterion(self, cfg, from_checkpoint=False):
+        criterion = super().build_criterion(cfg, from_checkpoint)
+        if self.graphed_step is not None and hasattr(criterion, "loss_weights"):
+            # the graph takes the gradients of the criterion's loss (until train_step finds
+            # the loss scaled)
+            self.graphed_step.loss_weights = criterion.loss_weights(
+                self.graphed_step.eager.__self__)
+        return criterion
 
     @property
     def source_dictionary(self):
@@ -223,6 +234,9 @@ class ElectraPretrainingTask(FairseqTask):
         if not self.device_set:
             self.device_set = True
             self.set_up_device(next(model.parameters()).device.type)
+            if self.graphed_step is not None and scales_loss(optimizer):
+                # fp16 gradients must be taken of the scaled loss: autograd's backward
+                self.graphed_step.loss_weights = None
         if not self.cfg.autocast_bf16:
             return super().train_step(sample, model, criterion, optimizer, update_num,
                                       ignore_grad)
@@ -279,6 +293,13 @@ class ElectraPretrainingTask(FairseqTask):
         """bf16 autocast on the model's device type with --autocast-bf16, else nothing."""
         return torch.autocast(next(model.parameters()).device.type, dtype=torch.bfloat16,
                               enabled=self.cfg.autocast_bf16)
+
+
+def scales_loss(optimizer) -> bool:
+    """Whether fairseq's optimizer multiplies the loss before the backward (--fp16, --amp;
+    --bf16 does not)."""
+    return getattr(optimizer, "scaler", None) is not None or \
+        isinstance(optimizer, AMPOptimizer)
 
 
 def length_bucket(cfg) -> int:
