@@ -61,16 +61,18 @@ def test_each_precision_trains_like_fp32(precision, fp32_run, data_bin, tmp_path
     assert state["cfg"]["common"]["tpu"] is False
 
 
-@pytest.mark.parametrize("switch", ["1", "-cudagraphs"])
+@pytest.mark.parametrize("switch", ["1", "-cudagraphs", "-gradients"])
 def test_the_graphed_step_trains_like_the_eager_step(switch, fp32_run, data_bin, tmp_path,
                                                      monkeypatch):
-    """--graphed-step on CUDA (inductor, its forward and backward graphs replayed as CUDA
-    graphs: update 1 compiles and captures, 2-4 replay; with ELECTRA_SPEED=-cudagraphs
-    inductor's kernels launched one by one) logs what the eager step logs."""
+    """--graphed-step on CUDA (inductor, its forward and backward one graph replayed as a
+    CUDA graph: update 1 compiles and captures, 2-4 replay; with ELECTRA_SPEED=-cudagraphs
+    inductor's kernels launched one by one; with -gradients autograd's backward, a second
+    graph) logs what the eager step logs."""
     monkeypatch.setenv("ELECTRA_SPEED", switch)
     out = gpu_train(data_bin, tmp_path, "--graphed-step")
     assert "the step runs as one compiled graph" in out, out[-3000:]
-    assert ("CUDA graphs" in out) == (switch == "1")
+    assert ("CUDA graphs" in out) == ("-cudagraphs" not in switch)
+    assert ("gradients inside" in out) == ("-gradients" not in switch)
     logs = records(out)
     assert [r["num_updates"] for r in logs] == [r["num_updates"] for r in fp32_run]
     for graphed, eager in zip(logs, fp32_run):
@@ -79,10 +81,10 @@ def test_the_graphed_step_trains_like_the_eager_step(switch, fp32_run, data_bin,
 
 
 def test_cuda_graph_replays_draw_fresh_random_numbers_under_the_seed():
-    """Each replay of the CUDA-graphed step draws new dropout masks and generator samples
-    (not the captured ones again), and the same ones after the same ``torch.manual_seed``
-    (fairseq reseeds every update): the losses of one batch on fixed weights tell. A batch
-    of fewer rows then runs eager."""
+    """Each replay of the CUDA-graphed step (its gradients inside the graph, as the task
+    sets it) draws new dropout masks and generator samples (not the captured ones again),
+    and the same ones after the same ``torch.manual_seed`` (fairseq reseeds every update):
+    the losses of one batch on fixed weights tell. A batch of fewer rows then runs eager."""
     from electra_plugin.data.masking import max_predictions, prediction_slots
     from electra_plugin.speed.compile import compile_step
 
@@ -92,6 +94,7 @@ def test_cuda_graph_replays_draw_fresh_random_numbers_under_the_seed():
     positions, weights = prediction_slots(picked, max_predictions(0.15, src.size(1)))
     src, target, positions, weights = (t.cuda() for t in (src, target, positions, weights))
     assert compile_step(model, "inductor")
+    model.electra_step.loss_weights = (DISC_WEIGHT, 1.0)
 
     def loss(seed=None):
         if seed is not None:
@@ -100,7 +103,7 @@ def test_cuda_graph_replays_draw_fresh_random_numbers_under_the_seed():
                            masked_weights=weights, has_padding=True).main_loss)
 
     replays = [loss() for _ in range(4)][1:]  # the first compiles and captures
-    assert model.electra_step.cudagraphs
+    assert model.electra_step.cudagraphs and model.electra_step.params is not None
     assert all(abs(a - b) > 1e-5 * abs(b) for a, b in zip(replays, replays[1:])), replays
     assert loss(7) == pytest.approx(loss(7), rel=1e-5)
     assert abs(loss(7) - loss(8)) > 1e-5 * abs(loss(8))
@@ -114,8 +117,8 @@ def test_cuda_graph_replays_draw_fresh_random_numbers_under_the_seed():
 
 
 def test_cuda_graphs_accumulate_gradients_over_update_freq(data_bin, tmp_path):
-    """With --update-freq 2 the backward graph's replay hands autograd the same output
-    buffers twice: the gradients must add up (g1 + g2), as the eager step's do, not alias."""
+    """With --update-freq 2 the CUDA graph's replay writes its gradients into the same
+    output buffers twice: they must add up (g1 + g2), as the eager step's do, not alias."""
     flags = ("--update-freq", "2")
     eager = records(gpu_train(data_bin, tmp_path / "eager", *flags))
     graphed = records(gpu_train(data_bin, tmp_path / "graphed", *flags, "--graphed-step"))

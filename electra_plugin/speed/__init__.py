@@ -25,7 +25,10 @@ part                      fast path                                   plain path
                           (``--torch-compile``)
 ``compile_step``          the whole pre-training step as one graph    eager
                           (``--graphed-step``; on a GPU replayed
-                          as CUDA graphs, ``-cudagraphs``: not)
+                          as CUDA graphs, ``-cudagraphs``: not;
+                          its gradients taken inside the graph,
+                          ``-gradients``: by autograd, a second
+                          graph)
 ``module_walks``          the training mode set only where a module   fairseq's walks
 (``walks``)               differs; the update count to the modules    over every module
                           whose class takes it                        (``hasattr`` each)

@@ -14,9 +14,10 @@ is registered in two modules, the backward is in the same graph: ``torch.func.gr
 of the criterion's loss over the parameters gives the gradients as the graph's outputs, and
 autograd only hands them to the parameters (:class:`_Gradients`): one graph call and one
 guard check per update instead of two, and no autograd walk through a compiled backward
-(docs/benchmarks.md, "The update at the GPU's pace"). Otherwise autograd runs the compiled
-backward as a second graph. On a GPU each graph is also captured as a CUDA graph and replayed, one launch
-per graph instead of one per kernel; ``ELECTRA_SPEED=-cudagraphs`` turns that off. Each graph
+(docs/benchmarks.md, "The update at the GPU's pace"). Otherwise (or with
+``ELECTRA_SPEED=-gradients``) autograd runs the compiled backward as a second graph. On a
+GPU each graph is also captured as a CUDA graph and replayed, one launch per graph instead
+of one per kernel; ``ELECTRA_SPEED=-cudagraphs`` turns that off. Each graph
 is captured on its own (inductor's ``triton.cudagraph_trees=False``: its inputs copied into
 fixed buffers, the parameters left where they are) because cudagraph trees stop at full size
 on a liveness check (pytorch#154306). A graph holds one shape (``dynamic=False``): a batch of
@@ -125,7 +126,8 @@ class GraphedStep:
         self.cudagraphs = on_cuda and self.backend == "inductor" and enabled("cudagraphs")
         replay = {"triton.cudagraphs": True, "triton.cudagraph_trees": False}
         step = self.eager
-        if self.loss_weights is not None and not tied_across_modules(model):
+        if self.loss_weights is not None and enabled("gradients") and \
+                not tied_across_modules(model):
             # (a module shared by both encoders is one module: one name reaches it)
             self.values = {name: p for name, p in model.named_parameters() if p.requires_grad}
             self.params = list(self.values.values())
@@ -211,7 +213,9 @@ class _Gradients(torch.autograd.Function):
     def backward(ctx, *cotangents):
         # s from the first loss that weighs something (if none does: no gradient)
         scale = next((c / w for c, w in zip(cotangents, ctx.weights) if w != 0), 0.0)
+        grads, ctx.grads = ctx.grads, None  # autograd's only reference: p.grad takes it
         if ctx.own:
-            torch._foreach_mul_(ctx.grads, scale)
-            return (None, None, None, None, *ctx.grads)
-        return (None, None, None, None, *torch._foreach_mul(ctx.grads, scale))
+            torch._foreach_mul_(grads, scale)
+        else:
+            grads = torch._foreach_mul(grads, scale)
+        return (None, None, None, None, *grads)
