@@ -55,6 +55,7 @@ import time
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
+from typing import NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
@@ -481,36 +482,49 @@ def time_steps(runner, batches, device):
     return (time.perf_counter() - start) / len(batches)
 
 
-def row_specs(impls, precision, device, baseline, compile_backend=None, graphed=False):
-    """The rows of one precision: (``--impls`` name, row name, plugin flags); "plugin" gives
-    one row per command line of :data:`PLUGIN_MODES` (and the first again with
-    ``--torch-compile`` when ``compile_backend`` is set, and with ``--graphed-step`` when
-    ``graphed``: True or its own backend), "baseline" the first at REV."""
+class Row(NamedTuple):
+    """One row of a configuration: its ``--impls`` name, row name, plugin flags and the
+    ``ELECTRA_SPEED`` its worker runs under (None: this process's)."""
+
+    impl: str
+    name: str
+    flags: list
+    speed: Optional[str] = None
+
+
+def row_specs(impls, precision, device, baseline, compile_backend=None, graphed=False,
+              graphed_speeds=()):
+    """The :class:`Row` s of one precision: "plugin" gives one row per command line of
+    :data:`PLUGIN_MODES` (and the first again with ``--torch-compile`` when
+    ``compile_backend`` is set, and with ``--graphed-step`` when ``graphed``: True or its
+    own backend, once more under each of ``graphed_speeds``), "baseline" the first at REV."""
     rows = []
     for impl in impls:
         if impl == "plugin":
-            rows += [(impl, f"plugin {name}", flags)
+            rows += [Row(impl, f"plugin {name}", flags)
                      for name, flags in plugin_modes(precision, device)]
             name, flags = plugin_modes(precision, device)[0]
             if compile_backend:
-                rows.append((impl, f"plugin {name} --torch-compile {compile_backend}",
-                             flags + ["--torch-compile", compile_backend]))
+                rows.append(Row(impl, f"plugin {name} --torch-compile {compile_backend}",
+                                flags + ["--torch-compile", compile_backend]))
             if graphed:
                 backend = graphed if isinstance(graphed, str) else compile_backend
-                backend = ["--torch-compile", backend] if backend else []
-                rows.append((impl, f"plugin {name} --graphed-step",
-                             flags + ["--graphed-step", *backend]))
+                flags = flags + ["--graphed-step"] + (["--torch-compile", backend]
+                                                      if backend else [])
+                rows.append(Row(impl, f"plugin {name} --graphed-step", flags))
+                rows += [Row(impl, f"plugin {name} --graphed-step ELECTRA_SPEED={speed}",
+                             flags, speed) for speed in graphed_speeds]
         elif impl == "baseline":
-            rows.append((impl, f"plugin@{baseline}", plugin_modes(precision, device)[0][1]))
+            rows.append(Row(impl, f"plugin@{baseline}", plugin_modes(precision, device)[0][1]))
         else:
-            rows.append((impl, impl, []))
+            rows.append(Row(impl, impl, []))
     return rows
 
 
 def build_runner(spec, args, c):
     """The step of one row of :func:`row_specs`, built where it will run; ``c``: the
     configuration run_config shares with its workers."""
-    impl, name, flags = spec
+    impl, name, flags, _ = spec
     if impl in ("plugin", "baseline"):
         package = plugin_at_revision(args.baseline, c.ref_dir) if impl == "baseline" else None
         return PluginStep(c.data_dir, c.arch, c.length, args.batch_size, c.device, flags,
@@ -539,6 +553,8 @@ def serve(conn, spec, args, config, batches, threads):
     """Worker process: build one implementation, then run what the parent asks for."""
     quiet()
     torch.set_num_threads(threads)
+    if spec.speed is not None:
+        os.environ["ELECTRA_SPEED"] = spec.speed
     device = config.device
     batches = [(src.to(device), target.to(device)) for src, target in batches]
     try:
@@ -617,8 +633,9 @@ def run_config(args, arch, length, precision, device, data_root):
     config = SimpleNamespace(arch=arch, length=length, precision=precision, device=device,
                              data_dir=data_dir, ref_dir=Path(tempfile.mkdtemp(dir=data_root)),
                              vocab=vocab, pad=pad)
-    specs = row_specs(args.impls, precision, device, args.baseline, args.compile, args.graphed)
-    flags = {name: row_flags for _, name, row_flags in specs}
+    specs = row_specs(args.impls, precision, device, args.baseline, args.compile, args.graphed,
+                      args.graphed_speed)
+    flags = {spec.name: spec.flags for spec in specs}
     workers = [Worker(spec, args, config, batches) for spec in specs]
     times = {w.name: [] for w in workers}
     cpu_times = {w.name: [] for w in workers}
@@ -1120,6 +1137,9 @@ def main(argv=None):
                    help="also time each precision's first plugin command line with "
                         "--graphed-step (the whole step as one graph; BACKEND, else "
                         "--compile's when given, else the plugin's default)")
+    p.add_argument("--graphed-speed", nargs="+", default=[], metavar="SWITCH",
+                   help="with --graphed: the graphed row once more under each ELECTRA_SPEED "
+                        "value (e.g. -gradients: the backward by autograd), in the same run")
     p.add_argument("--clip", action="store_true",
                    help="only time fairseq's gradient scaling and clipping over each model's "
                         "parameters, ELECTRA_SPEED on and off")

@@ -80,11 +80,12 @@ cat "$OUT/machine.txt"
 # per update at electra_small's depth, near-zero widths: operators, syncs, host ms
 stage count $py benchmarks/bench_pretrain.py --count --device $device --compile $backend \
     --json "$OUT/count.json" $count
-# the paper's batches: eager (--autocast-bf16 and --bf16), graphed, the transformers peer;
-# each row profiled once more: the GPU's busy time per update and the host's top operators
+# the paper's batches: eager (--autocast-bf16 and --bf16), graphed (small: also with its
+# backward by autograd, ELECTRA_SPEED=-gradients), the transformers peer; each row profiled
+# once more: the GPU's busy time per update and the host's top operators
 stage bench_small $py benchmarks/bench_pretrain.py --device $device --precisions bf16 \
-    --models electra_small $small --impls plugin peer --graphed $graphed_backend --profile \
-    --json "$OUT/bench_small.json" $tiny_model
+    --models electra_small $small --impls plugin peer --graphed $graphed_backend \
+    --graphed-speed=-gradients --profile --json "$OUT/bench_small.json" $tiny_model
 stage bench_base $py benchmarks/bench_pretrain.py --device $device --precisions bf16 \
     --models electra_base $base --impls plugin peer --graphed $graphed_backend --profile \
     --json "$OUT/bench_base.json" $tiny_base
