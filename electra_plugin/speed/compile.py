@@ -30,6 +30,7 @@ are unchanged.
 """
 
 import logging
+import typing
 
 import torch
 
@@ -148,6 +149,8 @@ class GraphedStep:
                                   enabled=torch.is_autocast_enabled(device))
 
         def loss(values):
+            # torch.func.functional_call's own swap of the parameters, around the eager step
+            # (functional_call itself would call the model's forward, which calls this step)
             with torch.nn.utils.stateless._reparametrize_module(
                     model, values, tie_weights=False), autocast:
                 out = self.eager(src_tokens, *args)
@@ -163,9 +166,8 @@ class GraphedStep:
     def attach(self, grads, fields, masked_positions, masked_weights):
         """The step's output (its losses, logs and prediction slots) with the losses handed
         to autograd as :class:`_Gradients`' outputs."""
-        from ..models.objectives import PretrainingOutput  # (the models import speed)
-
-        out = PretrainingOutput(**{name: fields.get(name) for name in PretrainingOutput._fields})
+        output = typing.get_type_hints(self.eager)["return"]  # (a NamedTuple of the models)
+        out = output(**{name: fields.get(name) for name in output._fields})
         out = out._replace(positions=masked_positions, masked_weights=masked_weights)
         losses = [out.main_loss, out.generator_loss]
         present = [i for i, l in enumerate(losses) if l is not None]
