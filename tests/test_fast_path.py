@@ -161,6 +161,19 @@ def splitmix64(state):
     return z ^ (z >> 31)
 
 
+def test_compiled_dropout_keeps_the_expectation():
+    """Under torch.compile (aot_eager: the graph's own ops) dropout keeps each element with
+    probability 1 - p and scales it by 1 / (1 - p), as F.dropout."""
+    p = 0.25
+    compiled = torch.compile(lambda x: Dropout(p)(x), backend="aot_eager", fullgraph=True)
+    torch.manual_seed(0)
+    out = compiled(torch.ones(200_000))
+    kept = out != 0
+    assert abs(kept.float().mean().item() - (1 - p)) < 0.005
+    torch.testing.assert_close(out[kept], torch.full_like(out[kept], 1 / (1 - p)))
+    assert abs(out.mean().item() - 1.0) < 0.01
+
+
 def test_dropout_bits_are_splitmix64_seeded_by_torch():
     torch.manual_seed(3)
     seed = torch.empty((), dtype=torch.int64).random_().item()

@@ -1,6 +1,8 @@
 """Dropout with a cheaper mask on CPU: 15 random bits per element from SplitMix64.
 
 Part of :mod:`electra_plugin.speed`; with ``ELECTRA_SPEED=0`` (or ``-dropout``) it is ``F.dropout``.
+Under ``torch.compile`` the mask is a comparison of uniform draws, which inductor generates
+inside the kernel that applies it (no kernel or mask tensor of its own).
 """
 
 import functools
@@ -37,9 +39,14 @@ def dropout(x, p: float, training: bool):
     """Functional form of :class:`Dropout`."""
     if not training or p == 0.0:
         return x
+    if not enabled("dropout"):
+        return F.dropout(x, p, training=True)
+    if torch.compiler.is_compiling():  # uniform draws the compiler fuses into the kernel
+        # that uses them (F.dropout under torch.func.grad stays a Bernoulli kernel of its own)
+        keep = torch.rand(x.shape, device=x.device) >= p
+        return x * keep.to(x.dtype) * (1.0 / (1.0 - p))
     below = keep_below(p)
-    if x.is_cuda or not enabled("dropout") or not 0 < below < 2**15 or \
-            torch.compiler.is_compiling():  # 15 bits cannot express p; compiled: fused
+    if x.is_cuda or not 0 < below < 2**15:  # 15 bits cannot express p
         return F.dropout(x, p, training=True)
     return _BitMaskDropout.apply(x, below)
 
