@@ -11,7 +11,8 @@ plain path.
 part                      fast path                                   plain path
 ========================  ==========================================  =====================
 ``Dropout``, ``dropout``  15-bit SplitMix64 mask, integer arithmetic  ``F.dropout``
-                          (CPU; ``ELECTRA_SPEED=-dropout``: off)
+                          (CPU; ``ELECTRA_SPEED=-dropout``: off);
+                          compiled: uniform draws the compiler fuses
 ``project_qkv``           one fused q/k/v matmul, softmax scale       three ``nn.Linear``,
                           folded into the query weights               q scaled after
 ``attention``             two matmuls + softmax on CPU with dropout   ``F.scaled_dot_
