@@ -136,6 +136,7 @@ class GraphedStep:
                 for p in self.params:
                     torch._dynamo.mark_static_address(p)
             step = self.with_gradients
+            self.output = typing.get_type_hints(self.eager)["return"]  # (the models' tuple)
         self.compiled = torch.compile(step, backend=self.backend, fullgraph=True,
                                       dynamic=False,
                                       options=replay if self.cudagraphs else None)
@@ -166,8 +167,7 @@ class GraphedStep:
     def attach(self, grads, fields, masked_positions, masked_weights):
         """The step's output (its losses, logs and prediction slots) with the losses handed
         to autograd as :class:`_Gradients`' outputs."""
-        output = typing.get_type_hints(self.eager)["return"]  # (a NamedTuple of the models)
-        out = output(**{name: fields.get(name) for name in output._fields})
+        out = self.output(**{name: fields.get(name) for name in self.output._fields})
         out = out._replace(positions=masked_positions, masked_weights=masked_weights)
         losses = [out.main_loss, out.generator_loss]
         present = [i for i, l in enumerate(losses) if l is not None]
