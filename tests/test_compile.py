@@ -10,7 +10,8 @@ import torch
 
 from electra_plugin.models.core.contract import BatchLayout
 from electra_plugin.speed import compile_encoders
-from helpers import masked_batch, records, run, tiny_model, train_cmd
+from helpers import (assert_metrics_equal, assert_same_params, checkpoint, ddp_train, free_port,
+                     masked_batch, records, run, run_together, tiny_model, train, train_cmd)
 
 # fairseq-train in a process that prints torch.compile's counters when the run is over
 COUNTING_TRAIN = ("import json, sys; from fairseq_cli import train; train.cli_main(); "
@@ -201,3 +202,75 @@ def test_gradients_taken_inside_the_graph_are_autograds(autocast):
     other = torch.nn.Linear(2, 2)
     other.weight = shared.weight
     assert tied_across_modules(torch.nn.Sequential(shared, other))
+
+
+
+@pytest.mark.slow
+def test_the_graphed_steps_gradients_reduce_across_workers_like_update_freq_2(data_bin,
+                                                                             tmp_path):
+    """Two CPU workers (fairseq's legacy DDP), each taking its gradients inside the graph:
+    the run equals one process's eager step with --update-freq 2."""
+    deterministic = ("--temperature", "0", "--dropout", "0", "--attention-dropout", "0",
+                     "--max-update", "3", "--disable-validation", "--no-epoch-checkpoints")
+    single = train(data_bin, tmp_path / "freq2", "--update-freq", "2", *deterministic)
+    outputs = ddp_train(data_bin, tmp_path / "ddp", "--graphed-step", "--torch-compile",
+                        "aot_eager", *deterministic)
+    assert "one compiled graph (aot_eager, gradients inside)" in "".join(outputs[0])  # rank 0 logs
+    assert_metrics_equal(records(single), records(outputs[0][0]), "update-freq 2 vs 2 workers")
+    assert_same_params(checkpoint(tmp_path / "freq2" / "checkpoint_last.pt")["model"],
+                       checkpoint(tmp_path / "ddp" / "checkpoint_last.pt")["model"], atol=1e-5,
+                       what="update-freq 2 vs 2 graphed workers")
+
+
+# one rank of torch's DDP (gloo) around the graphed step: two backwards, rank 0 saves grads
+TORCH_DDP_RANK = """
+import sys, torch, torch.distributed as dist
+sys.path.insert(0, {tests!r})
+from helpers import masked_batch, tiny_model
+from electra_plugin.data.masking import max_predictions, prediction_slots
+from electra_plugin.speed.compile import compile_step
+rank = int(sys.argv[1])
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+model, task = tiny_model(dropout=0.0, attention_dropout=0.0, temperature=0.0)
+assert compile_step(model, "aot_eager")
+model.electra_step.loss_weights = (50.0, 1.0)
+ddp = torch.nn.parallel.DistributedDataParallel(model)
+src, target, _, picked = masked_batch(task, seed=rank)
+positions, weights = prediction_slots(picked, max_predictions(0.15, src.size(1)))
+for _ in range(2):  # the reducer must be ready again for the second backward
+    out = ddp(src, target=target, masked_positions=positions, masked_weights=weights,
+              has_padding=True)
+    (50.0 * out.main_loss + out.generator_loss).backward()
+assert model.electra_step.params is not None  # the graph took the gradients
+if rank == 0:
+    torch.save({{n: p.grad for n, p in model.named_parameters()}}, {saved!r})
+"""
+
+
+@pytest.mark.slow
+def test_torch_ddp_reduces_the_graphs_gradients_from_its_hooks(tmp_path):
+    """torch's DistributedDataParallel (fairseq's c10d; on GPUs only in fairseq) all-reduces
+    from the hooks autograd's accumulation fires: with the gradients handed over from the
+    graph, each worker holds the mean of the two workers' eager gradients (twice: two
+    backwards without a step accumulate)."""
+    from pathlib import Path
+
+    from electra_plugin.data.masking import max_predictions, prediction_slots
+
+    saved = tmp_path / "grads.pt"
+    code = TORCH_DDP_RANK.format(tests=str(Path(__file__).parent), port=free_port(),
+                                 saved=str(saved))
+    results = run_together([[sys.executable, "-c", code, str(rank)] for rank in range(2)])
+    assert all(c == 0 for c, _, _ in results), [err[-3000:] for _, _, err in results]
+    total = {}
+    for seed in range(2):
+        plain, task = tiny_model(dropout=0.0, attention_dropout=0.0, temperature=0.0)
+        src, target, _, picked = masked_batch(task, seed=seed)
+        positions, weights = prediction_slots(picked, max_predictions(0.15, src.size(1)))
+        _, grads = step_gradients(plain, (src, target, positions, weights), False)
+        for name, grad in grads.items():
+            total[name] = total.get(name, 0) + grad  # the mean of two backwards by two workers
+    reduced = torch.load(saved)
+    top = max(g.abs().max() for g in total.values())
+    for name, grad in total.items():
+        torch.testing.assert_close(reduced[name], grad, rtol=1e-5, atol=1e-6 * top)
