@@ -32,25 +32,52 @@ def model_parallel_sum(norm):
 
 @pytest.mark.parametrize("aggregate_norm_fn", [None, model_parallel_sum])
 @pytest.mark.parametrize("max_norm", [0.0, 1.0, 1e6])  # norm only; clipping; none needed
-def test_clip_grad_norm_is_fairseqs(max_norm, aggregate_norm_fn):
+@pytest.mark.parametrize("kernel", ["fused", "foreach"])
+def test_clip_grad_norm_is_fairseqs(max_norm, aggregate_norm_fn, kernel):
+    """The norm is fairseq's; the clip is applied by the step that follows (the bf16 tensors
+    by fairseq's loop, the others by the multi-tensor kernel), which then moves every weight
+    as fairseq's clip and step do; a step without a clip of its own leaves the gradients."""
     ours, theirs = parameters(), parameters()
-    norm = optim.build_optimizer(electra_adam_cfg(), ours).clip_grad_norm(max_norm, aggregate_norm_fn)
+    optimizer = optim.build_optimizer(electra_adam_cfg(), ours)
+    optimizer.optimizer.fused = kernel == "fused"
+    norm = optimizer.clip_grad_norm(max_norm, aggregate_norm_fn)
     fairseq_norm = utils.clip_grad_norm_(theirs, max_norm, aggregate_norm_fn)
-    grads, fairseq_grads = [p.grad for p in ours], [p.grad for p in theirs]
     before = [p.grad for p in parameters()]
     assert norm.dtype == torch.float32 and norm.shape == ()
     torch.testing.assert_close(norm, fairseq_norm, rtol=1e-6, atol=0)
     clips = 0 < max_norm < norm
-    for g, fairseq_g, original in zip(grads, fairseq_grads, before):
-        if original is None:
-            assert g is None and fairseq_g is None
-            continue
-        assert g.dtype == original.dtype
-        torch.testing.assert_close(g, fairseq_g, rtol=1e-6, atol=0)
-        assert torch.equal(g, original) != clips  # scaled exactly when clipping
+    for p, original in zip(ours, before):  # untouched until the step
+        assert (p.grad is None) == (original is None)
+        assert original is None or torch.equal(p.grad, original)
+    reference = optim.build_optimizer(electra_adam_cfg(), theirs)
+    reference.optimizer.fused = kernel == "fused"
+    optimizer.step()
+    reference.step()
+    for p, fairseq_p, fairseq_g in zip(ours, theirs, (p.grad for p in theirs)):
+        if fairseq_g is not None:
+            torch.testing.assert_close(p.grad, fairseq_g, rtol=1e-6, atol=0)
+        torch.testing.assert_close(p, fairseq_p, rtol=1e-6, atol=1e-7)
     if clips:  # the expert's gradient scaled by the same coefficient as the others
-        ratio = grads[3] / before[3]
+        ratio = ours[3].grad / before[3]
         torch.testing.assert_close(ratio, torch.full_like(ratio, max_norm / norm.item()))
+    for p in ours:  # a later step without a clip of its own
+        if p.grad is not None:
+            p.grad = torch.ones_like(p.grad)
+    optimizer.step()
+    assert all(p.grad is None or torch.equal(p.grad, torch.ones_like(p)) for p in ours)
+
+
+def test_an_update_stopped_before_its_step_leaves_no_clip_behind():
+    """An update can stop between the clip and the step (fairseq's overflow): zero_grad
+    drops the coefficient the clip handed to the step."""
+    params = parameters()
+    optimizer = optim.build_optimizer(electra_adam_cfg(), params)
+    optimizer.clip_grad_norm(1e-3)
+    optimizer.zero_grad()
+    for p in params:
+        p.grad = torch.ones_like(p)
+    optimizer.step()
+    assert all(torch.equal(p.grad, torch.ones_like(p)) for p in params)
 
 
 def test_expert_gradients_stay_out_of_the_norm():

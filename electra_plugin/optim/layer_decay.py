@@ -91,8 +91,9 @@ class ElectraAdam(FairseqAdam):
         super().multiply_grads(c)
 
     def clip_grad_norm(self, max_norm, aggregate_norm_fn=None):
-        """fairseq's, with the norms taken all at once (:mod:`electra_plugin.speed`)."""
-        return clip_grad_norm_(self.params, max_norm, aggregate_norm_fn)
+        """fairseq's, with the norms taken all at once and the clip left to the step
+        (:mod:`electra_plugin.speed`)."""
+        return clip_grad_norm_(self.params, max_norm, aggregate_norm_fn, self._optimizer)
 
     def get_lr(self):
         """The scheduled lr (the task heads' lr)."""

@@ -39,18 +39,26 @@ class MultiTensorAdam(Adam):
         self.fused = fused
         # set for the next step only: 1.0 on the device skips it there (speed/deferred.py)
         self.found_inf = None
+        # set for the next step only: the clip's coefficient, applied to the gradients as
+        # the step reads them (speed/clip.py: no pass of its own over them)
+        self.clip_coef = None
         self.plans = {}  # id(group) -> Plan: its tensors, found once
 
     @torch.no_grad()
     def step(self, closure=None):
         found_inf, self.found_inf = self.found_inf, None
+        clip, self.clip_coef = self.clip_coef, None
         grads = [self._planned_grads(group) for group in self.param_groups]
         if any(g is None for g in grads) and not self._multi_tensor_ok():
             if found_inf is not None and found_inf.item():  # fairseq's loop cannot skip
                 return None
+            if clip is not None:
+                torch._foreach_mul_([p.grad for group in self.param_groups
+                                     for p in group["params"] if p.grad is not None], clip)
             return super().step(closure)
         by_group = [self._tensors_by_step(group) if g is None else self._planned(group, g)
                     for group, g in zip(self.param_groups, grads)]
+        unscale = None if clip is None else clip.reciprocal()  # the fused kernel divides
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -58,11 +66,18 @@ class MultiTensorAdam(Adam):
         for group, by_step in zip(self.param_groups, by_group):
             for step, tensors in by_step.items():
                 fused = self.fused if self.fused is not None else not tensors[0][0].is_cuda
-                if found_inf is not None:  # only the fused kernel skips on the device
-                    _fused_update(group, step, *tensors, found_inf=found_inf)
+                if found_inf is not None or fused:  # only the fused kernel skips on the device
+                    _fused_update(group, step, *tensors, found_inf=found_inf,
+                                  grad_scale=unscale)
                 else:
-                    (_fused_update if fused else _foreach_update)(group, step, *tensors)
+                    if clip is not None:
+                        torch._foreach_mul_(tensors[1], clip)
+                    _foreach_update(group, step, *tensors)
         return loss
+
+    def zero_grad(self, set_to_none: bool = True):
+        self.clip_coef = None  # an update that stopped before its step (an overflow)
+        super().zero_grad(set_to_none)
 
     def _tensors_by_step(self, group):
         """{step: (params, grads, exp_avgs, exp_avg_sqs)}, fairseq's state created or moved
@@ -144,15 +159,18 @@ def _foreach_update(group, step, params, grads, exp_avgs, exp_avg_sqs):
     torch._foreach_addcdiv_(params, exp_avgs, denoms, value=-step_size)
 
 
-def _fused_update(group, step, params, grads, exp_avgs, exp_avg_sqs, found_inf=None):
-    """``found_inf``: a device scalar, 1.0 to leave everything as it is (no host read)."""
+def _fused_update(group, step, params, grads, exp_avgs, exp_avg_sqs, found_inf=None,
+                  grad_scale=None):
+    """``found_inf``: a device scalar, 1.0 to leave everything as it is (no host read);
+    ``grad_scale``: a device scalar the kernel divides the gradients by (the clip's
+    reciprocal) in its one pass over them."""
     beta1, beta2 = group["betas"]
     _decay_weights(group, params, found_inf)  # (m and v do not depend on p: order is free)
     torch._fused_adam_(
         params, grads, exp_avgs, exp_avg_sqs, [], [torch.full((), float(step), device=params[0].device)] * len(params),
         lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=0.0,
         eps=group["eps"] / math.sqrt(1 - beta2 ** step), amsgrad=False, maximize=False,
-        found_inf=found_inf)
+        grad_scale=grad_scale, found_inf=found_inf)
 
 
 def _decay_weights(group, params, found_inf=None):

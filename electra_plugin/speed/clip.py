@@ -6,6 +6,8 @@ each gradient, moved to one device, stacked): ~400 small ops for ELECTRA-Small, 
 launch on a GPU. ``torch._foreach_norm`` takes all of a device's and dtype's norms in one
 call. The rest is fairseq's: the clip coefficient, its single ``_foreach_mul_``, what is
 returned. (fairseq's ``multiply_grads`` is already one ``_foreach_mul_`` per device and dtype.)
+Given the :class:`MultiTensorAdam` that steps next, the coefficient goes to it instead of a
+``_foreach_mul_``: its kernel scales each gradient as it reads it.
 """
 
 from collections import defaultdict
@@ -13,14 +15,16 @@ from collections import defaultdict
 import torch
 from fairseq import utils
 
+from .adam import MultiTensorAdam
 from .switch import enabled
 
 
-def clip_grad_norm_(params, max_norm, aggregate_norm_fn=None) -> torch.Tensor:
+def clip_grad_norm_(params, max_norm, aggregate_norm_fn=None, optimizer=None) -> torch.Tensor:
     """fairseq's ``utils.clip_grad_norm_``: the fp32 2-norm of the gradients of ``params``
     (those with one, ``expert`` parameters left out, after ``aggregate_norm_fn``), returned as
     it was before clipping; with ``max_norm > 0`` every gradient, experts' included, is scaled
-    by ``min(1, max_norm / (norm + 1e-6))``.
+    by ``min(1, max_norm / (norm + 1e-6))``: by ``optimizer``'s next step where that is a
+    :class:`MultiTensorAdam` (the gradients are then clipped once it has read them).
 
     The norm is fairseq's up to fp32 rounding (bit for bit on CPU when the gradients share
     one dtype). It lands on the first gradient's device, where fairseq puts it on the
@@ -34,7 +38,9 @@ def clip_grad_norm_(params, max_norm, aggregate_norm_fn=None) -> torch.Tensor:
     total_norm = _total_norm(grads)
     if aggregate_norm_fn is not None:
         total_norm = aggregate_norm_fn(total_norm)
-    if max_norm > 0:
+    if max_norm > 0 and isinstance(optimizer, MultiTensorAdam):
+        optimizer.clip_coef = (max_norm / (total_norm + 1e-6)).clamp(max=1.0)  # (torch's)
+    elif max_norm > 0:
         torch.nn.utils.clip_grads_with_norm_(with_grad, max_norm, total_norm)
     return total_norm
 

@@ -99,7 +99,7 @@ class TwoTowerGenerator(MaskedLMGenerator):
 
     def paper_flops(self, model, vocab, length, positions, predicted):
         """Both towers and the cloze head at every position, forward and backward."""
-        size = self.size()
+        size = self.network_size
         head = dataclasses.replace(size, hidden=2 * size.hidden)  # reads both towers
         return 2 * (2 * model.body.paper_encoder_flops(size, vocab, length, positions)
                     + positions * paper_generator_output(head, vocab))
