@@ -20,7 +20,8 @@ part                      fast path                                   plain path
 ``MultiTensorAdam``       fairseq's Adam as foreach ops (GPU) or      fairseq's per-tensor
                           torch's fused kernel (CPU)                  Adam loop
 ``clip_grad_norm_``       norms: one ``_foreach_norm`` per device     fairseq's per-tensor
-                          and dtype                                   ``torch.norm`` loop
+                          and dtype; the scaling left to the          ``torch.norm`` loop
+                          ``MultiTensorAdam`` step that reads them    and scaling
 ``retain_freed_memory``   glibc keeps freed memory (mallopt, CPU)     glibc's default
 ``compile_encoders``      ``torch.compile`` of each encoder           eager
                           (``--torch-compile``)

@@ -166,8 +166,9 @@ def _fused_update(group, step, params, grads, exp_avgs, exp_avg_sqs, found_inf=N
     reciprocal) in its one pass over them."""
     beta1, beta2 = group["betas"]
     _decay_weights(group, params, found_inf)  # (m and v do not depend on p: order is free)
+    steps = [torch.full((), float(step), device=params[0].device)] * len(params)
     torch._fused_adam_(
-        params, grads, exp_avgs, exp_avg_sqs, [], [torch.full((), float(step), device=params[0].device)] * len(params),
+        params, grads, exp_avgs, exp_avg_sqs, [], steps,
         lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=0.0,
         eps=group["eps"] / math.sqrt(1 - beta2 ** step), amsgrad=False, maximize=False,
         grad_scale=grad_scale, found_inf=found_inf)

@@ -11,7 +11,8 @@ losses) forward and backward under ``fullgraph=True``, which the collater's fixe
 slots make possible (no shape depends on the masked count). Where the task knows the
 criterion's loss weights, the loss is not scaled (not ``--fp16``/``--amp``) and no parameter
 is registered in two modules, the backward is in the same graph: ``torch.func.grad_and_value``
-of the criterion's loss over the parameters gives the gradients as the graph's outputs, and
+of the criterion's loss over the parameters (the step run by ``torch.func.functional_call``)
+gives the gradients as the graph's outputs, and
 autograd only hands them to the parameters (:class:`_Gradients`): one graph call and one
 guard check per update instead of two, and no autograd walk through a compiled backward
 (docs/benchmarks.md, "The update at the GPU's pace"). Otherwise (or with
@@ -130,7 +131,9 @@ class GraphedStep:
         if self.loss_weights is not None and enabled("gradients") and \
                 not tied_across_modules(model):
             # (a module shared by both encoders is one module: one name reaches it)
-            self.values = {name: p for name, p in model.named_parameters() if p.requires_grad}
+            self.as_module = _Step(self.eager)
+            self.values = {name: p for name, p in self.as_module.named_parameters()
+                           if p.requires_grad}
             self.params = list(self.values.values())
             if self.cudagraphs:  # the weights stay where they are: no copy per replay
                 for p in self.params:
@@ -144,17 +147,15 @@ class GraphedStep:
     def with_gradients(self, params, src_tokens, *args):
         """The gradients of the criterion's loss (``loss_weights``), one per parameter of
         ``self.params``, and the step, traced as one function of the parameters."""
-        model, device = self.eager.__self__, src_tokens.device.type
+        device = src_tokens.device.type
         # the forward under the caller's autocast, the backward outside it, as autograd's
         autocast = torch.autocast(device, torch.get_autocast_dtype(device),
                                   enabled=torch.is_autocast_enabled(device))
 
         def loss(values):
-            # torch.func.functional_call's own swap of the parameters, around the eager step
-            # (functional_call itself would call the model's forward, which calls this step)
-            with torch.nn.utils.stateless._reparametrize_module(
-                    model, values, tie_weights=False), autocast:
-                out = self.eager(src_tokens, *args)
+            with autocast:
+                out = torch.func.functional_call(self.as_module, values, (src_tokens, *args),
+                                                 tie_weights=False)
             # what a training step's reader (the criterion) takes: the losses and logs
             return weighted(self.loss_weights, out), {
                 name: getattr(out, name) for name in ("main_loss", "generator_loss", "logs")
@@ -177,6 +178,19 @@ class GraphedStep:
         for i, tensor in zip(present, attached):
             losses[i] = tensor
         return out._replace(main_loss=losses[0], generator_loss=losses[1])
+
+
+class _Step(torch.nn.Module):
+    """The eager step as a module's forward, for ``torch.func.functional_call`` (the
+    model's own forward calls the graphed step); its parameters are the model's, under
+    ``model.``."""
+
+    def __init__(self, eager):
+        super().__init__()
+        self.model, self.eager = eager.__self__, eager
+
+    def forward(self, *args):
+        return self.eager(*args)
 
 
 def tied_across_modules(model) -> bool:
