@@ -759,8 +759,9 @@ def breakdown(args, arch, length, precision, device, data_root, repeats):
 def clip_ms(args, arch, device, data_root, repeats=20, calls=10):
     """Median ms of fairseq's gradient scaling (``multiply_grads``) and clipping
     (``clip_grad_norm``, --clip-norm 1) as the trainer runs them each update, over ``arch``'s
-    parameters with random gradients, with ``ELECTRA_SPEED`` on (one ``_foreach_norm``) and
-    off (fairseq's per-tensor norms), interleaved: {switch value: {part: ms}}."""
+    parameters with random gradients, with ``ELECTRA_SPEED`` on (one ``_foreach_norm``; the
+    scaling is then left to the next Adam step, not timed here) and off (fairseq's per-tensor
+    norms and its scaling), interleaved: {switch value: {part: ms}}."""
     from electra_plugin.speed.switch import VARIABLE
 
     data_dir = write_dictionary(data_root / f"dict{args.vocab}", args.vocab)
