@@ -90,15 +90,15 @@ def train_cmd(data: Path, save_dir: Path, *extra: str, arch: str = "electra_tiny
     ]
 
 
-def built_from_command_line(data: Path, *extra: str):
+def built_from_command_line(data: Path, *extra: str, cpu: bool = True):
     """-> (the whole config fairseq-train builds from a small electra command line, its
-    task, its model), in process."""
+    task, its model), in process (``cpu=False``: a GPU run's command line; nothing is run)."""
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     argv = [str(data), "--user-dir", PLUGIN, "--task", "electra", "--criterion", "electra",
-            "--arch", "electra_tiny", "--cpu", "--tokens-per-sample", "32", "--batch-size", "8",
-            "--optimizer", "electra_adam", "--weight-decay", "0.01", *extra]
+            "--arch", "electra_tiny", *(["--cpu"] if cpu else []), "--tokens-per-sample", "32",
+            "--batch-size", "8", "--optimizer", "electra_adam", "--weight-decay", "0.01", *extra]
     cfg = convert_namespace_to_omegaconf(
         options.parse_args_and_arch(options.get_training_parser(), argv))
     task = tasks.setup_task(cfg.task)

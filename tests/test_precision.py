@@ -127,8 +127,26 @@ def test_fully_sharded_is_one_line(data_bin):
 def test_two_stage_under_torch_ddp_looks_for_unused_parameters(data_bin, backend, expected):
     cfg, _, _ = built_from_command_line(data_bin, "--generator", "two_stage",
                                         "--two-stage-updates", "5",
-                           "--distributed-world-size", "2", "--ddp-backend", backend)
+                                        "--distributed-world-size", "2", "--ddp-backend",
+                                        backend, cpu=False)  # (a GPU run's)
     assert cfg.distributed_training.find_unused_parameters is expected
+
+
+@pytest.mark.parametrize("backend", [[], ["--ddp-backend", "c10d"],
+                                     ["--ddp-backend", "pytorch_ddp"]])
+def test_cpu_processes_take_fairseqs_legacy_ddp(data_bin, backend, caplog):
+    """fairseq builds torch's DDP (its default backend) with a CUDA device id, which a CPU
+    module refuses deep inside torch: CPU processes get fairseq's legacy DDP, said once."""
+    with caplog.at_level("INFO"):
+        cfg, _, _ = built_from_command_line(data_bin, "--distributed-world-size", "2",
+                                            *backend)
+    assert cfg.distributed_training.ddp_backend == "legacy_ddp"
+    assert "--ddp-backend legacy_ddp" in caplog.text
+    one, _, _ = built_from_command_line(data_bin, *backend)  # one process: no wrapper
+    gpus, _, _ = built_from_command_line(data_bin, "--distributed-world-size", "2", *backend,
+                                         cpu=False)
+    assert one.distributed_training.ddp_backend == gpus.distributed_training.ddp_backend == \
+        (backend[1] if backend else "pytorch_ddp")
 
 
 @pytest.mark.parametrize("flag, tf32", [((), True), (("--no-tf32",), False)])

@@ -1,5 +1,5 @@
 """Settings of the whole run that the plugin checks or completes before fairseq builds the
-trainer: precision, the DDP wrapper, the global batch.
+trainer: precision, the DDP wrapper (on CPUs: fairseq's legacy one), the global batch.
 
 A task or a model sees only its own config group, but fairseq keeps that group a child of
 the run's config (the task's ``seed: ${common.seed}`` reads it) and hands the same object to
@@ -40,6 +40,13 @@ def complete_for_model(run) -> None:
             "decay, the two-stage copy and the float64 FLOPs count need whole parameters); "
             "use --ddp-backend c10d (the default) or legacy_ddp")
     common = run.common
+    if common.get("cpu") and distributed.get("distributed_world_size", 1) > 1 and \
+            distributed.get("ddp_backend") in TORCH_DDP:
+        # fairseq hands torch's DDP a CUDA device id, which CPU modules refuse
+        set_logged(distributed, "ddp_backend", "legacy_ddp",
+                   f"--cpu on {distributed.distributed_world_size} processes: --ddp-backend "
+                   f"legacy_ddp (fairseq builds its {distributed.ddp_backend} wrapper for "
+                   f"GPUs only)")
     optimizer = run.get("optimizer", None) or {}
     if common.get("fp16") and not common.get("memory_efficient_fp16") and \
             not common.get("fp16_no_flatten_grads") and \
