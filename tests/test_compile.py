@@ -165,13 +165,16 @@ def step_gradients(model, batch, autocast, scale=1.0):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("accumulates", [False, True], ids=["autograd", "own"])
 @pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "autocast-bf16"])
-def test_gradients_taken_inside_the_graph_are_autograds(autocast):
+def test_gradients_taken_inside_the_graph_are_autograds(autocast, accumulates):
     """--graphed-step with the criterion's loss weights takes the gradients inside its graph
     (one function of the parameters, torch.func): they equal autograd's through the eager
     step, under bf16 autocast too (its backward outside autocast, as autograd's); a second
-    backward adds to them (--update-freq) and a zero cotangent (ignore_grad) adds nothing.
-    A parameter registered in two modules leaves the gradients to autograd."""
+    backward adds to them (--update-freq) and a zero cotangent (ignore_grad) adds nothing,
+    whether autograd's accumulation hands them to the parameters or the step itself does
+    (no DDP wrapper). A parameter registered in two modules leaves the gradients to
+    autograd."""
     from electra_plugin.data.masking import max_predictions, prediction_slots
     from electra_plugin.speed.compile import compile_step, tied_across_modules
 
@@ -183,6 +186,7 @@ def test_gradients_taken_inside_the_graph_are_autograds(autocast):
     batch = (src, target, positions, weights)
     assert compile_step(graphed, "aot_eager")
     graphed.electra_step.loss_weights = (50.0, 1.0)
+    graphed.electra_step.accumulates = accumulates
     plain.train(), graphed.train()
     (loss, grads), (graphed_loss, graphed_grads) = (step_gradients(m, batch, autocast)
                                                     for m in (plain, graphed))

@@ -30,7 +30,9 @@ part                      fast path                                   plain path
                           as CUDA graphs, ``-cudagraphs``: not;
                           its gradients taken inside the graph,
                           ``-gradients``: by autograd, a second
-                          graph)
+                          graph; without a DDP wrapper added to the
+                          parameters by the step, ``-accumulate``:
+                          by autograd's accumulation)
 ``module_walks``          the training mode set only where a module   fairseq's walks
 (``walks``)               differs; the update count to the modules    over every module
                           whose class takes it                        (``hasattr`` each)

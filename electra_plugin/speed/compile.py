@@ -70,12 +70,15 @@ class GraphedStep:
     ``loss_weights`` (main, generator), the weights of the criterion's sum of the two losses,
     which the task sets where the loss is not scaled: then the graph also takes the gradients
     of that sum (forward and backward in one graph, see :class:`_Gradients`); otherwise
-    autograd runs the compiled backward as a second graph."""
+    autograd runs the compiled backward as a second graph. ``accumulates``, which the task
+    sets where no DDP wrapper watches autograd's accumulation: the backward adds those
+    gradients to the parameters itself rather than through autograd's ~400 accumulation
+    nodes (``ELECTRA_SPEED=-accumulate``: through them)."""
 
     def __init__(self, eager, backend: str):
         self.eager, self.backend = eager, backend
         self.compiled = self.fell_back = self.cudagraphs = None
-        self.loss_weights, self.params = None, None
+        self.loss_weights, self.params, self.accumulates = None, None, False
         self.rows, self.said_short = {}, False  # length -> the most rows captured at it
 
     def __call__(self, src_tokens, target, masked_positions=None, masked_weights=None,
@@ -173,8 +176,10 @@ class GraphedStep:
         losses = [out.main_loss, out.generator_loss]
         present = [i for i, l in enumerate(losses) if l is not None]
         weights = [self.loss_weights[i] for i in present]
-        attached = _Gradients.apply(grads, weights, not self.cudagraphs,
-                                    [losses[i] for i in present], *self.params)
+        targets = self.params if self.accumulates and enabled("accumulate") else None
+        attached = _Gradients.apply(grads, weights, not self.cudagraphs, targets,
+                                    [losses[i] for i in present],
+                                    *(self.params if targets is None else (_ANCHOR,)))
         for i, tensor in zip(present, attached):
             losses[i] = tensor
         return out._replace(main_loss=losses[0], generator_loss=losses[1])
@@ -215,14 +220,17 @@ class _Gradients(torch.autograd.Function):
     """The step's losses, whose gradients the graph has already taken: those of the sum the
     criterion makes, ``weights`` times the losses. A backward of that sum times s (fairseq's
     ``loss.backward()``: s = 1; ``ignore_grad``: 0) gets each loss's cotangent as weight
-    times s, so s is read off one of them and the graph's gradients are scaled by it; the
-    parameters' accumulation (``--update-freq``, DDP's hooks) stays autograd's."""
+    times s, so s is read off one of them and the graph's gradients are scaled by it. They
+    reach the parameters through autograd's accumulation (``--update-freq``, DDP's hooks),
+    or, given ``targets``, by being added to ``targets``' gradients here, as autograd's
+    accumulation would (the parameters are then not this function's inputs: ``_ANCHOR``
+    is)."""
 
     @staticmethod
-    def forward(ctx, grads, weights, own, losses, *params):
+    def forward(ctx, grads, weights, own, targets, losses, *params):
         """``own``: the gradients are this call's own (not a CUDA graph's reused buffers) and
         may be scaled in place."""
-        ctx.grads, ctx.weights, ctx.own = grads, weights, own
+        ctx.grads, ctx.weights, ctx.own, ctx.targets = grads, weights, own, targets
         return tuple(loss.clone() for loss in losses)  # (a CUDA graph's buffer is reused)
 
     @staticmethod
@@ -234,4 +242,26 @@ class _Gradients(torch.autograd.Function):
             torch._foreach_mul_(grads, scale)
         else:
             grads = torch._foreach_mul(grads, scale)
-        return (None, None, None, None, *grads)
+        if ctx.targets is None:
+            return (None, None, None, None, None, *grads)
+        accumulate(ctx.targets, grads)
+        return None, None, None, None, None, None  # (nothing for the anchor)
+
+
+# an input that requires a gradient, so that autograd calls the backward where the
+# parameters are not inputs (it never gets a gradient)
+_ANCHOR = torch.zeros((), requires_grad=True)
+
+
+def accumulate(params, grads) -> None:
+    """``p.grad`` += ``g`` for each pair, as autograd's accumulation: a parameter without a
+    gradient takes ``g`` itself, the others add it in place (one multi-tensor add)."""
+    held, added = [], []
+    for p, g in zip(params, grads):
+        if p.grad is None:
+            p.grad = g
+        else:
+            held.append(p.grad)
+            added.append(g)
+    if held:
+        torch._foreach_add_(held, added)

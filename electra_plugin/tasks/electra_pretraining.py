@@ -237,6 +237,9 @@ class ElectraPretrainingTask(FairseqTask):
             if self.graphed_step is not None and scales_loss(optimizer):
                 # fp16 gradients must be taken of the scaled loss: autograd's backward
                 self.graphed_step.loss_weights = None
+            if self.graphed_step is not None:  # no DDP wrapper (its hooks watch autograd's
+                # accumulation): the step adds its gradients to the parameters itself
+                self.graphed_step.accumulates = model is self.graphed_step.eager.__self__
         if not self.cfg.autocast_bf16:
             return super().train_step(sample, model, criterion, optimizer, update_num,
                                       ignore_grad)
