@@ -278,3 +278,21 @@ def test_torch_ddp_reduces_the_graphs_gradients_from_its_hooks(tmp_path):
     top = max(g.abs().max() for g in total.values())
     for name, grad in total.items():
         torch.testing.assert_close(reduced[name], grad, rtol=1e-5, atol=1e-6 * top)
+
+
+def test_gradients_the_step_adds_take_the_parameters_layout():
+    """Where the step adds its gradients itself, a first gradient in another layout than its
+    parameter's is copied into the parameter's (as autograd's accumulation does: the fused
+    Adam kernel reads the two as one); a second one is added to it."""
+    from electra_plugin.speed.compile import accumulate
+
+    p = torch.nn.Parameter(torch.zeros(3, 4))
+    transposed = torch.arange(12.0).reshape(4, 3).t()  # 3 x 4, column-major
+    accumulate([p], [transposed])
+    assert p.grad.stride() == p.stride() and torch.equal(p.grad, transposed)
+    same = torch.ones(3, 4)
+    q = torch.nn.Parameter(torch.zeros(3, 4))
+    accumulate([q], [same])
+    assert q.grad is same  # in the parameter's layout already: taken as it is
+    accumulate([p, q], [transposed, same])
+    assert torch.equal(p.grad, 2 * transposed) and torch.equal(q.grad, 2 * torch.ones(3, 4))

@@ -255,11 +255,13 @@ _ANCHOR = torch.zeros((), requires_grad=True)
 
 def accumulate(params, grads) -> None:
     """``p.grad`` += ``g`` for each pair, as autograd's accumulation: a parameter without a
-    gradient takes ``g`` itself, the others add it in place (one multi-tensor add)."""
+    gradient takes ``g`` itself (a copy in the parameter's layout where the compiler gave it
+    another: the optimizer's kernels take the two as one), the others add it in place (one
+    multi-tensor add)."""
     held, added = [], []
     for p, g in zip(params, grads):
         if p.grad is None:
-            p.grad = g
+            p.grad = g if g.stride() == p.stride() else torch.empty_like(p).copy_(g)
         else:
             held.append(p.grad)
             added.append(g)
