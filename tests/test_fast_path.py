@@ -27,8 +27,8 @@ from electra_plugin.models.core.flops import (
 from electra_plugin.models.generators import model_sizes
 from electra_plugin.models.electra import ElectraModel
 from electra_plugin.speed.dropout import Dropout, random_int16
-from helpers import (electra_adam_cfg, records, run, run_here, sample_for, tiny_model,
-                     tiny_model_config, train_cmd)
+from helpers import (built_from_command_line, electra_adam_cfg, records, run, run_here,
+                     sample_for, tiny_model, tiny_model_config, train_cmd)
 
 DISC_WEIGHT = 50.0
 
@@ -488,3 +488,22 @@ def test_a_run_without_the_speed_work_learns_the_same(data_bin, tmp_path, monkey
         assert ra["clip"] == rb["clip"] == 100.0  # clipped: gnorm above 0.5
         for key in ("loss", "gen_loss", "disc_loss", "gnorm"):
             assert abs(ra[key] - rb[key]) <= 0.002 + 1e-4 * abs(ra[key]), (key, ra, rb)
+
+
+@pytest.mark.parametrize("switch", ["1", "-seed"])
+def test_the_step_seed_draws_as_fairseqs(switch, data_bin, monkeypatch):
+    """fairseq's Trainer seeds torch before each step with the run's seed plus the update
+    count; the plugin's seeding (no lazy seeds for uninitialised backends) leaves the CPU
+    generator drawing what torch.manual_seed's would, at every update count."""
+    from fairseq import utils
+    from fairseq.trainer import Trainer
+
+    monkeypatch.setenv("ELECTRA_SPEED", switch)
+    cfg, task, model = built_from_command_line(data_bin, "--seed", "11")
+    trainer = Trainer(cfg, task, model, task.build_criterion(cfg.criterion))
+    for updates in (0, 5):
+        trainer.set_num_updates(updates)
+        trainer._set_seed()
+        ours = torch.rand(4)
+        utils.set_torch_seed(11 + updates)
+        assert torch.equal(ours, torch.rand(4)), updates

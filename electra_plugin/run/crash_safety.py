@@ -57,6 +57,7 @@ from ..models.collapse import warn_if_collapsed
 from ..models.core.checkpoint import remember_settings
 from ..models.core.checkpoint_file import checkpoint_damage, file_error, not_a_checkpoint
 from ..speed.deferred import hold_logs, norm_on_device
+from ..speed.seed import seed_drawing_devices
 from ..user_io.errors import ElectraUsageError
 from .divergence import save_finite_only, settle_before_reading, step_or_stop
 from .integrity import check_binarized
@@ -80,6 +81,7 @@ def install() -> None:
     wrap_method(Trainer, "train_step", step_or_stop)
     wrap_method(Trainer, "clip_grad_norm", norm_on_device)
     wrap_method(Trainer, "_reduce_and_log_stats", hold_logs)
+    wrap_method(Trainer, "_set_seed", seed_drawing_devices)
     wrap_function(metrics, "get_smoothed_values", settle_before_reading)
     wrap_method(Trainer, "save_checkpoint", save_finite_only)
     wrap_method(Trainer, "save_checkpoint", _warn_at_the_end_if_collapsed)

@@ -39,6 +39,9 @@ part                      fast path                                   plain path
 ``deferred``              the update's finiteness checks and logs     fairseq's checks
                           stay on the device until --log-interval     after every update
                           (``ELECTRA_SPEED=-deferred``)
+``seed_drawing_devices``  fairseq's seed before each step given to    ``torch.manual_seed``
+(``seed``)                the CPU's and initialised CUDA devices'     (lazy seeds queued
+                          generators                                  with a stack trace)
 ``Layout`` (``unpad``)    the modern body's layers on the real        the padded B x T grid
                           tokens only; flash attention's varlen
                           kernel on CUDA with ``flash_attn``
