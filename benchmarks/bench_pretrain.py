@@ -1035,24 +1035,29 @@ def count_rows(args, device, root, batch_size=2, length=16, vocab=64):
                          ("peer", "peer", [], "1")]
     rows = []
     for impl, name, flags, switch in specs:
-        os.environ["ELECTRA_SPEED"] = switch  # the baseline ran fairseq's checks
-        if impl == "peer":
-            runner = PeerStep(cfg, vocab, task.dictionary.pad(), device, "fp32")
-        else:
-            package = plugin_at_revision(args.baseline, root) if impl == "baseline" else None
-            runner = PluginStep(data_dir, "electra_small", length, batch_size, device,
-                                flags + model, package=package, name=name)
-        if impl != "peer":
-            for batch in batches:  # the collater's work, not the update's
-                runner.sample(*batch)
-        for src, target in batches[:args.warmup]:
-            runner.step(src, target)
-        with HostWork() as work:
-            runner.step(*batches[args.warmup])
-        # with --weigh PART, each repeat also runs with that speed part off; the two take
-        # turns at going first
+        # with --weigh PART, each plugin row is built twice, the second with that speed part
+        # off from the start (parts read when the graph compiles, as well as per call), and
+        # the two take turns at going first, repeat by repeat
         switches = [switch] + ([f"{switch},-{args.weigh}"] if args.weigh and impl != "peer"
                                else [])
+        runners = {}
+        for s in switches:
+            os.environ["ELECTRA_SPEED"] = s  # (the baseline ran fairseq's checks)
+            if impl == "peer":
+                runner = PeerStep(cfg, vocab, task.dictionary.pad(), device, "fp32")
+            else:
+                package = plugin_at_revision(args.baseline, root) if impl == "baseline" \
+                    else None
+                runner = PluginStep(data_dir, "electra_small", length, batch_size, device,
+                                    flags + model, package=package, name=name)
+                for batch in batches:  # the collater's work, not the update's
+                    runner.sample(*batch)
+            for src, target in batches[:args.warmup]:
+                runner.step(src, target)
+            runners[s] = runner
+        os.environ["ELECTRA_SPEED"] = switch
+        with HostWork() as work:
+            runners[switch].step(*batches[args.warmup])
         timed = {s: [] for s in switches}
         for repeat in range(args.repeats):
             for s in switches[::-1] if repeat % 2 else switches:
@@ -1060,7 +1065,7 @@ def count_rows(args, device, root, batch_size=2, length=16, vocab=64):
                 synchronize(device)
                 start = time.perf_counter()
                 for src, target in batches[args.warmup + 1:]:
-                    runner.step(src, target)
+                    runners[s].step(src, target)
                 synchronize(device)
                 timed[s].append((time.perf_counter() - start) / updates * 1000)
         os.environ["ELECTRA_SPEED"] = switch
@@ -1162,8 +1167,9 @@ def main(argv=None):
                         "update, for the plugin (and as of --baseline), the plugin with "
                         "--graphed-step (--compile's backend) and the peer")
     p.add_argument("--weigh", metavar="PART",
-                   help="with --count: each plugin row also timed with ELECTRA_SPEED's PART "
-                        "off (-PART), repeat by repeat in the same process")
+                   help="with --count: each plugin row also built and timed with "
+                        "ELECTRA_SPEED's PART off (-PART), repeat by repeat in the same "
+                        "process")
     p.add_argument("--json", type=Path, help="write all results here")
     args = p.parse_args(argv)
 

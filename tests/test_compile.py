@@ -296,3 +296,54 @@ def test_gradients_the_step_adds_take_the_parameters_layout():
     assert q.grad is same  # in the parameter's layout already: taken as it is
     accumulate([p, q], [transposed, same])
     assert torch.equal(p.grad, 2 * transposed) and torch.equal(q.grad, 2 * torch.ones(3, 4))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("guards", ["values", "all"])
+def test_the_graphed_step_keeps_its_guards_on_values(guards, monkeypatch):
+    """The graph drops dynamo's guards on the model's structure (fixed when the step takes
+    its parameters at the first batch) and keeps those on the values the step reads: the
+    tensors' and the numbers' and flags' (a module put in eval mode recompiles);
+    ELECTRA_SPEED=-guards keeps them all. Either way the step equals the eager one."""
+    from torch._dynamo.utils import counters
+
+    from electra_plugin.data.masking import max_predictions, prediction_slots
+    from electra_plugin.speed import compile as compile_module
+
+    if guards == "all":
+        monkeypatch.setenv("ELECTRA_SPEED", "-guards")
+    seen, original = [], compile_module.unguarded_structure
+
+    def recording(entries):
+        keep = original(entries)
+        seen.extend(zip(entries, keep))
+        return keep
+
+    monkeypatch.setattr(compile_module, "unguarded_structure", recording)
+    (plain, task), (graphed, _) = (tiny_model(dropout=0.0, attention_dropout=0.0,
+                                              temperature=0.0) for _ in range(2))
+    graphed.load_state_dict(plain.state_dict())
+    src, target, _, picked = masked_batch(task)
+    positions, weights = prediction_slots(picked, max_predictions(0.15, src.size(1)))
+    assert compile_module.compile_step(graphed, "aot_eager")
+    graphed.electra_step.loss_weights = (50.0, 1.0)
+
+    def graphs_after_step():
+        losses = [m(src, target=target, masked_positions=positions, masked_weights=weights,
+                    has_padding=True).main_loss for m in (graphed, plain)]
+        torch.testing.assert_close(losses[0], losses[1])
+        return counters["stats"]["unique_graphs"]
+
+    plain.train(), graphed.train()
+    first = graphs_after_step()
+    for m in (graphed, plain):
+        m.generator.eval()  # a value the step reads: the generator's dropout off
+    assert graphs_after_step() == first + 1
+    if guards == "all":
+        assert not seen
+        return
+    dropped = [entry for entry, keep in seen if not keep]
+    assert len(dropped) > len(seen) / 4, (len(dropped), len(seen))
+    assert all(e.guard_type in compile_module.STRUCTURE and e.name.startswith("self")
+               for e in dropped)
+    assert {"TENSOR_MATCH", "CONSTANT_MATCH"} <= {e.guard_type for e, keep in seen if keep}

@@ -32,7 +32,9 @@ part                      fast path                                   plain path
                           ``-gradients``: by autograd, a second
                           graph; without a DDP wrapper added to the
                           parameters by the step, ``-accumulate``:
-                          by autograd's accumulation)
+                          by autograd's accumulation; dynamo's
+                          guards on the model's structure dropped,
+                          ``-guards``: kept)
 ``module_walks``          the training mode set only where a module   fairseq's walks
 (``walks``)               differs; the update count to the modules    over every module
                           whose class takes it                        (``hasattr`` each)
