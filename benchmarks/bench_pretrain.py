@@ -1007,6 +1007,27 @@ NEAR_ZERO = ("--hidden-size", "16", "--num-heads", "4", "--ffn-size", "16",
              "--embedding-size", "16")
 
 
+def graph_call_clock(runner) -> list:
+    """A one-item list that sums the host seconds spent in the calls of ``runner``'s graphed
+    step (dynamo's guards and the compiled code: what a CUDA graph's replay stands in for on
+    a GPU) from now on; an empty list for a row without a graph."""
+    step = getattr(getattr(runner, "model", None), "electra_step", None)
+    compiled = getattr(step, "compiled", None)
+    if compiled is None:
+        return []
+    clock = [0.0]
+
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return compiled(*args, **kwargs)
+        finally:
+            clock[0] += time.perf_counter() - start
+
+    step.compiled = timed
+    return clock
+
+
 def count_rows(args, device, root, batch_size=2, length=16, vocab=64):
     """Per update of electra_small's depth at near-zero widths (``NEAR_ZERO``, then
     ``--plugin-args``' own ``--option N`` pairs, for the peer too; B x T =
@@ -1058,20 +1079,27 @@ def count_rows(args, device, root, batch_size=2, length=16, vocab=64):
         os.environ["ELECTRA_SPEED"] = switch
         with HostWork() as work:
             runners[switch].step(*batches[args.warmup])
-        timed = {s: [] for s in switches}
+        in_call = graph_call_clock(runners[switch])
+        timed, call_ms = {s: [] for s in switches}, []
         for repeat in range(args.repeats):
             for s in switches[::-1] if repeat % 2 else switches:
                 os.environ["ELECTRA_SPEED"] = s
+                if in_call:
+                    in_call[0] = 0.0
                 synchronize(device)
                 start = time.perf_counter()
                 for src, target in batches[args.warmup + 1:]:
                     runners[s].step(src, target)
                 synchronize(device)
                 timed[s].append((time.perf_counter() - start) / updates * 1000)
+                if in_call and s == switch:
+                    call_ms.append(in_call[0] / updates * 1000)
         os.environ["ELECTRA_SPEED"] = switch
         rows.append(dict(name=name, operators=work.operators, kernels=work.kernels,
                          in_graph=work.in_graph, graph_kernels=work.graph_kernels,
                          syncs=work.syncs, ms=statistics.median(timed[switch])))
+        if in_call:
+            rows[-1]["graph_call_ms"] = statistics.median(call_ms)
         weighed = ""
         if len(switches) == 2:
             off = timed[switches[1]]
@@ -1080,6 +1108,8 @@ def count_rows(args, device, root, batch_size=2, length=16, vocab=64):
                                 a / b for a, b in zip(timed[switch], off)))
             weighed = (f"; without {args.weigh}: {rows[-1]['ms_without_part']:.2f} ms "
                        f"(with/without, paired: {rows[-1]['with_part_vs_without']:.3f})")
+        if "graph_call_ms" in rows[-1]:
+            weighed += f"; in the graph's call: {rows[-1]['graph_call_ms']:.2f} ms"
         print(f"{name:>24}: {work.operators:5d} operators, {work.kernels:5d} not views, of "
               f"which {work.kernels - work.graph_kernels:5d} outside compiled code; "
               f"{work.syncs:3d} syncs; {rows[-1]['ms']:7.2f} ms/update{weighed}", flush=True)
