@@ -130,21 +130,13 @@ def test_the_graphed_step_is_one_graph_equal_to_the_eager_step_and_resumes_exact
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("options", [dict(encoder_body="modern"),
-                                     dict(generator="two_stage", two_stage_updates=2),
-                                     dict(generator="fast_electra")])
-def test_a_step_that_cannot_compile_whole_runs_eager_with_one_line(options, caplog, tmp_path):
-    """The modern body's unpadded rows (found by nonzero), two-stage training's stage test
-    and Fast-ELECTRA's first step (which reads the masked LM from its file) cannot be one
-    graph: the first batch says so in one warning and the step runs eager, equal to the
-    plain step."""
+def test_a_step_that_cannot_compile_whole_runs_eager_with_one_line(caplog):
+    """The modern body's unpadded rows (found by nonzero) cannot be one graph: the first
+    batch says so in one warning and the step runs eager, equal to the plain step."""
     from electra_plugin.data.masking import max_predictions, prediction_slots
     from electra_plugin.speed.compile import compile_step
-    from test_fast_electra import saved_masked_lm
 
-    if options.get("generator") == "fast_electra":
-        saved_masked_lm(tmp_path / "mlm.pt", tiny_model()[1], objective="mlm")
-        options = dict(options, generator_checkpoint=str(tmp_path / "mlm.pt"))
+    options = dict(encoder_body="modern")
     (plain, task), (graphed, _) = (tiny_model(dropout=0.0, attention_dropout=0.0,
                                               temperature=0.0, **options) for _ in range(2))
     src, target, _, picked = masked_batch(task)
@@ -156,6 +148,44 @@ def test_a_step_that_cannot_compile_whole_runs_eager_with_one_line(options, capl
     lines = [r.getMessage() for r in caplog.records if "--graphed-step" in r.getMessage()]
     assert len(lines) == 1 and "runs eager" in lines[0] and "\n" not in lines[0], lines
     torch.testing.assert_close(outs[0].main_loss, outs[1].main_loss)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("generator", ["fast_electra", "two_stage"])
+def test_generators_with_a_schedule_run_graphed_like_eager(generator, data_bin, tmp_path):
+    """Fast-ELECTRA's decaying temperature (a tensor the graph reads, then the final value)
+    and two-stage training's switch (a stage the host reads before the step) take two graphs
+    over a run, with no graph break; the run logs what the eager step's run logs (dropout
+    from torch's generator, as above)."""
+    env = {"ELECTRA_SPEED": "-dropout"}
+    if generator == "fast_electra":
+        mlm = run(train_cmd(data_bin, tmp_path / "mlm", "--objective", "mlm", "--max-update",
+                            "2", "--disable-validation", "--no-epoch-checkpoints"), env=env)
+        assert mlm.returncode == 0, mlm.stderr[-3000:]
+        options = ["--generator", "fast_electra", "--generator-checkpoint",
+                   str(tmp_path / "mlm" / "checkpoint_last.pt"), "--temperature-start", "2",
+                   "--temperature-decay-updates", "4"]
+    else:
+        options = ["--generator", "two_stage", "--two-stage-updates", "3"]
+    options += ["--max-update", "6", "--disable-validation", "--log-interval", "2"]
+    graphed = run(graphed_run(data_bin, tmp_path / "graphed", *options), env=env)
+    assert graphed.returncode == 0, graphed.stderr[-3000:]
+    assert "runs eager" not in graphed.stdout + graphed.stderr
+    counters = counters_of(graphed.stdout)
+    assert counters["stats"]["unique_graphs"] == 2, counters
+    assert not counters.get("graph_break"), counters
+    eager = run(train_cmd(data_bin, tmp_path / "eager", "--no-epoch-checkpoints", *options),
+                env=env)
+    assert eager.returncode == 0, eager.stderr[-3000:]
+    logged = [records(p.stdout) for p in (graphed, eager)]
+    assert [r["num_updates"] for r in logged[0]] == [r["num_updates"] for r in logged[1]]
+    for a, b in zip(*logged):
+        assert a.get("gen_temperature") == b.get("gen_temperature")
+        assert {"loss", "gnorm"} <= b.keys()
+        for key in ("loss", "disc_loss", "gen_loss", "disc_acc", "gnorm"):
+            assert (key in a) == (key in b), key
+            if key in b:
+                assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-3), key
 
 
 def step_gradients(model, batch, autocast, scale=1.0):

@@ -169,6 +169,8 @@ class ElectraModel(BaseFairseqModel):
         task's collater knows of the batch on the host (see :meth:`electra_step`).
         """
         if target is not None:
+            if self.generator_kind is not None:
+                self.generator_kind.before_step(self)
             return self.electra_step(src_tokens, target, masked_positions, masked_weights,
                                      has_padding)
         if token_types is None:
@@ -245,7 +247,8 @@ class ElectraModel(BaseFairseqModel):
                 # 3. sample, without gradient: the discriminator's loss never reaches the
                 #    generator (--disallow-correct: never the original token)
                 disallowed = masked_targets if self.disallow_correct else None
-                sampled = self.sample(gen_log_probs.detach(), generator.temperature(), disallowed)
+                sampled = self.sample(gen_log_probs.detach(), generator.sampling_temperature(),
+                                      disallowed)
                 logs["sampled_correct"] = ((sampled == masked_targets) & real).sum()  # official
                 # 4. corrupt: the samples replace the masked tokens (a padding slot writes
                 #    back the token it points at)
@@ -313,21 +316,24 @@ class ElectraModel(BaseFairseqModel):
 
     @staticmethod
     @torch.no_grad()
-    def sample(logits, temperature: float, disallowed=None):
+    def sample(logits, temperature, disallowed=None):
         """One token per row of M x V logits, drawn in fp32 from ``softmax(logits / T)``.
 
         Inverse-CDF sampling: the distribution of the official Gumbel-max trick, with one
         uniform number per row instead of one Gumbel variate per vocabulary entry (on CPU
-        that is 6x cheaper). Temperature 0 takes the argmax. ``disallowed``: one id per row
-        given probability 0 (the others renormalised), exactly where the official code
-        subtracts 1000 from its logit.
+        that is 6x cheaper). Temperature 0 takes the argmax; a 0-d tensor (positive, see
+        ``GeneratorKind.sampling_temperature``) divides like a number. ``disallowed``: one id
+        per row given probability 0 (the others renormalised), exactly where the official
+        code subtracts 1000 from its logit.
         """
         logits = logits.float()
         if disallowed is not None:
             logits = logits.scatter(1, disallowed[:, None], float("-inf"))
-        if temperature == 0:
+        if torch.is_tensor(temperature):
+            logits = logits / temperature
+        elif temperature == 0:
             return logits.argmax(-1)
-        if temperature != 1:
+        elif temperature != 1:
             logits = logits / temperature
         cdf = logits.softmax(-1).cumsum_(-1)
         u = torch.rand(len(cdf), 1, device=cdf.device) * cdf[:, -1:]  # cdf[:, -1] is ~1

@@ -131,6 +131,12 @@ class GeneratorKind:
         """The sampling temperature at this update."""
         return self.fixed_temperature
 
+    def sampling_temperature(self):
+        """What the step samples at: :meth:`temperature`, or a 0-d tensor holding it where it
+        changes every update (a compiled step reads a tensor as an input; a number it would
+        compile anew for each value)."""
+        return self.temperature()
+
     def loss(self, model, out, per_token):
         """-> (the generator's loss or None when it learns nothing, its logs); ``per_token``:
         the B x T discriminator loss of a binary objective (None otherwise)."""
@@ -148,6 +154,10 @@ class GeneratorKind:
 
     def set_num_updates(self, model, num_updates: int) -> None:
         pass
+
+    def before_step(self, model) -> None:
+        """The host's work before each step, outside a compiled one: reads of stored flags,
+        weights loaded from a file."""
 
     def loaded(self, model) -> None:
         """After the model loaded a state dict."""

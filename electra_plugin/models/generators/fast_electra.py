@@ -35,6 +35,8 @@ class FastElectraGenerator(MaskedLMGenerator):
         super().__init__(cfg)
         self.updates = 0
         self.ready = None  # whether the model holds the masked LM's weights; read once
+        self.held = None  # this update's temperature, a 0-d tensor on the model's device
+        self.sampled_at = None  # what this update's step samples at (before_step)
 
     def check(self, objective):
         super().check(objective)
@@ -111,13 +113,27 @@ class FastElectraGenerator(MaskedLMGenerator):
     def loaded(self, model):
         self.ready = None
 
+    def before_step(self, model):
+        self.load_weights(model)
+        temperature = self.temperature()
+        # a tensor of its own each update: logged (a compiled step's logs are tensors, and
+        # the logs of several updates wait for --log-interval)
+        self.held = torch.full((), temperature, device=model.generator_loaded.device)
+        decaying = self.updates < self.cfg.temperature_decay_updates
+        # a new value every update, read as a tensor; 0 (the argmax) and the final value:
+        # numbers
+        self.sampled_at = self.held if decaying and temperature > 0 else temperature
+
+    def sampling_temperature(self):
+        return self.sampled_at
+
     def propose(self, model, src_tokens, layout, positions, token_types=None):
         self.load_weights(model)
         return super().propose(model, src_tokens, layout, positions, token_types)
 
     def loss(self, model, out, per_token):
         loss, logs = super().loss(model, out, per_token)
-        logs["gen_temperature"] = self.temperature()  # the schedule, in every log line
+        logs["gen_temperature"] = self.held  # the schedule, in every log line
         return loss, logs
 
     def load_weights(self, model):

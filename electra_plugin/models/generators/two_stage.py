@@ -69,6 +69,9 @@ class TwoStageGenerator(MaskedLMGenerator):
             self.stage = 2 if bool(model.second_stage) else 1
         return self.stage
 
+    def before_step(self, model):
+        self.current_stage(model)
+
     def trains(self, model):
         return self.current_stage(model) == 1
 
