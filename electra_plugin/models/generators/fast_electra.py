@@ -125,7 +125,8 @@ class FastElectraGenerator(MaskedLMGenerator):
         self.sampled_at = self.held if decaying and temperature > 0 else temperature
 
     def sampling_temperature(self):
-        return self.sampled_at
+        # (a step called without the model's forward, which runs before_step: the number)
+        return self.temperature() if self.sampled_at is None else self.sampled_at
 
     def propose(self, model, src_tokens, layout, positions, token_types=None):
         self.load_weights(model)
@@ -133,7 +134,8 @@ class FastElectraGenerator(MaskedLMGenerator):
 
     def loss(self, model, out, per_token):
         loss, logs = super().loss(model, out, per_token)
-        logs["gen_temperature"] = self.held  # the schedule, in every log line
+        # the schedule, in every log line
+        logs["gen_temperature"] = self.temperature() if self.held is None else self.held
         return loss, logs
 
     def load_weights(self, model):
