@@ -108,6 +108,7 @@ class FastElectraGenerator(MaskedLMGenerator):
 
     def set_num_updates(self, model, num_updates):
         self.updates = num_updates
+        self.held = self.sampled_at = None  # before_step sets this update's
         self.load_weights(model)
 
     def loaded(self, model):
