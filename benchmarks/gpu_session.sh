@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
 # Every GPU figure of docs/benchmarks.md ("GPU") in one run on a one-GPU machine with torch
-# already installed: the CUDA tests, what an update asks of the host, the eager, graphed and
+# already installed: first the paper's comparison (scripts/electra_vs_mlm.py: ELECTRA-Small
+# against a masked LM at equal training FLOPs, each arm and a random init fine-tuned by
+# trials), then the CUDA tests, what an update asks of the host, the eager, graphed and
 # peer rows at the paper's batches (electra_small 128 x 128, electra_base 32 x 512, bf16;
 # the graphed rows replayed as CUDA graphs), each body in bf16, then a short graphed
 # pre-training and sentiment trials from it and from random init.
 #
 #   OUT=results bash benchmarks/gpu_session.sh [SECONDS]   # SECONDS: the whole budget (560)
+#   STAGES=compare OUT=results bash benchmarks/gpu_session.sh 540  # a lent session's first call
 #   STAGES="count bench_small pytest_gpu" OUT=results bash benchmarks/gpu_session.sh 300
 #
 # Needs, in the checkout: .whl/ (fairseq and what the machine lacks, as wheels: docs/benchmarks.md
-# "GPU" names them) and gpu_data/{data-bin,sentiment-bin} (the main job's binarized corpus and
-# sentiment set). Each stage runs under its weight's share of what is left of the budget, so
+# "GPU" names them) and gpu_data/{data-bin,sentiment-bin} (a binarized corpus and the sentiment
+# set; amazon-bin, a second task, where present): scripts/pack_gpu_data.py makes the folder,
+# 20.8 MiB. Each stage runs under its weight's share of what is left of the budget, so
 # a stage that ends early leaves its time to the later ones and a slow one is cut instead of
 # losing what was measured; every log lands in $OUT as it is written. STAGES picks stages
-# (count bench_small bench_base pretrain pytest_gpu trials bench_bodies: all by default).
+# (compare count bench_small bench_base pretrain pytest_gpu trials bench_bodies: all by
+# default).
 # TINY=1 runs every stage on the CPU at tiny sizes, with the Python at hand and DATA as the data
 # folder (tests/test_gpu_session.py), so that a GPU's minutes are never lost to a typo.
 set -u
@@ -22,16 +27,16 @@ TINY=${TINY:-0}
 data=${DATA:-$PWD/gpu_data}
 start=$SECONDS
 OUT=${OUT:?set OUT to a folder for the results}
-STAGES=${STAGES:-count bench_small bench_base pretrain pytest_gpu trials bench_bodies}
+STAGES=${STAGES:-compare count bench_small bench_base pretrain pytest_gpu trials bench_bodies}
 # the GPU tests skip on a CPU
 [ "$TINY" = 1 ] && STAGES=${STAGES/pytest_gpu/}
 mkdir -p "$OUT"
 weight() {  # each stage's relative share of the time left
-    case $1 in count) echo 80;; bench_small) echo 180;; bench_base) echo 150;;
+    case $1 in compare) echo 700;; count) echo 80;; bench_small) echo 180;; bench_base) echo 150;;
                pretrain) echo 80;; pytest_gpu) echo 110;;
                trials*) echo 40;; bench_bodies) echo 30;; esac; }
 pending=""  # the chosen stages not yet run, in order
-for name in count bench_small bench_base pretrain pytest_gpu trials--checkpoint \
+for name in compare count bench_small bench_base pretrain pytest_gpu trials--checkpoint \
             trials--arch bench_bodies; do
     [[ " $STAGES " == *" ${name%%--*} "* ]] && pending="$pending $name "
 done
@@ -62,6 +67,9 @@ if [ "$TINY" = 1 ]; then  # the CPU rehearsal: tiny sizes, this environment's Py
     tiny_model="--plugin-args --num-layers 2 --hidden-size 16 --num-heads 4 --ffn-size 16"
     tiny_model="$tiny_model --embedding-size 16"  # two layers: the graphed row compiles fast
     tiny_base="$tiny_model --generator-size 0.25"
+    compare="--cpu --arch electra_tiny --updates 4 --batch 8 --length 32 --finetune-updates 3"
+    compare="$compare --log-interval 2 --graphed --override ++task.torch_compile=aot_eager"
+    reserve=0
 else
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
         .whl/*.whl || exit 1
@@ -70,12 +78,23 @@ else
     small="--batch-size 128 --lengths 128"; base="--batch-size 32 --lengths 512"
     arch=electra_small; updates=4000; seeds="1 2 3 4 5"; jobs=5; count=""; pretrain=""
     bodies="--sizes small base --lengths 128 512 --batch-size 32"; tiny_model=""; tiny_base=""
+    compare="--updates 6000"; reserve=200  # seconds kept for the fine-tuning of three arms
 fi
 export PYTHONUNBUFFERED=1
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
   $py -c "import torch, fairseq, transformers, electra_plugin; print('torch', torch.__version__, 'fairseq', fairseq.__version__, 'transformers', transformers.__version__)"
   $py -c "import flash_attn" 2>&1 | tail -1; } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
+
+# the paper's comparison at what fits: electra_small by the official recipe against the masked
+# LM of the same network at equal training FLOPs (each arm's pre-training under half of the
+# share left after the fine-tuning's reserve: the clock may cut the planned updates, the mlm
+# arm then matching what the electra arm reached), then trials on each task, 5 seeds an arm
+tasks="--task sentiment=$data/sentiment-bin"
+[ -d "$data/amazon-bin" ] && tasks="$tasks --task amazon=$data/amazon-bin"
+minutes=$($py -c "print(max(($(share compare) - $reserve) / 2, 30) / 60)")
+stage compare $py scripts/electra_vs_mlm.py --data $data/data-bin $tasks --seeds $seeds \
+    --out "$OUT/compare" --workdir $scratch/compare --pretrain-minutes $minutes $compare
 
 # per update at electra_small's depth, near-zero widths: operators, syncs, host ms
 stage count $py benchmarks/bench_pretrain.py --count --device $device --compile $backend \

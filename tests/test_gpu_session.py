@@ -1,5 +1,5 @@
 """benchmarks/gpu_session.sh rehearsed on the CPU at tiny sizes (TINY=1): every stage a GPU
-session runs (the host-work count, the eager, graphed and peer rows, the graphed
+session runs after the comparison (tests/test_electra_vs_mlm.py: the host-work count, the eager, graphed and peer rows, the graphed
 pre-training, the trials, the bodies) ends well, so that a lent GPU's minutes are never lost
 to a typo, an option or an import."""
 
@@ -28,7 +28,8 @@ def test_the_gpu_session_runs_end_to_end_at_tiny_sizes(spm_data, tmp_path):
                    str(raw), "--pretrain-data", str(spm_data), "--out-dir",
                    str(data / "sentiment-bin")])
     out = tmp_path / "out"
-    env = dict(os.environ, TINY="1", OUT=str(out), DATA=str(data), PYTHON=sys.executable,
+    stages = "count bench_small bench_base pretrain trials bench_bodies"
+    env = dict(os.environ, TINY="1", STAGES=stages, OUT=str(out), DATA=str(data), PYTHON=sys.executable,
                OMP_NUM_THREADS="1")
     proc = subprocess.run(["bash", "benchmarks/gpu_session.sh", "1500"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=1800)

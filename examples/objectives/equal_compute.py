@@ -29,13 +29,10 @@ import sys
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from fairseq.data import Dictionary
-from omegaconf import OmegaConf
-
 from electra_plugin.cli.demo import dev_accuracy_cmd, finetune_cmd
-from electra_plugin.models.core.config import complete_config
-from electra_plugin.models.electra import ElectraModel
 from scripts.demo import prepare_corpus, prepare_sentiment  # the demo's data steps
+from scripts.electra_vs_mlm import flops_per_update as paper_flops_per_update
+from scripts.electra_vs_mlm import model_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,18 +53,14 @@ def model_options(objective, generator_size, electra_options=()):
     return options + (BERT_MASKING if objective == "mlm" else [])
 
 
-def flops_per_update(objective, generator_size, vocab):
-    """Paper-counted training FLOPs of one full batch (the masked count as the task draws it:
-    15% of the 127 tokens after <s>), as the model of that setting counts them."""
-    cfg = complete_config(OmegaConf.create(dict(
-        **SIZES, objective=objective,
-        generator_size=None if objective == "mlm" else generator_size)))
-    dictionary = Dictionary()
-    while len(dictionary) < vocab - 1:
-        dictionary.add_symbol(f"w{len(dictionary)}")
-    dictionary.add_symbol("<mask>")
-    predicted = round(0.15 * (LENGTH - 1)) * BATCH
-    return ElectraModel(cfg, dictionary, pretraining=True).train_flops(LENGTH, BATCH, predicted)
+def flops_per_update(objective, generator_size, data):
+    """Paper-counted training FLOPs of one full batch of that setting on ``data``'s
+    vocabulary (the masked count as the task draws it: 15% of the tokens after <s>)."""
+    model = [f"model.num_heads={SIZES['num_heads']}"]
+    if objective != "mlm":
+        model.append(f"model.generator_size={generator_size}")
+    cfg = model_config(model, SIZES["_name"], objective)
+    return paper_flops_per_update(cfg, data, LENGTH, BATCH, 0.15)
 
 
 def execute(cmd, log_path, threads):
@@ -177,14 +170,13 @@ def main():
 
     data = prepare_corpus(str(args.demo_workdir))
     sentiment = prepare_sentiment(str(args.demo_workdir), data)
-    vocab = len(Dictionary.load(os.path.join(data, "dict.txt"))) + 1  # + <mask>
-    budget = args.budget_updates * flops_per_update("electra", args.generator_size, vocab)
+    budget = args.budget_updates * flops_per_update("electra", args.generator_size, data)
 
     settings = [(o, args.generator_size) for o in args.objectives]
     settings += [("electra", g) for g in args.generator_sizes if ("electra", g) not in settings]
     runs = []
     for objective, size in settings:
-        per_update = flops_per_update(objective, size, vocab)
+        per_update = flops_per_update(objective, size, data)
         updates = math.ceil(budget / per_update / args.points) * args.points
         name = objective if objective == "mlm" else f"{objective}_g{size:g}"
         runs.append(dict(name=name, objective=objective, generator_size=size,
