@@ -62,6 +62,7 @@ import torch.nn.functional as F
 
 from electra_plugin.data.masking import max_predictions, prediction_slots
 from electra_plugin.speed import retain_freed_memory
+from electra_plugin.speed.switch import PARTS
 from electra_plugin.models.core.flops import executed_train_flops, paper_train_flops
 from electra_plugin.models.generators import model_sizes
 
@@ -1059,8 +1060,9 @@ def count_rows(args, device, root, batch_size=2, length=16, vocab=64):
         # with --weigh PART, each plugin row is built twice, the second with that speed part
         # off from the start (parts read when the graph compiles, as well as per call), and
         # the two take turns at going first, repeat by repeat
-        switches = [switch] + ([f"{switch},-{args.weigh}"] if args.weigh and impl != "peer"
-                               else [])
+        # (--weigh nothing: an A/A pair, the second switch the same value spelt otherwise)
+        other = f"{switch}," if args.weigh == "nothing" else f"{switch},-{args.weigh}"
+        switches = [switch] + ([other] if args.weigh and impl != "peer" else [])
         runners = {}
         for s in switches:
             os.environ["ELECTRA_SPEED"] = s  # (the baseline ran fairseq's checks)
@@ -1196,10 +1198,10 @@ def main(argv=None):
                         "depth with near-zero widths: aten operators, host syncs and ms per "
                         "update, for the plugin (and as of --baseline), the plugin with "
                         "--graphed-step (--compile's backend) and the peer")
-    p.add_argument("--weigh", metavar="PART",
+    p.add_argument("--weigh", metavar="PART", choices=[*PARTS, "nothing"],
                    help="with --count: each plugin row also built and timed with "
                         "ELECTRA_SPEED's PART off (-PART), repeat by repeat in the same "
-                        "process")
+                        "process; nothing: the same row twice (A/A)")
     p.add_argument("--json", type=Path, help="write all results here")
     args = p.parse_args(argv)
 

@@ -27,8 +27,9 @@ from electra_plugin.models.core.flops import (
 from electra_plugin.models.generators import model_sizes
 from electra_plugin.models.electra import ElectraModel
 from electra_plugin.speed.dropout import Dropout, random_int16
-from helpers import (built_from_command_line, electra_adam_cfg, records, run, run_here,
-                     sample_for, tiny_model, tiny_model_config, train_cmd)
+from helpers import (REPO, assert_one_line_error, built_from_command_line, electra_adam_cfg,
+                     records, run, run_here, sample_for, tiny_model, tiny_model_config,
+                     train_cmd)
 
 DISC_WEIGHT = 50.0
 
@@ -436,6 +437,53 @@ def test_speed_switch_off_gives_the_plain_ops(monkeypatch):
     torch.testing.assert_close(project_qkv(layer, x)[0], q, rtol=1e-5, atol=1e-6)
     torch.manual_seed(5)
     assert not torch.equal(Dropout(0.1)(x), ours)  # its own mask
+
+
+def test_the_switch_turns_off_the_parts_it_names_and_refuses_other_words(monkeypatch):
+    """ELECTRA_SPEED: unset or 1 all on, 0 all off, -PART,... those parts off; a word that
+    names no part is one line listing the parts, and a part the code asks for must exist."""
+    from electra_plugin.speed.switch import PARTS, enabled
+    from electra_plugin.user_io.errors import ElectraUsageError
+
+    for value, off in (("1", set()), ("0", set(PARTS)), ("-window, -dropout", {"window",
+                                                                               "dropout"})):
+        monkeypatch.setenv("ELECTRA_SPEED", value)
+        assert {part for part in PARTS if not enabled(part)} == off, value
+        assert enabled() is (value != "0")
+    monkeypatch.delenv("ELECTRA_SPEED")
+    assert all(enabled(part) for part in PARTS)
+    for value in ("-windw", "window", "off", "-window,+cudagraphs"):
+        monkeypatch.setenv("ELECTRA_SPEED", value)
+        with pytest.raises(ElectraUsageError, match="names no part; give 0 .* one of "
+                                                    "accumulate, buckets"):
+            enabled("window")
+    monkeypatch.setenv("ELECTRA_SPEED", "1")
+    with pytest.raises(ValueError, match="'windw' is no part"):
+        enabled("windw")
+
+
+def test_every_part_is_asked_for_by_the_code_and_named_in_the_docs():
+    """Each part of the switch is read somewhere in the plugin, and docs/speed.md's table of
+    the switch gives every part with the switch's own words, and no other."""
+    import re
+
+    from electra_plugin.speed.switch import PARTS
+
+    source = "".join(p.read_text() for p in (REPO / "electra_plugin").rglob("*.py"))
+    asked = set(re.findall(r"enabled\(\"(\w+)\"\)", source))
+    assert asked == set(PARTS), asked ^ set(PARTS)
+    docs = (REPO / "docs" / "speed.md").read_text()
+    table = {part: text.replace("`", "")
+             for part, text in re.findall(r"^\| `-([a-z]+)` \| (.+) \|$", docs, re.M)}
+    assert table == PARTS
+    assert set(re.findall(r"ELECTRA_SPEED=-([a-z]+)", docs)) <= set(PARTS)
+
+
+@pytest.mark.slow
+def test_a_misspelled_part_ends_a_run_in_one_line(data_bin, tmp_path):
+    proc = run(train_cmd(data_bin, tmp_path / "ckpt", "--max-update", "1"),
+               env=dict(ELECTRA_SPEED="-windw"))
+    assert_one_line_error(proc, "ELECTRA_SPEED=-windw", "'-windw' names no part", "window")
 
 
 @pytest.mark.parametrize("switch", ["1", "-walks"])
