@@ -1,6 +1,7 @@
 """--torch-compile: the compiled encoders compute what the eager ones do, and batches of
 other sizes, lengths and masked counts reuse the graphs instead of recompiling."""
 
+import functools
 import json
 import shutil
 import sys
@@ -188,14 +189,20 @@ def test_generators_with_a_schedule_run_graphed_like_eager(generator, data_bin, 
                 assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-3), key
 
 
-def step_gradients(model, batch, autocast, scale=1.0):
-    """The criterion's loss (weights 50, 1) of one step on ``batch``, backward times
-    ``scale`` (fairseq's ignore_grad: 0): the loss and the gradients, added to any there."""
+def weighted(out):
+    """The electra criterion's rule with its default weights (50, 1)."""
+    return 50.0 * out.main_loss + out.generator_loss
+
+
+def step_gradients(model, batch, autocast, scale=1.0, rule=weighted):
+    """The loss of one step on ``batch`` by ``rule`` (the graph's own where the graph took
+    the gradients, as the criterion takes it), backward times ``scale`` (fairseq's
+    ignore_grad: 0): the loss and the gradients, added to any there."""
     src, target, positions, weights = batch
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         out = model(src, target=target, masked_positions=positions, masked_weights=weights,
                     has_padding=True)
-        loss = 50.0 * out.main_loss + out.generator_loss
+        loss = rule(out) if out.loss is None else out.loss
     (loss * scale).backward()
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
@@ -221,7 +228,7 @@ def test_gradients_taken_inside_the_graph_are_autograds(autocast, accumulates):
     positions, weights = prediction_slots(picked, max_predictions(0.15, src.size(1)))
     batch = (src, target, positions, weights)
     assert compile_step(graphed, "aot_eager")
-    graphed.electra_step.loss_weights = (50.0, 1.0)
+    graphed.electra_step.combine = weighted
     graphed.electra_step.accumulates = accumulates
     plain.train(), graphed.train()
     (loss, grads), (graphed_loss, graphed_grads) = (step_gradients(m, batch, autocast)
@@ -242,6 +249,42 @@ def test_gradients_taken_inside_the_graph_are_autograds(autocast, accumulates):
     other = torch.nn.Linear(2, 2)
     other.weight = shared.weight
     assert tied_across_modules(torch.nn.Sequential(shared, other))
+
+
+@pytest.mark.slow
+def test_the_graph_takes_the_gradients_of_the_criterions_own_rule():
+    """The graph calls the rule the criterion gives it (ElectraCriterion.combine): another
+    weight and a term of its own, as a criterion of one's own might add, and the graph's
+    gradients follow autograd's through the eager step (a copy of the default rule inside
+    the graph would not)."""
+    from electra_plugin.criterions.electra import ElectraCriterion
+    from electra_plugin.data.masking import max_predictions, prediction_slots
+    from electra_plugin.speed.compile import compile_step
+
+    class Squared(ElectraCriterion):
+        def combine(self, model, out):
+            return super().combine(model, out) + 0.3 * out.generator_loss ** 2
+
+    (plain, task), (graphed, _) = (tiny_model(dropout=0.0, attention_dropout=0.0,
+                                              temperature=0.0) for _ in range(2))
+    graphed.load_state_dict(plain.state_dict())
+    src, target, _, picked = masked_batch(task)
+    positions, weights = prediction_slots(picked, max_predictions(0.15, src.size(1)))
+    batch = (src, target, positions, weights)
+    criterion = Squared(task, disc_weight=7.0, gen_weight=2.0)
+    assert compile_step(graphed, "aot_eager")
+    graphed.electra_step.combine = functools.partial(criterion.combine, graphed)
+    plain.train(), graphed.train()
+    (loss, grads), (graphed_loss, graphed_grads) = (
+        step_gradients(m, batch, False, rule=functools.partial(criterion.combine, m))
+        for m in (plain, graphed))
+    assert graphed.electra_step.params is not None  # the gradients came from the graph
+    torch.testing.assert_close(graphed_loss, loss)
+    top = max(g.abs().max() for g in grads.values())
+    for name, grad in grads.items():
+        torch.testing.assert_close(graphed_grads[name], grad, rtol=1e-5, atol=1e-6 * top)
+    default = step_gradients(plain, batch, False, rule=weighted)[1]  # (added to the first)
+    assert any(not torch.allclose(default[n] - grads[n], grads[n], rtol=1e-3) for n in grads)
 
 
 
@@ -273,14 +316,14 @@ rank = int(sys.argv[1])
 dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{port}", rank=rank, world_size=2)
 model, task = tiny_model(dropout=0.0, attention_dropout=0.0, temperature=0.0)
 assert compile_step(model, "aot_eager")
-model.electra_step.loss_weights = (50.0, 1.0)
+model.electra_step.combine = lambda out: 50.0 * out.main_loss + out.generator_loss
 ddp = torch.nn.parallel.DistributedDataParallel(model)
 src, target, _, picked = masked_batch(task, seed=rank)
 positions, weights = prediction_slots(picked, max_predictions(0.15, src.size(1)))
 for _ in range(2):  # the reducer must be ready again for the second backward
     out = ddp(src, target=target, masked_positions=positions, masked_weights=weights,
               has_padding=True)
-    (50.0 * out.main_loss + out.generator_loss).backward()
+    out.loss.backward()  # the loss the graph took the gradients of
 assert model.electra_step.params is not None  # the graph took the gradients
 if rank == 0:
     torch.save({{n: p.grad for n, p in model.named_parameters()}}, {saved!r})
@@ -362,7 +405,7 @@ def test_the_graphed_step_keeps_its_guards_on_values(guards, monkeypatch):
     src, target, _, picked = masked_batch(task)
     positions, weights = prediction_slots(picked, max_predictions(0.15, src.size(1)))
     assert compile_module.compile_step(graphed, "aot_eager")
-    graphed.electra_step.loss_weights = (50.0, 1.0)
+    graphed.electra_step.combine = weighted
 
     def graphs_after_step():
         losses = [m(src, target=target, masked_positions=positions, masked_weights=weights,

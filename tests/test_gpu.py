@@ -94,7 +94,7 @@ def test_cuda_graph_replays_draw_fresh_random_numbers_under_the_seed():
     positions, weights = prediction_slots(picked, max_predictions(0.15, src.size(1)))
     src, target, positions, weights = (t.cuda() for t in (src, target, positions, weights))
     assert compile_step(model, "inductor")
-    model.electra_step.loss_weights = (DISC_WEIGHT, 1.0)
+    model.electra_step.combine = lambda out: DISC_WEIGHT * out.main_loss + out.generator_loss
 
     def loss(seed=None):
         if seed is not None:

@@ -95,20 +95,25 @@ class ElectraCriterion(FairseqCriterion):
         self.disc_weight, self.gen_weight = disc_weight, gen_weight
 
     def loss_weights(self, model):
-        """(w, g): the weights of ``L_main`` and ``L_gen`` in the loss, which a graphed step
-        also uses to take the loss's gradients inside its graph (speed/compile.py)."""
+        """(w, g): the weights of ``L_main`` and ``L_gen`` in the loss."""
         return (self.disc_weight if model.objective.binary else 1.0), self.gen_weight
 
-    def forward(self, model, sample, reduce=True):
-        """The step is :meth:`ElectraModel.electra_step`, run through ``model`` (the DDP
-        wrapper in distributed training); this weights its losses and logs around it."""
-        out = model(**sample["net_input"], target=sample["target"])
+    def combine(self, model, out):
+        """The loss of one step, ``w L_main + g L_gen``: the one rule, which a graphed step
+        calls inside its graph to take the loss's gradients there (speed/compile.py)."""
         main_weight, gen_weight = self.loss_weights(model)
         loss = 0.0
         if out.main_loss is not None:
             loss = main_weight * out.main_loss
         if out.generator_loss is not None:
             loss = loss + gen_weight * out.generator_loss  # x 1.0 is exact: no change
+        return loss
+
+    def forward(self, model, sample, reduce=True):
+        """The step is :meth:`ElectraModel.electra_step`, run through ``model`` (the DDP
+        wrapper in distributed training); this combines its losses and logs around it."""
+        out = model(**sample["net_input"], target=sample["target"])
+        loss = self.combine(model, out) if out.loss is None else out.loss
         logging_output = {"ntokens": sample["ntokens"], "nsentences": sample["nsentences"],
                           "sample_size": 1, **out.logs, "loss": loss.detach()}
         if not model.training and out.disc_hidden is not None:

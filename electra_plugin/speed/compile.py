@@ -68,10 +68,11 @@ class GraphedStep:
     """``electra_step`` compiled whole at its first batch (replayed as CUDA graphs on a GPU);
     the eager step if that batch's step cannot compile.
 
-    ``loss_weights`` (main, generator), the weights of the criterion's sum of the two losses,
-    which the task sets where the loss is not scaled: then the graph also takes the gradients
-    of that sum (forward and backward in one graph, see :class:`_Gradients`); otherwise
-    autograd runs the compiled backward as a second graph. ``accumulates``, which the task
+    ``combine`` (the step's output -> the loss), the criterion's rule for its loss, which the
+    task sets where the loss is not scaled: then the graph also takes the gradients of that
+    loss (forward and backward in one graph, see :class:`_Gradients`) and returns the loss
+    as the output's ``loss``, which the criterion takes as it is; otherwise autograd runs the
+    compiled backward as a second graph. ``accumulates``, which the task
     sets where no DDP wrapper watches autograd's accumulation: the backward adds those
     gradients to the parameters itself rather than through autograd's ~400 accumulation
     nodes (``ELECTRA_SPEED=-accumulate``: through them)."""
@@ -79,7 +80,7 @@ class GraphedStep:
     def __init__(self, eager, backend: str):
         self.eager, self.backend = eager, backend
         self.compiled = self.fell_back = self.cudagraphs = None
-        self.loss_weights, self.params, self.accumulates = None, None, False
+        self.combine, self.params, self.accumulates = None, None, False
         self.rows, self.said_short = {}, False  # length -> the most rows captured at it
 
     def __call__(self, src_tokens, target, masked_positions=None, masked_weights=None,
@@ -132,7 +133,7 @@ class GraphedStep:
         self.cudagraphs = on_cuda and self.backend == "inductor" and enabled("cudagraphs")
         replay = {"triton.cudagraphs": True, "triton.cudagraph_trees": False}
         step = self.eager
-        if self.loss_weights is not None and enabled("gradients") and \
+        if self.combine is not None and enabled("gradients") and \
                 not tied_across_modules(model):
             # (a module shared by both encoders is one module: one name reaches it)
             self.as_module = _Step(self.eager)
@@ -152,8 +153,9 @@ class GraphedStep:
                                       dynamic=False, options=options or None)
 
     def with_gradients(self, params, src_tokens, *args):
-        """The gradients of the criterion's loss (``loss_weights``), one per parameter of
-        ``self.params``, and the step, traced as one function of the parameters."""
+        """The gradients of the criterion's loss (``combine``), one per parameter of
+        ``self.params``, and the step with that loss, traced as one function of the
+        parameters."""
         device = src_tokens.device.type
         # the forward under the caller's autocast, the backward outside it, as autograd's
         autocast = torch.autocast(device, torch.get_autocast_dtype(device),
@@ -164,29 +166,23 @@ class GraphedStep:
                 out = torch.func.functional_call(self.as_module, values, (src_tokens, *args),
                                                  tie_weights=False)
             # what a training step's reader (the criterion) takes: the losses and logs
-            return weighted(self.loss_weights, out), {
+            return self.combine(out), {
                 name: getattr(out, name) for name in ("main_loss", "generator_loss", "logs")
                 if getattr(out, name) is not None}
 
         with torch.autocast(device, enabled=False):
-            grads, (_, fields) = torch.func.grad_and_value(loss, has_aux=True)(params)
-        return list(grads.values()), fields
+            grads, (value, fields) = torch.func.grad_and_value(loss, has_aux=True)(params)
+        return list(grads.values()), dict(fields, loss=value)
 
     def attach(self, grads, fields, masked_positions, masked_weights):
-        """The step's output (its losses, logs and prediction slots) with the losses handed
-        to autograd as :class:`_Gradients`' outputs."""
+        """The step's output (its losses, logs and prediction slots) with its ``loss``
+        handed to autograd as :class:`_Gradients`' output."""
         out = self.output(**{name: fields.get(name) for name in self.output._fields})
-        out = out._replace(positions=masked_positions, masked_weights=masked_weights)
-        losses = [out.main_loss, out.generator_loss]
-        present = [i for i, l in enumerate(losses) if l is not None]
-        weights = [self.loss_weights[i] for i in present]
         targets = self.params if self.accumulates and enabled("accumulate") else None
-        attached = _Gradients.apply(grads, weights, not self.cudagraphs, targets,
-                                    [losses[i] for i in present],
-                                    *(self.params if targets is None else (_ANCHOR,)))
-        for i, tensor in zip(present, attached):
-            losses[i] = tensor
-        return out._replace(main_loss=losses[0], generator_loss=losses[1])
+        loss = _Gradients.apply(grads, not self.cudagraphs, targets, out.loss,
+                                *(self.params if targets is None else (_ANCHOR,)))
+        return out._replace(positions=masked_positions, masked_weights=masked_weights,
+                            loss=loss)
 
 
 # dynamo's guards on what a module is rather than on the values the step reads: its type,
@@ -241,43 +237,32 @@ def tied_across_modules(model) -> bool:
     return any(len(places) > 1 for places in owners.values())
 
 
-def weighted(loss_weights, out):
-    """The criterion's loss: ``loss_weights`` (main, generator) times the step's losses."""
-    terms = [w * l for w, l in zip(loss_weights, (out.main_loss, out.generator_loss))
-             if l is not None]
-    return sum(terms[1:], terms[0])
-
-
 class _Gradients(torch.autograd.Function):
-    """The step's losses, whose gradients the graph has already taken: those of the sum the
-    criterion makes, ``weights`` times the losses. A backward of that sum times s (fairseq's
-    ``loss.backward()``: s = 1; ``ignore_grad``: 0) gets each loss's cotangent as weight
-    times s, so s is read off one of them and the graph's gradients are scaled by it. They
-    reach the parameters through autograd's accumulation (``--update-freq``, DDP's hooks),
-    or, given ``targets``, by being added to ``targets``' gradients here, as autograd's
-    accumulation would (the parameters are then not this function's inputs: ``_ANCHOR``
-    is)."""
+    """The step's loss, whose gradients the graph has already taken. A backward of the loss
+    times s (fairseq's ``loss.backward()``: s = 1; ``ignore_grad``: 0) gets s as its
+    cotangent, and the graph's gradients are scaled by it. They reach the parameters through
+    autograd's accumulation (``--update-freq``, DDP's hooks), or, given ``targets``, by being
+    added to ``targets``' gradients here, as autograd's accumulation would (the parameters
+    are then not this function's inputs: ``_ANCHOR`` is)."""
 
     @staticmethod
-    def forward(ctx, grads, weights, own, targets, losses, *params):
+    def forward(ctx, grads, own, targets, loss, *params):
         """``own``: the gradients are this call's own (not a CUDA graph's reused buffers) and
         may be scaled in place."""
-        ctx.grads, ctx.weights, ctx.own, ctx.targets = grads, weights, own, targets
-        return tuple(loss.clone() for loss in losses)  # (a CUDA graph's buffer is reused)
+        ctx.grads, ctx.own, ctx.targets = grads, own, targets
+        return loss.clone()  # (a CUDA graph's buffer is reused)
 
     @staticmethod
-    def backward(ctx, *cotangents):
-        # s from the first loss that weighs something (if none does: no gradient)
-        scale = next((c / w for c, w in zip(cotangents, ctx.weights) if w != 0), 0.0)
+    def backward(ctx, scale):
         grads, ctx.grads = ctx.grads, None  # autograd's only reference: p.grad takes it
         if ctx.own:
             torch._foreach_mul_(grads, scale)
         else:
             grads = torch._foreach_mul(grads, scale)
         if ctx.targets is None:
-            return (None, None, None, None, None, *grads)
+            return (None, None, None, None, *grads)
         accumulate(ctx.targets, grads)
-        return None, None, None, None, None, None  # (nothing for the anchor)
+        return None, None, None, None, None  # (nothing for the anchor)
 
 
 # an input that requires a gradient, so that autograd calls the backward where the

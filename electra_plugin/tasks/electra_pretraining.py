@@ -1,5 +1,6 @@
 """The ``electra`` task: fairseq-binarized text -> masked blocks for replaced token detection."""
 
+import functools
 import logging
 import os
 from dataclasses import dataclass, field
@@ -212,11 +213,11 @@ class ElectraPretrainingTask(FairseqTask):
 
     def build_criterion(self, cfg, from_checkpoint=False):
         criterion = super().build_criterion(cfg, from_checkpoint)
-        if self.graphed_step is not None and hasattr(criterion, "loss_weights"):
-            # the graph takes the gradients of the criterion's loss (until train_step finds
-            # the loss scaled)
-            self.graphed_step.loss_weights = criterion.loss_weights(
-                self.graphed_step.eager.__self__)
+        if self.graphed_step is not None and hasattr(criterion, "combine"):
+            # the graph takes the gradients of the criterion's loss, by the criterion's rule
+            # (until train_step finds the loss scaled)
+            self.graphed_step.combine = functools.partial(criterion.combine,
+                                                          self.graphed_step.eager.__self__)
         return criterion
 
     @property
@@ -236,7 +237,7 @@ class ElectraPretrainingTask(FairseqTask):
             self.set_up_device(next(model.parameters()).device.type)
             if self.graphed_step is not None and scales_loss(optimizer):
                 # fp16 gradients must be taken of the scaled loss: autograd's backward
-                self.graphed_step.loss_weights = None
+                self.graphed_step.combine = None
             if self.graphed_step is not None:  # no DDP wrapper (its hooks watch autograd's
                 # accumulation): the step adds its gradients to the parameters itself
                 self.graphed_step.accumulates = model is self.graphed_step.eager.__self__

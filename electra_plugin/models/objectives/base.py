@@ -80,6 +80,9 @@ class PretrainingOutput(NamedTuple):
     main_loss: Optional[torch.Tensor] = None  # the objective's (None: no discriminator ran)
     generator_loss: Optional[torch.Tensor] = None  # None: the generator learns nothing
     logs: Optional[dict] = None  # the losses and counts the batch logs
+    # the criterion's loss of the two, where a graphed step took its gradients in its graph
+    # (the criterion's own rule, called there: speed/compile.py); None: the criterion makes it
+    loss: Optional[torch.Tensor] = None
 
 
 class Objective:
