@@ -194,6 +194,33 @@ def weighted(out):
     return 50.0 * out.main_loss + out.generator_loss
 
 
+def twin_models():
+    """Two deterministic tiny models with the same weights, the second's step compiled
+    whole (aot_eager), their task and a batch: (plain, graphed, task, batch)."""
+    from electra_plugin.data.masking import max_predictions, prediction_slots
+    from electra_plugin.speed.compile import compile_step
+
+    (plain, task), (graphed, _) = (tiny_model(dropout=0.0, attention_dropout=0.0,
+                                              temperature=0.0) for _ in range(2))
+    graphed.load_state_dict(plain.state_dict())
+    src, target, _, picked = masked_batch(task)
+    positions, weights = prediction_slots(picked, max_predictions(0.15, src.size(1)))
+    assert compile_step(graphed, "aot_eager")
+    return plain, graphed, task, (src, target, positions, weights)
+
+
+def assert_taken_by_the_graph(graphed, eager, taken):
+    """``taken`` (loss, gradients), from ``graphed``'s graph, equal ``eager``'s from
+    autograd within fp32 rounding; -> the largest gradient."""
+    (loss, grads), (graphed_loss, graphed_grads) = eager, taken
+    assert graphed.electra_step.params is not None  # the gradients came from the graph
+    torch.testing.assert_close(graphed_loss, loss)
+    top = max(g.abs().max() for g in grads.values())
+    for name, grad in grads.items():
+        torch.testing.assert_close(graphed_grads[name], grad, rtol=1e-5, atol=1e-6 * top)
+    return top
+
+
 def step_gradients(model, batch, autocast, scale=1.0, rule=weighted):
     """The loss of one step on ``batch`` by ``rule`` (the graph's own where the graph took
     the gradients, as the criterion takes it), backward times ``scale`` (fairseq's
@@ -218,26 +245,14 @@ def test_gradients_taken_inside_the_graph_are_autograds(autocast, accumulates):
     whether autograd's accumulation hands them to the parameters or the step itself does
     (no DDP wrapper). A parameter registered in two modules leaves the gradients to
     autograd."""
-    from electra_plugin.data.masking import max_predictions, prediction_slots
-    from electra_plugin.speed.compile import compile_step, tied_across_modules
+    from electra_plugin.speed.compile import tied_across_modules
 
-    (plain, task), (graphed, _) = (tiny_model(dropout=0.0, attention_dropout=0.0,
-                                              temperature=0.0) for _ in range(2))
-    graphed.load_state_dict(plain.state_dict())
-    src, target, _, picked = masked_batch(task)
-    positions, weights = prediction_slots(picked, max_predictions(0.15, src.size(1)))
-    batch = (src, target, positions, weights)
-    assert compile_step(graphed, "aot_eager")
+    plain, graphed, _, batch = twin_models()
     graphed.electra_step.combine = weighted
     graphed.electra_step.accumulates = accumulates
     plain.train(), graphed.train()
-    (loss, grads), (graphed_loss, graphed_grads) = (step_gradients(m, batch, autocast)
-                                                    for m in (plain, graphed))
-    assert graphed.electra_step.params is not None  # the gradients came from the graph
-    torch.testing.assert_close(graphed_loss, loss)
-    top = max(g.abs().max() for g in grads.values())
-    for name, grad in grads.items():
-        torch.testing.assert_close(graphed_grads[name], grad, rtol=1e-5, atol=1e-6 * top)
+    (_, grads), taken = (step_gradients(m, batch, autocast) for m in (plain, graphed))
+    top = assert_taken_by_the_graph(graphed, (_, grads), taken)
     _, twice = step_gradients(graphed, batch, autocast)
     _, still = step_gradients(graphed, batch, autocast, scale=0.0)
     for name, grad in grads.items():
@@ -258,31 +273,19 @@ def test_the_graph_takes_the_gradients_of_the_criterions_own_rule():
     gradients follow autograd's through the eager step (a copy of the default rule inside
     the graph would not)."""
     from electra_plugin.criterions.electra import ElectraCriterion
-    from electra_plugin.data.masking import max_predictions, prediction_slots
-    from electra_plugin.speed.compile import compile_step
 
     class Squared(ElectraCriterion):
         def combine(self, model, out):
             return super().combine(model, out) + 0.3 * out.generator_loss ** 2
 
-    (plain, task), (graphed, _) = (tiny_model(dropout=0.0, attention_dropout=0.0,
-                                              temperature=0.0) for _ in range(2))
-    graphed.load_state_dict(plain.state_dict())
-    src, target, _, picked = masked_batch(task)
-    positions, weights = prediction_slots(picked, max_predictions(0.15, src.size(1)))
-    batch = (src, target, positions, weights)
+    plain, graphed, task, batch = twin_models()
     criterion = Squared(task, disc_weight=7.0, gen_weight=2.0)
-    assert compile_step(graphed, "aot_eager")
     graphed.electra_step.combine = functools.partial(criterion.combine, graphed)
     plain.train(), graphed.train()
-    (loss, grads), (graphed_loss, graphed_grads) = (
+    (loss, grads), taken = (
         step_gradients(m, batch, False, rule=functools.partial(criterion.combine, m))
         for m in (plain, graphed))
-    assert graphed.electra_step.params is not None  # the gradients came from the graph
-    torch.testing.assert_close(graphed_loss, loss)
-    top = max(g.abs().max() for g in grads.values())
-    for name, grad in grads.items():
-        torch.testing.assert_close(graphed_grads[name], grad, rtol=1e-5, atol=1e-6 * top)
+    assert_taken_by_the_graph(graphed, (loss, grads), taken)
     default = step_gradients(plain, batch, False, rule=weighted)[1]  # (added to the first)
     assert any(not torch.allclose(default[n] - grads[n], grads[n], rtol=1e-3) for n in grads)
 
