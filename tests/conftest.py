@@ -24,7 +24,9 @@ _current = {"item": None}  # the test being set up, run or torn down
 
 def pytest_configure(config):
     """Under pytest-xdist each worker gets its share of the cores for in-process torch (the
-    subprocesses a test starts run on one thread: helpers.run)."""
+    subprocesses a test starts run on one thread: helpers.run). A graphed step that falls
+    back to the eager one is an error throughout (the runs the tests start inherit it)."""
+    os.environ.setdefault("ELECTRA_GRAPHED_STRICT", "1")
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))

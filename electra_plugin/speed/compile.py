@@ -31,16 +31,21 @@ are unchanged.
 """
 
 import logging
+import os
 import types
 import typing
 
 import torch
 
+from ..user_io.errors import ElectraUsageError
 from .switch import enabled
 
 logger = logging.getLogger(__name__)
 
 BACKENDS = ("off", "inductor", "aot_eager")
+# =1: a step that cannot be compiled whole is an error instead of a warning and the eager
+# step (the test suite runs so: no silent fall-back goes unseen)
+STRICT = "ELECTRA_GRAPHED_STRICT"
 
 
 def compile_encoders(model, backend: str) -> bool:
@@ -114,8 +119,12 @@ class GraphedStep:
             if not first:
                 raise
             reason = str(error).strip().splitlines()[0]
+            if os.environ.get(STRICT) == "1":
+                raise ElectraUsageError(f"--graphed-step: this configuration's step cannot be "
+                                        f"compiled whole ({reason}); {STRICT}=1 refuses to "
+                                        f"run it eager") from error
             logger.warning(f"--graphed-step: this configuration's step cannot be compiled "
-                           f"whole ({reason}); it runs eager")
+                           f"whole ({reason}); it runs eager ({STRICT}=1: an error)")
             self.fell_back = True
             return self.eager(src_tokens, *args)
         if first:
