@@ -73,6 +73,18 @@ def test_generator_fraction_without_whole_heads(tmp_path, data_bin):
                          "--generator-size", "0.3"), "--generator-size 0.3", "attention heads")
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("option, value, said", [
+    ("--length-buckets", "-1", "--length-buckets -1 must be at least 0"),
+    ("--dropout", "1.5", "--dropout 1.5 must be in [0, 1)"),
+    ("--temperature", "-1", "--temperature -1 must be at least 0"),
+])
+def test_a_numeric_option_out_of_range(tmp_path, data_bin, option, value, said):
+    assert_usage_error(train_cmd(data_bin, tmp_path / "ck", "--max-update", "1", option,
+                                 value), said)
+    assert not (tmp_path / "ck" / "checkpoint_last.pt").exists()
+
+
 # A checkpoint that does not fit the model stops in fairseq's trainer, which turns any
 # exception into its own ("Cannot load model parameters ..."): in process the ElectraUsageError
 # is that exception's __context__ (assert_usage_error finds it); fairseq-train's command line

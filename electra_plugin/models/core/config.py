@@ -276,10 +276,33 @@ def complete_config(cfg):
             raise ElectraUsageError(
                 f"model size is not set ({', '.join(missing)}); pick --arch "
                 f"{'|'.join(ARCH_SIZES)} or give --{missing[0].replace('_', '-')}")
+        check_ranges(cfg)
         if cfg.hidden_size % cfg.num_heads:
             raise ElectraUsageError(
                 f"hidden size {cfg.hidden_size} is not divisible by {cfg.num_heads} heads")
     return cfg
+
+
+# the numeric options' ranges: (low, high, high included); None: no bound
+RANGES = {**{k: (1, None, True) for k in ("num_layers", "hidden_size", "num_heads", "ffn_size",
+                                          "embedding_size", "max_positions")},
+          **{k: (0, None, True) for k in ("length_buckets", "two_stage_updates",
+                                          "temperature_decay_updates", "temperature",
+                                          "temperature_start")},
+          "dropout": (0, 1, False), "attention_dropout": (0, 1, False),
+          "generator_size": (0, None, True), "generator_layers": (0, None, True)}
+
+
+def check_ranges(cfg) -> None:
+    """A numeric option out of its range is one line naming it, before anything is built."""
+    for key, (low, high, closed) in RANGES.items():
+        value = cfg.get(key, None)
+        if value is None:
+            continue
+        if value < low or (high is not None and (value > high or not closed and value == high)):
+            bound = f"at least {low:g}" if high is None else \
+                f"in [{low:g}, {high:g}{']' if closed else ')'}"
+            raise ElectraUsageError(f"--{key.replace('_', '-')} {value:g} must be {bound}")
 
 
 def register_arch(name: str, settings: dict) -> None:
