@@ -289,8 +289,8 @@ RANGES = {**{k: (1, None, True) for k in ("num_layers", "hidden_size", "num_head
           **{k: (0, None, True) for k in ("length_buckets", "two_stage_updates",
                                           "temperature_decay_updates", "temperature",
                                           "temperature_start")},
-          "dropout": (0, 1, False), "attention_dropout": (0, 1, False),
-          "generator_size": (0, None, True), "generator_layers": (0, None, True)}
+          "dropout": (0, 1, False), "attention_dropout": (0, 1, False)}
+# (the generator's fractions are checked by the generator, with what they must divide)
 
 
 def check_ranges(cfg) -> None:
