@@ -8,7 +8,7 @@ Where they moved, the main job's figures are stale: re-run README's command 1 on
 clone, update README.md and docs/main_job.md, then record the new values with
 ``ELECTRA_RECORD=1 pytest tests/test_default_path.py``. The values must be equal where the
 recording machine's CPU kernels (torch's CPU capability) and torch version are this one's,
-and within 1e-3 elsewhere, where the kernels round differently."""
+and the losses and norm within 1e-3 elsewhere, where the kernels round differently."""
 
 import hashlib
 import json
@@ -23,6 +23,7 @@ pytestmark = pytest.mark.slow
 
 RECORDED = REPO / "tests" / "data" / "default_path.json"
 KEYS = ("loss", "disc_loss", "gen_loss", "gen_acc", "disc_acc", "gnorm")
+CONTINUOUS = ("loss", "disc_loss", "gen_loss", "gnorm")
 
 
 def machine():
@@ -55,8 +56,10 @@ def test_the_default_paths_numbers_are_the_recorded_ones(spm_data, tmp_path):
     recorded = json.loads(RECORDED.read_text())
     exact = recorded["machine"] == machine()
     for update, (a, b) in enumerate(zip(got, recorded["updates"]), 1):
-        for key in KEYS:
-            assert a[key] == (b[key] if exact else pytest.approx(b[key], rel=1e-3)), (
+        # elsewhere the continuous values only (an accuracy moves by a whole token), within
+        # rounding and the logs' 3 decimals
+        for key in KEYS if exact else CONTINUOUS:
+            assert a[key] == (b[key] if exact else pytest.approx(b[key], rel=1e-3, abs=2e-3)), (
                 f"update {update}: {key} {a[key]} where {recorded['machine']} recorded "
                 f"{b[key]}: the main job's figures are stale (this module's docstring says "
                 f"what to do)")
