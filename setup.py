@@ -49,7 +49,7 @@ setup(
     extras_require={
         # (5: the export's ElectraConfig(dtype=...) and tokenizers-backed BertTokenizer;
         # protobuf: transformers' sentencepiece converter reads the model file with it).
-        # electra_plugin/install/optional.py names the modules each feature imports.
+        # electra_plugin/environment/optional.py names the modules each feature imports.
         "hf": ["transformers>=5", "safetensors", "protobuf"],
         # fairseq's --tensorboard-logdir writes nothing without a writer package
         "tensorboard": ["tensorboardX>=2.6"],

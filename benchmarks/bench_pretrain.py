@@ -1040,7 +1040,7 @@ def count_rows(args, device, root, batch_size=2, length=16, vocab=64):
     from omegaconf import OmegaConf
 
     from electra_plugin.models.core.config import complete_config
-    from electra_plugin.speed.counting import HostWork
+    from electra_plugin.profiling.host_work import HostWork
 
     model = [*NEAR_ZERO, *args.plugin_args]
     data_dir = write_dictionary(root / f"dict{vocab}", vocab)

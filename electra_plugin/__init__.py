@@ -1,13 +1,15 @@
 """ELECTRA pre-training and fine-tuning for fairseq (``--user-dir electra_plugin``).
 
 fairseq imports ``tasks/`` and ``models/`` of a user dir by itself; everything else that
-registers is imported here.
+registers or wraps fairseq is imported here.
 """
 
 from . import criterions, optim, tasks  # noqa: F401
-from .run import command_line, crash_safety, scale_out  # noqa: F401
 from .models import electra  # noqa: F401  (registers the model and its archs)
+from .run import command_line, divergence, safety_wrappers, scale_out
+from .speed import trainer_patches
 
-crash_safety.install()
+safety_wrappers.install()
 scale_out.install()
+trainer_patches.install(on_nonfinite=divergence.skip_or_stop)
 command_line.install()

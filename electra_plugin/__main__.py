@@ -16,7 +16,7 @@ Example (an installed plugin, any directory):
 import sys
 
 from electra_plugin.cli.vocabulary import command_parser
-from electra_plugin.install.locations import RECIPES, recipes_dir, user_dir
+from electra_plugin.environment.locations import RECIPES, recipes_dir, user_dir
 from electra_plugin.user_io.errors import command_line
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from fairseq.trainer import Trainer
 
-from electra_plugin.speed.counting import HostWork
+from electra_plugin.profiling.host_work import HostWork
 from electra_plugin.speed.switch import VARIABLE
 from helpers import assert_usage_line, checkpoint, records, train_cmd, train_in_process
 

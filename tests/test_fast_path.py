@@ -285,7 +285,9 @@ def test_retained_memory_spares_the_page_faults_of_the_next_update(data_bin, tmp
     assert notice not in released.stdout
 
 
-def test_sampling_follows_softmax_of_logits_over_temperature():
+@pytest.mark.parametrize("speed", ["1", "-sampling"])  # inverse CDF; Gumbel-max, the official
+def test_sampling_follows_softmax_of_logits_over_temperature(speed, monkeypatch):
+    monkeypatch.setenv("ELECTRA_SPEED", speed)
     model, _ = tiny_model(temperature=2.0)
     logits = 1000 + 2 * torch.log(torch.tensor([[0.5, 0.3, 0.2, 0.0]])).expand(30000, 4)
     torch.manual_seed(3)
@@ -440,22 +442,26 @@ def test_speed_switch_off_gives_the_plain_ops(monkeypatch):
 
 
 def test_the_switch_turns_off_the_parts_it_names_and_refuses_other_words(monkeypatch):
-    """ELECTRA_SPEED: unset or 1 all on, 0 all off, -PART,... those parts off; a word that
-    names no part is one line listing the parts, and a part the code asks for must exist."""
+    """ELECTRA_SPEED: unset or 1 every part at its default, 0 all off, -PART,... those parts
+    off, +PART a part that is off by default on; a word that names no part is one line
+    listing the parts, and a part the code asks for must exist."""
     from electra_plugin.speed.switch import PARTS, enabled
     from electra_plugin.user_io.errors import ElectraUsageError
 
-    for value, off in (("1", set()), ("0", set(PARTS)), ("-window, -dropout", {"window",
-                                                                               "dropout"})):
+    default_off = {part for part, p in PARTS.items() if not p.default}
+    assert default_off == {"trees"}
+    for value, off in (("1", default_off), ("0", set(PARTS)),
+                       ("-window, -dropout", {"window", "dropout"} | default_off),
+                       ("+trees,-seed", {"seed"}), ("0,+trees", set(PARTS))):
         monkeypatch.setenv("ELECTRA_SPEED", value)
         assert {part for part in PARTS if not enabled(part)} == off, value
-        assert enabled() is (value != "0")
+        assert enabled() is (not value.startswith("0"))
     monkeypatch.delenv("ELECTRA_SPEED")
-    assert all(enabled(part) for part in PARTS)
-    for value in ("-windw", "window", "off", "-window,+cudagraphs"):
+    assert {part for part in PARTS if not enabled(part)} == default_off
+    for value in ("-windw", "window", "off", "-window,+windw", "trees"):
         monkeypatch.setenv("ELECTRA_SPEED", value)
         with pytest.raises(ElectraUsageError, match="names no part; give 0 .* one of "
-                                                    "accumulate, buckets"):
+                                                    "accumulate, adam, allocator"):
             enabled("window")
     monkeypatch.setenv("ELECTRA_SPEED", "1")
     with pytest.raises(ValueError, match="'windw' is no part"):
@@ -464,7 +470,8 @@ def test_the_switch_turns_off_the_parts_it_names_and_refuses_other_words(monkeyp
 
 def test_every_part_is_asked_for_by_the_code_and_named_in_the_docs():
     """Each part of the switch is read somewhere in the plugin, and docs/speed.md's table of
-    the switch gives every part with the switch's own words, and no other."""
+    the switch gives every part with the switch's own words (what it does, what runs
+    instead, its default and its file, which exists), and no other."""
     import re
 
     from electra_plugin.speed.switch import PARTS
@@ -473,10 +480,12 @@ def test_every_part_is_asked_for_by_the_code_and_named_in_the_docs():
     asked = set(re.findall(r"enabled\(\"(\w+)\"\)", source))
     assert asked == set(PARTS), asked ^ set(PARTS)
     docs = (REPO / "docs" / "speed.md").read_text()
-    table = {part: text.replace("`", "")
-             for part, text in re.findall(r"^\| `-([a-z]+)` \| (.+) \|$", docs, re.M)}
-    assert table == PARTS
-    assert set(re.findall(r"ELECTRA_SPEED=-([a-z]+)", docs)) <= set(PARTS)
+    rows = re.findall(r"^\| `([a-z]+)` \| (on|off) \| (.+) \| (.+) \| `(.+)` \|$", docs, re.M)
+    table = {part: (does.replace("`", ""), instead.replace("`", ""), where, default == "on")
+             for part, default, does, instead, where in rows}
+    assert table == {part: tuple(p) for part, p in PARTS.items()}
+    assert all((REPO / "electra_plugin" / p.where).is_file() for p in PARTS.values())
+    assert set(re.findall(r"ELECTRA_SPEED=[-+]([a-z]+)", docs)) <= set(PARTS)
 
 
 @pytest.mark.slow

@@ -31,11 +31,11 @@ LAYERS = [
     # what every model is built from and stored as (the run settings it completes, the AUC
     # counts it logs); the optimizer and the speed work
     ("electra_plugin.models.core", "electra_plugin.models.bodies", "electra_plugin.optim",
-     "electra_plugin.speed"),
+     "electra_plugin.speed", "electra_plugin.metrics"),
     # data, never the models: corpora, vocabularies, masking, the task formats
     ("electra_plugin.data",),
     # the base everything may use: what a user sees of a command, what is installed where
-    ("electra_plugin.user_io", "electra_plugin.install"),
+    ("electra_plugin.user_io", "electra_plugin.environment", "electra_plugin.profiling"),
 ]
 
 

@@ -9,7 +9,7 @@ import torch
 from fairseq.data.indexed_dataset import MMapIndexedDataset
 
 from electra_plugin.speed.buckets import bucket_length
-from electra_plugin.speed.counting import HostWork
+from electra_plugin.profiling.host_work import HostWork
 from helpers import PLUGIN, REPO, failure, preprocess, records, run_here, tiny_model, write_rte
 
 

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from sklearn.metrics import roc_auc_score
 
 from electra_plugin.criterions.electra import ElectraCriterion, feature_spread
-from electra_plugin.models.core.auc import auc_from_counts, auc_pair_counts
+from electra_plugin.metrics.auc import auc_from_counts, auc_pair_counts
 from electra_plugin.models.electra import ElectraModel
 from electra_plugin.tasks.electra_pretraining import (
     ElectraPretrainingConfig,

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from electra_plugin.data.fast_tokenizer import sentencepiece_tokenizer
-from electra_plugin.install import optional
+from electra_plugin.environment import optional
 from electra_plugin.user_io.errors import ElectraUsageError
 
 

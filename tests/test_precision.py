@@ -7,7 +7,7 @@ import torch
 from fairseq import optim
 from fairseq.optim.fp16_optimizer import FP16Optimizer
 
-from electra_plugin.models.core.auc import auc_from_counts, auc_pair_counts
+from electra_plugin.metrics.auc import auc_from_counts, auc_pair_counts
 from electra_plugin.models.core.heads import ElectraDiscriminatorPredictions
 from electra_plugin.models.electra import init_bert_params
 from electra_plugin.user_io.errors import ElectraUsageError

@@ -10,8 +10,8 @@ import os
 import re
 import sys
 
-from ..install.locations import user_dir
-from ..install.optional import require
+from ..environment.locations import user_dir
+from ..environment.optional import require
 from ..user_io.partial_output import written_whole
 
 PLUGIN = user_dir()

@@ -16,7 +16,7 @@ from fairseq import distributed_utils, options
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq_cli import train
 
-from electra_plugin.install.locations import user_dir
+from electra_plugin.environment.locations import user_dir
 
 
 def cli_main(argv=None):

@@ -21,7 +21,7 @@ them too (the body's ``head_transform``).
 import math
 from typing import Callable, Dict, Tuple
 
-from ..install.optional import require
+from ..environment.optional import require
 from ..models.core.encoder import LAYER_NORM_EPS
 from ..user_io.errors import ElectraUsageError
 from .keys import (_BERT_ENCODER, CONFIG_TABLE, KEY_TABLE, HeadKind, Row, _encoder_rows,

@@ -13,7 +13,7 @@ import torch
 from tokenizers import Tokenizer
 from tokenizers.normalizers import BertNormalizer
 
-from ..install.optional import require
+from ..environment.optional import require
 from ..models.core.checkpoint_file import refused_pickle_error
 from ..models.core.config import EncoderSize
 from ..user_io.errors import ElectraUsageError, first_line

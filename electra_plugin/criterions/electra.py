@@ -7,7 +7,7 @@ from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
-from ..models.core.auc import auc_from_counts
+from ..metrics.auc import auc_from_counts
 from ..models.generators import GENERATOR_KINDS
 from ..models.objectives import OBJECTIVES
 
@@ -148,7 +148,7 @@ class ElectraCriterion(FairseqCriterion):
         for name, numer, denom in rates:
             if numer in logged and denom in logged:
                 metrics.log_derived(name, rate(numer, denom))
-        if "disc_auc_pairs" in logged:  # the official disc_auc; see models/core/auc.py
+        if "disc_auc_pairs" in logged:  # the official disc_auc; see metrics/auc.py
             metrics.log_derived("disc_auc", lambda m: round(
                 auc_from_counts(m["_disc_auc_pairs"].sum), 4))
         if "feature_seqs" in logged:

@@ -36,7 +36,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, proc
 from tokenizers.models import Unigram
 
 from electra_plugin.data.wordpiece import bert_wordpiece
-from electra_plugin.install.optional import require
+from electra_plugin.environment.optional import require
 from electra_plugin.user_io.errors import ElectraUsageError
 
 __all__ = ["FAIRSEQ_SPECIALS", "BERT_NAMES", "sentencepiece_tokenizer", "wordpiece_tokenizer",

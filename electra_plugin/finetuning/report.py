@@ -10,7 +10,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..install.optional import require
+from ..environment.optional import require
 from ..user_io.partial_output import written_whole
 from .statistics import FAILED_MARGIN, Summary, format_summary, summarise
 

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data.tokenizer import METADATA_FILE
-from ..install.optional import require
+from ..environment.optional import require
 from ..models.generators.fast_electra import MASKED_LM_PARTS
 from ..user_io.errors import ElectraUsageError
 from ..user_io.progress import progress

@@ -18,7 +18,7 @@ from fairseq.models import BaseFairseqModel, register_model
 from torch.profiler import record_function
 
 from ..optim.layer_decay import tag_parameters
-from ..speed import module_walks, pad_to_bucket
+from ..speed import module_walks, pad_to_bucket, sample
 from ..user_io.errors import ElectraUsageError
 from .bodies import body_named, body_of
 from .collapse import warn_if_collapsed
@@ -315,29 +315,11 @@ class ElectraModel(BaseFairseqModel):
         return discriminator_size(self.cfg)  # the config does not change
 
     @staticmethod
-    @torch.no_grad()
     def sample(logits, temperature, disallowed=None):
-        """One token per row of M x V logits, drawn in fp32 from ``softmax(logits / T)``.
-
-        Inverse-CDF sampling: the distribution of the official Gumbel-max trick, with one
-        uniform number per row instead of one Gumbel variate per vocabulary entry (on CPU
-        that is 6x cheaper). Temperature 0 takes the argmax; a 0-d tensor (positive, see
-        ``GeneratorKind.sampling_temperature``) divides like a number. ``disallowed``: one id
-        per row given probability 0 (the others renormalised), exactly where the official
-        code subtracts 1000 from its logit.
-        """
-        logits = logits.float()
-        if disallowed is not None:
-            logits = logits.scatter(1, disallowed[:, None], float("-inf"))
-        if torch.is_tensor(temperature):
-            logits = logits / temperature
-        elif temperature == 0:
-            return logits.argmax(-1)
-        elif temperature != 1:
-            logits = logits / temperature
-        cdf = logits.softmax(-1).cumsum_(-1)
-        u = torch.rand(len(cdf), 1, device=cdf.device) * cdf[:, -1:]  # cdf[:, -1] is ~1
-        return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=cdf.size(1) - 1)
+        """One token per row of M x V logits from ``softmax(logits / T)``
+        (:func:`~electra_plugin.speed.sampling.sample`). ``temperature``: a 0-d tensor
+        (positive, see ``GeneratorKind.sampling_temperature``) divides like a number."""
+        return sample(logits, temperature, disallowed)
 
     def register_classification_head(self, name, num_classes=None, inner_dim=None, **kwargs):
         """Adds (or replaces) a sentence-level head on the first token, as RoBERTa does."""

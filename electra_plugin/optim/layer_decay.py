@@ -9,12 +9,10 @@ every layer one extra factor of ``d`` (google-research/electra issues 51 and 64)
 
 from dataclasses import dataclass, field
 
-import torch
-
 from fairseq.optim import register_optimizer
-from fairseq.optim.adam import Adam, FairseqAdam, FairseqAdamConfig
+from fairseq.optim.adam import FairseqAdam, FairseqAdamConfig
 
-from ..speed import MultiTensorAdam, clip_grad_norm_, enabled
+from ..speed.optimizer import FastFairseqAdam
 from ..user_io.errors import ElectraUsageError
 
 TAG = "electra"  # key inside p.optim_overrides, which fairseq's fp16 wrapper copies to fp32
@@ -47,18 +45,12 @@ class ElectraAdamConfig(FairseqAdamConfig):
 
 
 @register_optimizer("electra_adam", dataclass=ElectraAdamConfig)
-class ElectraAdam(FairseqAdam):
+class ElectraAdam(FastFairseqAdam, FairseqAdam):
     """fairseq's Adam (decoupled weight decay) over depth groups; see the module docstring.
-
-    Without apex's FusedAdam, the update runs over all tensors at once
-    (:class:`MultiTensorAdam`: foreach ops on GPUs, torch's fused kernel on CPU).
-    """
+    Its update, clip and gradient scaling are :class:`FastFairseqAdam`'s (speed/)."""
 
     def __init__(self, cfg: ElectraAdamConfig, params):
         super().__init__(cfg, self.groups(list(params), cfg))
-        if type(self._optimizer) is Adam and enabled():
-            self._optimizer = MultiTensorAdam(self._optimizer.param_groups,
-                                              **self.optimizer_config)
 
     @staticmethod
     def groups(params, cfg):
@@ -82,18 +74,6 @@ class ElectraAdam(FairseqAdam):
                 "weight_decay": 0.0 if no_decay else cfg.weight_decay})
             group["params"].append(p)
         return sorted(grouped.values(), key=lambda g: (-g["lr_scale"], g["weight_decay"]))
-
-    def multiply_grads(self, c):
-        """fairseq's, without its pass over every gradient when ``c`` is exactly 1 (one
-        worker, one batch per update: ``sample_size`` is 1)."""
-        if not torch.is_tensor(c) and c == 1:
-            return
-        super().multiply_grads(c)
-
-    def clip_grad_norm(self, max_norm, aggregate_norm_fn=None):
-        """fairseq's, with the norms taken all at once and the clip left to the step
-        (:mod:`electra_plugin.speed`)."""
-        return clip_grad_norm_(self.params, max_norm, aggregate_norm_fn, self._optimizer)
 
     def get_lr(self):
         """The scheduled lr (the task heads' lr)."""

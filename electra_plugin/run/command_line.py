@@ -11,7 +11,7 @@ from fairseq.distributed import utils as distributed_utils
 from hydra.core.utils import JobReturn
 
 from ..user_io.errors import usage_error_in_chain
-from .crash_safety import wrap_function, wrap_property
+from ..environment.wrapping import wrap_function, wrap_property
 
 
 def install() -> None:

@@ -3,7 +3,7 @@
 fairseq's trainer raises ``FloatingPointError`` when an update's gradients are NaN/Inf
 (fp32, bf16) or when the fp16/amp loss scale falls to ``--min-loss-scale``, and
 fairseq-train ends in a traceback that names neither the update nor what to change, nor
-whether the saved checkpoints are usable. :mod:`electra_plugin.run.crash_safety` wraps
+whether the saved checkpoints are usable. :mod:`electra_plugin.run.safety_wrappers` wraps
 ``Trainer.train_step`` and ``Trainer.save_checkpoint`` with :func:`step_or_stop` and
 :func:`save_finite_only`: the first remembers the last finite loss and turns the divergence
 into the line; the second refuses to write weights that an update made NaN/Inf (a learning
@@ -17,7 +17,6 @@ import os
 
 import torch
 
-from ..speed.deferred import log_update, mean_loss, take_pending, trainers_with_pending
 from ..user_io.errors import ElectraUsageError
 
 logger = logging.getLogger(__name__)
@@ -32,9 +31,7 @@ CAUSES = {
 
 
 def step_or_stop(original, trainer, samples, *args, **kwargs):
-    """``Trainer.train_step``, with its divergence as :func:`divergence_error`; an update
-    whose checks stay on the device (:mod:`electra_plugin.speed.deferred`) is settled at
-    ``--log-interval``."""
+    """``Trainer.train_step``, with its divergence as :func:`divergence_error`."""
     try:
         output = original(trainer, samples, *args, **kwargs)
     except FloatingPointError as error:
@@ -44,48 +41,19 @@ def step_or_stop(original, trainer, samples, *args, **kwargs):
         if _skipped(trainer, cause, trainer.get_num_updates() + 1):
             return None  # as fairseq-train takes an fp16 overflow: no update, the next batch
         raise divergence_error(trainer, trainer.get_num_updates() + 1, cause) from None
-    if trainer.__dict__.get("electra_pending"):
-        if trainer.get_num_updates() % trainer.cfg.common.log_interval:
-            return output
-        return output if settle(trainer) else None  # this update skipped: no log line
     loss = (output or {}).get("loss")
     if loss is not None and math.isfinite(loss):
         trainer.electra_last_finite_loss = (trainer.get_num_updates(), loss)
     return output
 
 
-def settle(trainer) -> bool:
-    """The host's read of the updates kept pending on the device (one sync for all): the
-    finite ones are logged into the meters active now, each non-finite one (skipped on the
-    device, its weights untouched) is skipped as ``--skip-nonfinite-updates`` allows, taken
-    back from the update count, or stops the run. False if the last one was skipped."""
-    pending = take_pending(trainer)
-    if not pending:
-        return True
-    bad = torch.stack([p.norm.found_inf for p in pending]).tolist()
-    skipped = 0
-    for update, nonfinite in zip(pending, bad):
-        number = update.update - skipped  # as fairseq counts: skipped updates do not count
-        if not nonfinite:
-            log_update(trainer, update)
-            trainer.electra_last_finite_loss = (number, update)  # read if it stops
-        elif _skipped(trainer, CAUSES["gradients are Nan/Inf"], number, zero_grad=False):
-            skipped += 1
-        else:
-            raise divergence_error(trainer, number, CAUSES["gradients are Nan/Inf"])
-    if skipped:  # as if they had not run: the lr schedule and Adam's step count go back
-        trainer.set_num_updates(trainer.get_num_updates() - skipped)
-        for state in trainer.optimizer.optimizer.state.values():
-            state["step"] -= skipped
-    return not bad[-1]
-
-
-def settle_before_reading(original, *args, **kwargs):
-    """``metrics.get_smoothed_values``: the pending updates of every trainer are in the
-    meters before anyone reads them (the end of an epoch, a caller's own read)."""
-    for trainer in trainers_with_pending():
-        settle(trainer)
-    return original(*args, **kwargs)
+def skip_or_stop(trainer, update: int) -> None:
+    """An update found non-finite after it ran (its checks kept on the device,
+    :mod:`electra_plugin.speed.deferred`; skipped there, its weights untouched): skipped as
+    ``--skip-nonfinite-updates`` allows, otherwise the divergence line."""
+    cause = CAUSES["gradients are Nan/Inf"]
+    if not _skipped(trainer, cause, update, zero_grad=False):
+        raise divergence_error(trainer, update, cause)
 
 
 def _skipped(trainer, cause: str, update: int, zero_grad: bool = True) -> bool:
@@ -104,9 +72,7 @@ def _skipped(trainer, cause: str, update: int, zero_grad: bool = True) -> bool:
 
 
 def save_finite_only(original, trainer, filename, extra_state):
-    """``Trainer.save_checkpoint``, refusing weights that are NaN/Inf (crash.pt included),
-    after the pending updates are settled (a divergence among them stops the run first)."""
-    settle(trainer)
+    """``Trainer.save_checkpoint``, refusing weights that are NaN/Inf (crash.pt included)."""
     bad = next((name for name, p in trainer.get_model().named_parameters()
                 if not torch.isfinite(p).all()), None)
     if bad is not None:
@@ -117,10 +83,9 @@ def save_finite_only(original, trainer, filename, extra_state):
 
 def divergence_error(trainer, update: int, cause: str) -> ElectraUsageError:
     """The line: which update, the last finite loss, the checkpoints left, what to try."""
-    last = getattr(trainer, "electra_last_finite_loss", None)
-    if last is not None and not isinstance(last[1], float):  # a settled update's logs
-        last = (last[0], mean_loss(last[1]))
-    before = (f"the last finite loss was {last[1]:.4g}, at update {last[0]}" if last
+    last = getattr(trainer, "electra_last_finite_loss", None)  # (update, its loss: a
+    # number, or what float() reads it from once it is needed)
+    before = (f"the last finite loss was {float(last[1]):.4g}, at update {last[0]}" if last
               else "no update had finished")
     advice = _advice(trainer.cfg)
     save_dir = trainer.cfg.checkpoint.save_dir

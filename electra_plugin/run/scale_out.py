@@ -29,7 +29,7 @@ from fairseq.distributed import utils as distributed_utils
 from fairseq.trainer import Trainer
 
 from ..user_io.errors import ElectraUsageError
-from .crash_safety import wrap_function, wrap_method
+from ..environment.wrapping import wrap_function, wrap_method
 
 logger = logging.getLogger(__name__)
 

@@ -34,6 +34,6 @@ def _glibc():
 def retain_freed_memory() -> bool:
     """Keep freed memory in the process for reuse; True where glibc now does (never with
     ``ELECTRA_SPEED=0``)."""
-    libc = _glibc() if enabled() else None
+    libc = _glibc() if enabled("allocator") else None
     return libc is not None and all(libc.mallopt(param, value) == 1
                                     for param, value in RETAINED)

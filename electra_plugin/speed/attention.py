@@ -25,7 +25,7 @@ def project_qkv(attention_module, x):
     heads = attention_module.num_heads
     scale = (H // heads) ** -0.5
     query, key, value = attention_module.query, attention_module.key, attention_module.value
-    if not enabled():
+    if not enabled("qkv"):
         q, k, v = query(x) * scale, key(x), value(x)
         return [t.view(B, T, heads, -1).transpose(1, 2) for t in (q, k, v)]
     weight = torch.cat([query.weight * scale, key.weight, value.weight])
@@ -44,7 +44,7 @@ def attention(q, k, v, attn_mask, dropout_p: float):
     bf16 its flash kernel is ~3x slower than two bf16 matmuls, so those cases take the plain
     ops (and :func:`~electra_plugin.speed.dropout.dropout`'s cheaper mask).
     """
-    if q.is_cuda or not enabled() or (dropout_p == 0.0 and q.dtype == torch.float32):
+    if q.is_cuda or not enabled("attention") or (dropout_p == 0.0 and q.dtype == torch.float32):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
                                               dropout_p=dropout_p, scale=1.0)
     scores = torch.matmul(q, k.transpose(-1, -2))

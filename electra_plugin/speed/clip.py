@@ -33,7 +33,7 @@ def clip_grad_norm_(params, max_norm, aggregate_norm_fn=None, optimizer=None) ->
     params = list(params)
     with_grad = [p for p in params if p is not None and p.grad is not None]
     grads = [p.grad for p in with_grad if not hasattr(p, "expert")]  # norms: no detach
-    if not enabled() or len(grads) < 2:  # (0 or 1 gradient: fairseq's takes no loop)
+    if not enabled("clip") or len(grads) < 2:  # (0 or 1 gradient: fairseq's takes no loop)
         return utils.clip_grad_norm_(params, max_norm, aggregate_norm_fn)
     total_norm = _total_norm(grads)
     if aggregate_norm_fn is not None:

@@ -140,7 +140,7 @@ class GraphedStep:
     def compile(self, on_cuda: bool):
         model = self.eager.__self__
         self.cudagraphs = on_cuda and self.backend == "inductor" and enabled("cudagraphs")
-        replay = {"triton.cudagraphs": True, "triton.cudagraph_trees": False}
+        replay = {"triton.cudagraphs": True, "triton.cudagraph_trees": enabled("trees")}
         step = self.eager
         if self.combine is not None and enabled("gradients") and \
                 not tied_across_modules(model):

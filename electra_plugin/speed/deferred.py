@@ -13,8 +13,9 @@ until the GPU has caught up, so it cannot queue the next update's kernels. With
   and weight decay untouched);
 - ``Trainer._reduce_and_log_stats`` keeps the update's logs (device tensors) pending;
 - at ``--log-interval``, before a checkpoint is written and whenever fairseq reads its
-  meters, :func:`electra_plugin.run.divergence.settle` reads every pending update's flag
-  at once, logs the finite ones as fairseq would have and skips or stops at the others.
+  meters, :func:`settle` reads every pending update's flag at once, logs the finite ones as
+  fairseq would have and hands each other one to :data:`on_nonfinite` (the plugin installs
+  run/divergence.py's: skip it or stop the run).
 
 fp16/amp (loss scaling reads the norm), ``--bf16`` weights (fairseq's wrapper scales the
 norm), other optimizers and several workers (fairseq compares their norms) keep fairseq's
@@ -75,12 +76,17 @@ def norm_on_device(original, trainer, clip_norm):
 
 
 class Pending(NamedTuple):
-    """An update whose logs wait for the host's next read."""
+    """An update whose logs wait for the host's next read; ``float()`` of it is its loss as
+    fairseq logs it (per sample_size, 3 decimals): one read."""
 
     update: int  # its number as the trainer counted it
     logging_outputs: list
     sample_size: float
     norm: DeviceNorm
+
+    def __float__(self) -> float:
+        total = sum(log.get("loss", 0) for log in self.logging_outputs)
+        return round(float(total) / max(float(self.sample_size), 1.0), 3)
 
 
 def hold_logs(original, trainer, logging_outputs, sample_size, grad_norm=None):
@@ -103,14 +109,70 @@ def hold_logs(original, trainer, logging_outputs, sample_size, grad_norm=None):
 _WITH_PENDING = weakref.WeakSet()  # trainers holding pending updates
 
 
+def _nonfinite(trainer, update: int) -> None:
+    raise FloatingPointError(f"gradients are Nan/Inf (update {update})")  # fairseq's words
+
+
+# what becomes of an update found non-finite when settled: fairseq's error by default; the
+# plugin installs run/divergence.py's skip_or_stop (speed/trainer_patches.py)
+on_nonfinite = _nonfinite
+
+
+def settle(trainer) -> bool:
+    """The host's read of the updates kept pending on the device (one sync for all): the
+    finite ones are logged into the meters active now; each non-finite one (skipped on the
+    device, its weights untouched) goes to :data:`on_nonfinite`, which stops the run or lets
+    it be skipped: taken back from the update count and Adam's step count, as fairseq
+    counts. False if the last one was skipped."""
+    pending = take_pending(trainer)
+    if not pending:
+        return True
+    bad = torch.stack([p.norm.found_inf for p in pending]).tolist()
+    skipped = 0
+    for update, nonfinite in zip(pending, bad):
+        number = update.update - skipped  # as fairseq counts: skipped updates do not count
+        if nonfinite:
+            on_nonfinite(trainer, number)
+            skipped += 1
+        else:
+            log_update(trainer, update)
+            trainer.electra_last_finite_loss = (number, update)  # read if the run stops
+    if skipped:
+        trainer.set_num_updates(trainer.get_num_updates() - skipped)
+        for state in trainer.optimizer.optimizer.state.values():
+            state["step"] -= skipped
+    return not bad[-1]
+
+
 def take_pending(trainer) -> list:
     """The trainer's pending updates, oldest first; it holds none after this."""
     _WITH_PENDING.discard(trainer)
     return trainer.__dict__.pop("electra_pending", [])
 
 
-def trainers_with_pending() -> list:
-    return list(_WITH_PENDING)
+def settle_at_log_interval(original, trainer, samples, *args, **kwargs):
+    """``Trainer.train_step``: the pending updates settled at ``--log-interval``; None
+    (fairseq-train's "no update") when the last of them was skipped."""
+    output = original(trainer, samples, *args, **kwargs)
+    if not trainer.__dict__.get("electra_pending") or \
+            trainer.get_num_updates() % trainer.cfg.common.log_interval:
+        return output
+    return output if settle(trainer) else None
+
+
+def settle_before_saving(original, trainer, filename, extra_state):
+    """``Trainer.save_checkpoint``: the pending updates settled first (a divergence among
+    them stops the run before anything is written)."""
+    settle(trainer)
+    return original(trainer, filename, extra_state)
+
+
+def settle_before_reading(original, *args, **kwargs):
+    """``metrics.get_smoothed_values``: the pending updates of every trainer are in the
+    meters before anyone reads them (the end of an epoch, a caller's own read)."""
+    for trainer in list(_WITH_PENDING):
+        settle(trainer)
+    return original(*args, **kwargs)
 
 
 def log_update(trainer, pending: Pending) -> None:
@@ -124,9 +186,3 @@ def log_update(trainer, pending: Pending) -> None:
                            round=1)
     with metrics.aggregate():
         trainer.task.reduce_metrics(pending.logging_outputs, trainer.get_criterion())
-
-
-def mean_loss(pending: Pending) -> float:
-    """The update's loss as fairseq logs it (per sample_size, 3 decimals): one read."""
-    total = sum(log.get("loss", 0) for log in pending.logging_outputs)
-    return round(float(total) / max(float(pending.sample_size), 1.0), 3)

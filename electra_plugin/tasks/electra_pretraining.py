@@ -1,6 +1,5 @@
 """The ``electra`` task: fairseq-binarized text -> masked blocks for replaced token detection."""
 
-import functools
 import logging
 import os
 from dataclasses import dataclass, field
@@ -29,8 +28,7 @@ from ..data.segment_pairs import SegmentPairDataset
 from ..data.shuffle import EpochShuffleDataset
 from ..models.core.run_config import complete_global_batch
 from ..optim.amp import optimizer_step
-from ..speed import (COMPILE_BACKENDS, compile_encoders, compile_step,
-                     retain_freed_memory)
+from ..speed import COMPILE_BACKENDS, PretrainingSpeed
 from ..user_io.errors import ElectraUsageError
 
 logger = logging.getLogger(__name__)
@@ -146,7 +144,8 @@ class ElectraPretrainingTask(FairseqTask):
     def __init__(self, cfg: ElectraPretrainingConfig, dictionary: Dictionary):
         super().__init__(cfg)
         self.device_set = False  # process-wide settings for the training device, at step 1
-        self.graphed_step = None  # --graphed-step's, once the model is built
+        self.speed = PretrainingSpeed(cfg.graphed_step, str(cfg.torch_compile),
+                                      keep_cpu_memory=not cfg.release_cpu_memory)
         if not 0 < cfg.mask_prob < 1:
             raise ElectraUsageError(f"--mask-prob {cfg.mask_prob:g} is not a fraction in (0, 1)")
         if min(cfg.leave_unmasked_prob, cfg.random_token_prob) < 0 or \
@@ -202,22 +201,12 @@ class ElectraPretrainingTask(FairseqTask):
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
         self.flops_counter = model.flops_counter
-        backend = self.cfg.torch_compile
-        if self.cfg.graphed_step and compile_step(model, "inductor" if backend == "off"
-                                                  else str(backend)):
-            self.graphed_step = model.electra_step
-        elif compile_encoders(model, backend):
-            logger.info(f"--torch-compile {self.cfg.torch_compile}: the encoders compile at "
-                        f"their first batch")
+        self.speed.model_built(model)
         return model
 
     def build_criterion(self, cfg, from_checkpoint=False):
         criterion = super().build_criterion(cfg, from_checkpoint)
-        if self.graphed_step is not None and hasattr(criterion, "combine"):
-            # the graph takes the gradients of the criterion's loss, by the criterion's rule
-            # (until train_step finds the loss scaled)
-            self.graphed_step.combine = functools.partial(criterion.combine,
-                                                          self.graphed_step.eager.__self__)
+        self.speed.criterion_built(criterion)
         return criterion
 
     @property
@@ -234,13 +223,9 @@ class ElectraPretrainingTask(FairseqTask):
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         if not self.device_set:
             self.device_set = True
-            self.set_up_device(next(model.parameters()).device.type)
-            if self.graphed_step is not None and scales_loss(optimizer):
-                # fp16 gradients must be taken of the scaled loss: autograd's backward
-                self.graphed_step.combine = None
-            if self.graphed_step is not None:  # no DDP wrapper (its hooks watch autograd's
-                # accumulation): the step adds its gradients to the parameters itself
-                self.graphed_step.accumulates = model is self.graphed_step.eager.__self__
+            device_type = next(model.parameters()).device.type
+            self.set_up_device(device_type)
+            self.speed.first_update(model, optimizer, device_type)
         if not self.cfg.autocast_bf16:
             return super().train_step(sample, model, criterion, optimizer, update_num,
                                       ignore_grad)
@@ -269,10 +254,6 @@ class ElectraPretrainingTask(FairseqTask):
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
             logger.info(f"CUDA training: fp32 matrix products in {'TF32' if tf32 else 'fp32'}"
                         f" ({'--no-tf32 keeps them fp32' if tf32 else '--no-tf32'})")
-        elif device_type == "cpu" and not self.cfg.release_cpu_memory and \
-                retain_freed_memory():
-            logger.info("CPU training: freed memory stays in the process for the next "
-                        "update (glibc mallopt); --release-cpu-memory turns this off")
 
     def optimizer_step(self, optimizer, model, update_num):
         for p in model.resting_parameters():  # two-stage training: the other part is frozen
@@ -297,13 +278,6 @@ class ElectraPretrainingTask(FairseqTask):
         """bf16 autocast on the model's device type with --autocast-bf16, else nothing."""
         return torch.autocast(next(model.parameters()).device.type, dtype=torch.bfloat16,
                               enabled=self.cfg.autocast_bf16)
-
-
-def scales_loss(optimizer) -> bool:
-    """Whether fairseq's optimizer multiplies the loss before the backward (--fp16, --amp;
-    --bf16 does not)."""
-    return getattr(optimizer, "scaler", None) is not None or \
-        isinstance(optimizer, AMPOptimizer)
 
 
 def length_bucket(cfg) -> int:

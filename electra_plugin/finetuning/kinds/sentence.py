@@ -119,7 +119,7 @@ class SentenceKind(FinetuningKind):
 
     def write_test_outputs(self, checkpoint, task_cfg, data, out_dir, cpu):
         """The GLUE server's files (RTE.tsv, MNLI-m.tsv, AX.tsv ...)."""
-        from ..test_outputs import write_glue_test_outputs
+        from ..glue_server_files import write_glue_test_outputs
 
         return write_glue_test_outputs(checkpoint, task_cfg, data, out_dir, cpu)
 

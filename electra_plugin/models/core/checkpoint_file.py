@@ -3,7 +3,7 @@
 Every reader of checkpoints goes through here: the plugin's own (:func:`read_checkpoint_file`
 for convert, extract, trials) and fairseq's ``load_checkpoint_to_cpu`` (the hub, the
 tag/choice/squad/glue/score commands, ``--restore-file``, ``--finetune-from-model``), whose
-failures :mod:`electra_plugin.run.crash_safety` hands to :func:`not_a_checkpoint`. Files are
+failures :mod:`electra_plugin.run.safety_wrappers` hands to :func:`not_a_checkpoint`. Files are
 read by torch's weights-only unpickler only: a file of unknown origin is never run as code,
 and no message advises loading it any other way.
 """

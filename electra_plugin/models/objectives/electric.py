@@ -4,7 +4,7 @@ trained by noise-contrastive estimation against the two-tower cloze generator's 
 import torch
 import torch.nn.functional as F
 
-from ..core.auc import auc_pair_counts
+from ...metrics.auc import auc_pair_counts
 from .base import Objective, picked, register_objective
 
 

@@ -3,7 +3,7 @@
 import torch
 import torch.nn.functional as F
 
-from ..core.auc import auc_pair_counts
+from ...metrics.auc import auc_pair_counts
 from .base import Objective, picked, register_objective
 
 

@@ -91,7 +91,7 @@ def issued_by_compiled_code(depth: int = 40) -> bool:
 def caller() -> str:
     """The innermost frame outside torch: the line whose request reached the operator."""
     for frame in reversed(traceback.extract_stack()[:-2]):
-        if "/torch/" not in frame.filename and not frame.filename.endswith("counting.py"):
+        if "/torch/" not in frame.filename and not frame.filename.endswith("host_work.py"):
             return f"{frame.filename.split('site-packages/')[-1]}:{frame.lineno} " \
                    f"({frame.line})"
     return "?"

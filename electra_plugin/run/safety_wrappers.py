@@ -1,7 +1,8 @@
-"""Kill-proof checkpoints and one-line errors for damaged files, inside ``fairseq-train``.
+"""The safety wraps of fairseq: kill-proof checkpoints, one-line errors for damaged files
+and a diverging run, inside ``fairseq-train``.
 
 fairseq-train gives a user dir no hook around its file handling, so :func:`install` (run
-when ``--user-dir electra_plugin`` is imported) wraps six of fairseq's functions and four
+when ``--user-dir electra_plugin`` is imported) wraps six of fairseq's functions and two
 of its trainer's methods; each wrapper only adds a check or makes a write atomic, and calls
 fairseq's own code:
 
@@ -32,12 +33,10 @@ fairseq's own code:
   line, and weights that became NaN/Inf are never saved (:mod:`electra_plugin.run.divergence`);
   the last checkpoint of a pre-training run whose discriminator collapsed is saved with one
   warning line (:mod:`electra_plugin.models.collapse`).
-- ``Trainer.clip_grad_norm``, ``Trainer._reduce_and_log_stats`` and
-  ``metrics.get_smoothed_values``: an ``electra_adam`` update keeps its checks and logs on
-  the device until ``--log-interval`` (:mod:`electra_plugin.speed.deferred`).
+
+The wraps that serve speed are :mod:`electra_plugin.speed.trainer_patches`'.
 """
 
-import functools
 import glob
 import io
 import logging
@@ -49,17 +48,15 @@ from fairseq import checkpoint_utils
 from fairseq.data import indexed_dataset
 from fairseq.distributed import utils as distributed_utils
 from fairseq.file_io import PathManager
-from fairseq.logging import metrics
 from fairseq.trainer import Trainer
 from omegaconf import open_dict
 
 from ..models.collapse import warn_if_collapsed
 from ..models.core.checkpoint import remember_settings
 from ..models.core.checkpoint_file import checkpoint_damage, file_error, not_a_checkpoint
-from ..speed.deferred import hold_logs, norm_on_device
-from ..speed.seed import seed_drawing_devices
+from ..environment.wrapping import wrap_function, wrap_method
 from ..user_io.errors import ElectraUsageError
-from .divergence import save_finite_only, settle_before_reading, step_or_stop
+from .divergence import save_finite_only, step_or_stop
 from .integrity import check_binarized
 from .save_dir_lock import hold_save_dir
 
@@ -79,42 +76,8 @@ def install() -> None:
     wrap_function(PathManager, "copy", _atomic_copy)  # a partial binds no self: static
     wrap_function(distributed_utils, "_broadcast_object_slow", _broadcast_from_own_rank)
     wrap_method(Trainer, "train_step", step_or_stop)
-    wrap_method(Trainer, "clip_grad_norm", norm_on_device)
-    wrap_method(Trainer, "_reduce_and_log_stats", hold_logs)
-    wrap_method(Trainer, "_set_seed", seed_drawing_devices)
-    wrap_function(metrics, "get_smoothed_values", settle_before_reading)
     wrap_method(Trainer, "save_checkpoint", save_finite_only)
     wrap_method(Trainer, "save_checkpoint", _warn_at_the_end_if_collapsed)
-
-
-def wrap_function(owner, name, wrapper):
-    """``owner.name`` becomes ``wrapper(original, *args)``; it keeps the original's name and
-    signature (``__wrapped__``) and names its wrapper (``electra_wrapper``), which
-    docs/design.md lists and tests/test_fairseq_wraps.py checks."""
-    original = getattr(owner, name)
-    wrapped = functools.wraps(original)(functools.partial(wrapper, original))
-    wrapped.electra_wrapper = wrapper.__name__
-    setattr(owner, name, wrapped)
-
-
-def wrap_property(cls, name, wrapper):
-    """:func:`wrap_function` for a property's getter."""
-    prop = getattr(cls, name)
-    getter = functools.wraps(prop.fget)(functools.partial(wrapper, prop.fget))
-    getter.electra_wrapper = wrapper.__name__
-    setattr(cls, name, property(getter, prop.fset))
-
-
-def wrap_method(cls, name, wrapper):
-    """:func:`wrap_function` for a method: a partial object would not bind ``self``."""
-    original = getattr(cls, name)
-
-    @functools.wraps(original)
-    def method(self, *args, **kwargs):
-        return wrapper(original, self, *args, **kwargs)
-
-    method.electra_wrapper = wrapper.__name__
-    setattr(cls, name, method)
 
 
 def _warn_at_the_end_if_collapsed(original, trainer, filename, extra_state):
