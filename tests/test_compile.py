@@ -134,17 +134,23 @@ def test_the_graphed_step_is_one_graph_equal_to_the_eager_step_and_resumes_exact
 @pytest.mark.parametrize("strict", [False, True], ids=["warns", "strict"])
 def test_a_step_that_cannot_compile_whole_runs_eager_with_one_line(strict, caplog,
                                                                     monkeypatch):
-    """The modern body's unpadded rows (found by nonzero) cannot be one graph: the first
-    batch says so in one warning and the step runs eager, equal to the plain step; with
+    """A step that branches on its data on the host (here a check of one's own on the
+    embeddings' input: an if on the tokens' values) cannot be one graph: the first batch
+    says so in one warning and the step runs eager, equal to the plain step; with
     ELECTRA_GRAPHED_STRICT=1 (as the suite runs) it is an error naming the cause."""
     from electra_plugin.data.masking import max_predictions, prediction_slots
     from electra_plugin.speed.compile import STRICT, compile_step
     from electra_plugin.user_io.errors import ElectraUsageError
 
     monkeypatch.setenv(STRICT, "1" if strict else "0")
-    options = dict(encoder_body="modern")
     (plain, task), (graphed, _) = (tiny_model(dropout=0.0, attention_dropout=0.0,
-                                              temperature=0.0, **options) for _ in range(2))
+                                              temperature=0.0) for _ in range(2))
+
+    def check(module, args):
+        if (args[0] >= len(task.dictionary)).any():
+            raise ValueError("a token id outside the dictionary")
+
+    graphed.discriminator.embeddings.register_forward_pre_hook(check)
     src, target, _, picked = masked_batch(task)
     positions, weights = prediction_slots(picked, max_predictions(0.15, src.size(1)))
     assert compile_step(graphed, "aot_eager")

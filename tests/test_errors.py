@@ -78,10 +78,13 @@ def test_generator_fraction_without_whole_heads(tmp_path, data_bin):
     ("--length-buckets", "-1", "--length-buckets -1 must be at least 0"),
     ("--dropout", "1.5", "--dropout 1.5 must be in [0, 1)"),
     ("--temperature", "-1", "--temperature -1 must be at least 0"),
+    ("--layer-decay", "1.5", "--layer-decay 1.5 is not in (0, 1]"),
+    ("--lr", "-0.001", "--lr -0.001 is negative"),
 ])
 def test_a_numeric_option_out_of_range(tmp_path, data_bin, option, value, said):
-    assert_usage_error(train_cmd(data_bin, tmp_path / "ck", "--max-update", "1", option,
-                                 value), said)
+    optimizer = ("--optimizer", "electra_adam") if option in ("--layer-decay", "--lr") else ()
+    assert_usage_error(train_cmd(data_bin, tmp_path / "ck", "--max-update", "1", *optimizer,
+                                 option, value), said)
     assert not (tmp_path / "ck" / "checkpoint_last.pt").exists()
 
 

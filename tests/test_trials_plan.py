@@ -98,6 +98,9 @@ def checkpoints(tmp_path_factory, spm_data):
     (["--batch-size", "0"], "--batch-size 0 must be at least 1"),
     (["--max-update", "0"], "--max-update 0 must be at least 1"),
     (["--epochs", "0"], "--epochs 0 must be more than 0"),
+    (["--lr", "-1"], "--lr -1 must be more than 0"),
+    (["--layer-decay", "0"], "--layer-decay 0 is not in (0, 1]"),
+    (["--layer-decay", "1.5"], "--layer-decay 1.5 is not in (0, 1]"),
 ])
 def test_counts_are_checked_first(tmp_path, option, line):
     """Before the checkpoint (which does not exist here) and the data, and nothing is written:

@@ -26,6 +26,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..data.binarize import pretraining_data_problem
 from ..data.glue import GLUE_TASKS, data_problem, get_task
+from ..optim.layer_decay import check_layer_decay
 from ..speed.launch import start_fairseq_train
 from ..user_io.errors import PREFIX, ElectraUsageError
 from ..user_io.partial_output import written_whole
@@ -213,6 +214,10 @@ class Recipe:
                 raise ElectraUsageError(f"{option} {value} must be at least 1")
         if self.epochs is not None and not self.epochs > 0:
             raise ElectraUsageError(f"--epochs {self.epochs:g} must be more than 0")
+        if self.lr is not None and not self.lr > 0:
+            raise ElectraUsageError(f"--lr {self.lr:g} must be more than 0")
+        if self.layer_decay is not None:
+            check_layer_decay(self.layer_decay)
         if self.keep not in KEEP:
             raise ElectraUsageError(f"--keep {self.keep} is not one of {', '.join(KEEP)}")
 

@@ -36,6 +36,15 @@ def tag_parameters(named_parameters, num_layers: int, layer_of) -> None:
         p.optim_overrides = overrides
 
 
+def check_layer_decay(decay: float) -> None:
+    """A layer-wise decay is a factor in (0, 1]: 0 freezes every layer below the head, above 1
+    the lower layers would train faster than the top (surely a typo)."""
+    if not 0 < decay <= 1:
+        raise ElectraUsageError(f"--layer-decay {decay:g} is not in (0, 1]: the layer k steps "
+                                f"below the task head trains at lr * d**k (ELECTRA: 0.8 "
+                                f"Small/Base, 0.9 Large; 1 = off)")
+
+
 @dataclass
 class ElectraAdamConfig(FairseqAdamConfig):
     layer_decay: float = field(
@@ -50,6 +59,9 @@ class ElectraAdam(FastFairseqAdam, FairseqAdam):
     Its update, clip and gradient scaling are :class:`FastFairseqAdam`'s (speed/)."""
 
     def __init__(self, cfg: ElectraAdamConfig, params):
+        check_layer_decay(cfg.layer_decay)
+        if min(cfg.lr) < 0:
+            raise ElectraUsageError(f"--lr {cfg.lr[0]:g} is negative: Adam would climb the loss")
         super().__init__(cfg, self.groups(list(params), cfg))
 
     @staticmethod

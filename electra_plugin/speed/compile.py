@@ -46,6 +46,7 @@ BACKENDS = ("off", "inductor", "aot_eager")
 # =1: a step that cannot be compiled whole is an error instead of a warning and the eager
 # step (the test suite runs so: no silent fall-back goes unseen)
 STRICT = "ELECTRA_GRAPHED_STRICT"
+CHECK_EVERY = 100  # updates between two checks that the model is the one captured
 
 
 def compile_encoders(model, backend: str) -> bool:
@@ -87,6 +88,7 @@ class GraphedStep:
         self.compiled = self.fell_back = self.cudagraphs = None
         self.combine, self.params, self.accumulates = None, None, False
         self.rows, self.said_short = {}, False  # length -> the most rows captured at it
+        self.calls, self.structure = 0, None  # the model's fingerprint at the capture
 
     def __call__(self, src_tokens, target, masked_positions=None, masked_weights=None,
                  has_padding=None):
@@ -97,6 +99,13 @@ class GraphedStep:
         first = self.compiled is None
         if first:
             self.compile(src_tokens.is_cuda)
+            self.structure = structure(self.eager.__self__)
+        self.calls += 1
+        if self.calls % CHECK_EVERY == 0 and structure(self.eager.__self__) != self.structure:
+            raise ElectraUsageError(
+                "--graphed-step: the model's modules, parameters or hooks changed after its "
+                "step was captured, and the graph keeps those of its first batch; make the "
+                "change before training starts, or train without --graphed-step")
         rows, length = src_tokens.shape  # a graph holds one shape
         most = self.rows.setdefault(length, rows)
         if rows < most:  # an epoch's short last batch: eager, rather than minutes of
@@ -114,6 +123,13 @@ class GraphedStep:
                 with torch.no_grad():  # the graph takes the gradients: no autograd around it
                     grads, fields = self.compiled(self.values, src_tokens, *args)
                 out = self.attach(grads, fields, masked_positions, masked_weights)
+        except torch._dynamo.exc.FailOnRecompileLimitHit:
+            limit = torch._dynamo.config.recompile_limit
+            raise ElectraUsageError(
+                f"--graphed-step: the step met more than {limit} kinds of batch, dynamo's "
+                f"recompile limit (torch._dynamo.config.recompile_limit; lengths seen: "
+                f"{sorted(self.rows)}); give the batches fewer lengths (--sample-break-mode "
+                f"none: one) or raise the limit") from None
         except Exception as error:  # the compiler's own errors are not all its exception
             # class (torch 2.11 raises AssertionError); a real error of the step recurs eager
             if not first:
@@ -209,6 +225,16 @@ def unguarded_structure(entries) -> list:
     return [not (entry.guard_type in STRUCTURE and
                  (entry.name == "self" or entry.name.startswith(("self.", "self["))))
             for entry in entries]
+
+
+def structure(model) -> int:
+    """A fingerprint of what a graph fixes at its capture: each parameter (name, object,
+    shape, dtype, device, whether it trains) and each module (name, type, hooks). Taken
+    every ``CHECK_EVERY`` updates: ~1.6 ms at electra_small on a CPU thread."""
+    return hash((tuple((name, id(p), p.shape, p.dtype, p.device, p.requires_grad)
+                       for name, p in model.named_parameters()),
+                 tuple((name, type(m), len(m._forward_hooks), len(m._forward_pre_hooks))
+                       for name, m in model.named_modules())))
 
 
 def own_code(method):

@@ -11,7 +11,8 @@ embedding size other than the hidden size is projected as ELECTRA does
 (``embeddings_project``), which ModernBERT has no slot for. ModernBERT has no token types:
 this body reads none (``type_vocab_size`` is set to 0).
 
-The layers run unpadded (:mod:`...speed.unpad`): outputs at padded positions are zeros.
+The layers run unpadded (:mod:`...speed.unpad`; in a compiled graph on static rows):
+outputs at padded positions are zeros.
 """
 
 from typing import List, Optional
@@ -167,8 +168,10 @@ class ModernTransformer(Encoder):
         x = self.embeddings(tokens)
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
+        # a compiled graph (--graphed-step's fullgraph) takes static rows: no nonzero
         layout = batch.cached("modern unpadded", lambda: Layout(
-            batch.padding_mask if batch.has_padding else None, *tokens.shape, tokens.device))
+            batch.padding_mask if batch.has_padding else None, *tokens.shape, tokens.device,
+            static=torch.compiler.is_compiling()))
         x = layout.pack(x)
         ropes = {kind: batch.cached(("modern rope", self.head_dim, theta),
                                     lambda theta=theta: rotary(layout.positions, self.head_dim,
