@@ -61,7 +61,8 @@ class ElectraAdam(FastFairseqAdam, FairseqAdam):
     def __init__(self, cfg: ElectraAdamConfig, params):
         check_layer_decay(cfg.layer_decay)
         if min(cfg.lr) < 0:
-            raise ElectraUsageError(f"--lr {cfg.lr[0]:g} is negative: Adam would climb the loss")
+            raise ElectraUsageError(f"--lr {min(cfg.lr):g} is negative: Adam would climb the "
+                                    f"loss")
         super().__init__(cfg, self.groups(list(params), cfg))
 
     @staticmethod
