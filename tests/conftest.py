@@ -37,7 +37,8 @@ def pytest_configure(config):
 # xdist's own order (most tests first), which left a long file to run alone at the end while
 # the other worker sat idle.
 FILE_SECONDS = {"test_gpu_session.py": 170, "test_electra_vs_mlm.py": 125,
-                "test_compile.py": 113, "test_save_dir_lock.py": 78,
+                "test_compile.py": 113, "test_graphed_checks.py": 90,
+                "test_save_dir_lock.py": 78, "test_modern_graphed.py": 60,
                 "test_read_only.py": 64, "test_training.py": 57, "test_kinds.py": 52,
                 "test_readme.py": 50, "test_full_disk.py": 49, "test_bodies.py": 45,
                 "test_scale_out.py": 41, "test_benchmark.py": 40, "test_crash_safety.py": 39,
