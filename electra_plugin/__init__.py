@@ -4,10 +4,16 @@ fairseq imports ``tasks/`` and ``models/`` of a user dir by itself; everything e
 registers or wraps fairseq is imported here.
 """
 
-from . import criterions, optim, tasks  # noqa: F401
+from fairseq.optim import register_optimizer
+
+from . import criterions, tasks  # noqa: F401
 from .models import electra  # noqa: F401  (registers the model and its archs)
+from .optim.layer_decay import ElectraAdam, ElectraAdamConfig
 from .run import command_line, divergence, safety_wrappers, scale_out
-from .speed import trainer_patches
+from .speed import optimizer, trainer_patches
+
+# layer-wise decay (optim/) with the speed parts of fairseq's Adam wrapper (speed/)
+register_optimizer("electra_adam", dataclass=ElectraAdamConfig)(optimizer.fast(ElectraAdam))
 
 safety_wrappers.install()
 scale_out.install()

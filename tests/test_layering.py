@@ -114,3 +114,20 @@ def test_no_import_circles():
     for module in sorted(graph):
         visit(module)
     assert not circles, circles[:3]
+
+
+# The rooms that run the algorithm import speed/ in two files: the task (its one entry,
+# PretrainingSpeed) and the model (the sampling, bucketing and module-walk kernels). The
+# bodies and core call speed/'s kernels where they are needed; the plugin's __init__
+# installs speed/'s wraps of fairseq and composes electra_adam with speed/'s Adam parts.
+ALGORITHM = ("electra_plugin.tasks", "electra_plugin.criterions", "electra_plugin.models.electra",
+             "electra_plugin.models.generators", "electra_plugin.run", "electra_plugin.optim")
+SPEED_IMPORTERS = {"electra_plugin.tasks.electra_pretraining", "electra_plugin.models.electra"}
+
+
+def test_the_algorithm_imports_speed_in_two_files():
+    graph = plugin_imports()
+    importers = {m for m, targets in graph.items()
+                 if (m in ALGORITHM or m.startswith(tuple(a + "." for a in ALGORITHM)))
+                 and any(t.split(".")[:2] == ["electra_plugin", "speed"] for t in targets)}
+    assert importers == SPEED_IMPORTERS

@@ -1,1 +1,1 @@
-from . import layer_decay  # noqa: F401
+"""Optimizers: ``electra_adam``'s layer-wise lr decay (registered by the plugin's ``__init__``)."""

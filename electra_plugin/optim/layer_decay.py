@@ -9,10 +9,8 @@ every layer one extra factor of ``d`` (google-research/electra issues 51 and 64)
 
 from dataclasses import dataclass, field
 
-from fairseq.optim import register_optimizer
 from fairseq.optim.adam import FairseqAdam, FairseqAdamConfig
 
-from ..speed.optimizer import FastFairseqAdam
 from ..user_io.errors import ElectraUsageError
 
 TAG = "electra"  # key inside p.optim_overrides, which fairseq's fp16 wrapper copies to fp32
@@ -53,10 +51,10 @@ class ElectraAdamConfig(FairseqAdamConfig):
                                        "Small/Base, 0.9 Large; 1 = off)"})
 
 
-@register_optimizer("electra_adam", dataclass=ElectraAdamConfig)
-class ElectraAdam(FastFairseqAdam, FairseqAdam):
+class ElectraAdam(FairseqAdam):
     """fairseq's Adam (decoupled weight decay) over depth groups; see the module docstring.
-    Its update, clip and gradient scaling are :class:`FastFairseqAdam`'s (speed/)."""
+    Registered as ``electra_adam`` by the plugin's ``__init__``, with speed/'s update, clip
+    and gradient scaling mixed in (:func:`electra_plugin.speed.optimizer.fast`)."""
 
     def __init__(self, cfg: ElectraAdamConfig, params):
         check_layer_decay(cfg.layer_decay)

@@ -1,5 +1,5 @@
-"""The speed parts of fairseq's Adam wrapper, for a ``FairseqAdam`` subclass to mix in
-first (``electra_adam``): the update over all tensors at once (part ``adam``,
+"""The speed parts of fairseq's Adam wrapper, mixed in first by :func:`fast` (the plugin's
+``__init__`` registers ``electra_adam`` as ``fast(ElectraAdam)``): the update over all tensors at once (part ``adam``,
 :class:`~.adam.MultiTensorAdam`), the clip's norms at once (``clip``, :mod:`.clip`), and no
 pass over the gradients to multiply them by exactly 1 (``multiply``)."""
 
@@ -31,3 +31,8 @@ class FastFairseqAdam:
     def clip_grad_norm(self, max_norm, aggregate_norm_fn=None):
         """fairseq's, with the norms taken all at once and the clip left to the step."""
         return clip_grad_norm_(self.params, max_norm, aggregate_norm_fn, self._optimizer)
+
+
+def fast(adam: type) -> type:
+    """``adam`` (a ``FairseqAdam`` subclass) with :class:`FastFairseqAdam`'s methods first."""
+    return type(f"Fast{adam.__name__}", (FastFairseqAdam, adam), {"__doc__": adam.__doc__})
