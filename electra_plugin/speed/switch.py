@@ -8,8 +8,7 @@ that names no part is refused in one line.
 """
 
 import os
-from functools import lru_cache
-from typing import FrozenSet, NamedTuple
+from typing import Dict, FrozenSet, NamedTuple, Tuple
 
 from ..user_io.errors import ElectraUsageError
 
@@ -77,16 +76,21 @@ PARTS = {
 
 def enabled(part: str = "") -> bool:
     """Whether ``part`` is on (``""``: whether the switch is not ``0``). Read at each call
-    (the parsed value cached by its text), so a test can flip it."""
+    (the parsed value kept by its text), so a test can flip it."""
     if part and part not in PARTS:
         raise ValueError(f"{part!r} is no part of {VARIABLE} ({', '.join(PARTS)})")
-    on, off = parsed(os.environ.get(VARIABLE, "1"))
+    value = os.environ.get(VARIABLE, "1")
+    if value not in _PARSED:  # a dict, not lru_cache, which torch.compile warns it ignores
+        _PARSED[value] = parsed(value)
+    on, off = _PARSED[value]
     if "" in off:
         return False
     return not part or part in on or (PARTS[part].default and part not in off)
 
 
-@lru_cache(maxsize=8)
+_PARSED: "Dict[str, Tuple[FrozenSet[str], FrozenSet[str]]]" = {}  # by the variable's text
+
+
 def parsed(value: str) -> "tuple[FrozenSet[str], FrozenSet[str]]":
     """The parts ``value`` turns on and off ("" off: all, which ``0`` among the words
     means whatever the others say); a word that names no part is refused."""
