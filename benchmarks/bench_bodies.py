@@ -193,6 +193,9 @@ def main(argv=None):
                    help="also time each body as of git revision REV (rows BODY@REV, "
                         "interleaved with this checkout's: before/after in one run)")
     p.add_argument("--json", type=Path, help="write the rows here")
+    p.add_argument("--plugin-args", nargs=argparse.REMAINDER, default=[],
+                   help="extra fairseq options for every row's model, last on the line "
+                        "(e.g. --num-layers 2 --hidden-size 16: the rows at tiny widths)")
     args = p.parse_args(argv)
     longest = {body: int(t) for body, t in (item.split("=") for item in args.longest)}
     if args.threads:
@@ -217,7 +220,7 @@ def main(argv=None):
                              if length <= longest.get(body, length)]
                 runners = {row: PluginStep(data, ARCHS[size], length, batch_size, device,
                                            extra=["--encoder-body", encoder_body(row),
-                                                  *positions],
+                                                  *positions, *args.plugin_args],
                                            package=baseline if AT in row else None, name=row)
                            for row in rows_here}
                 if not runners:  # every body left out at this length (--longest)

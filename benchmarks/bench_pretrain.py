@@ -386,11 +386,13 @@ def matmul_peak(device, precision, repeats=5):
         shapes = [(8192, 8192, 8192), (16384, 3072, 768), (16384, 768, 3072)]
     best, deadline = 0.0, time.perf_counter() + 10
     for m, k, n in shapes:
-        if best and time.perf_counter() > deadline:
-            break  # a dtype without hardware support: the shapes timed so far must do
+        flops = 2 * m * k * n
+        if best and time.perf_counter() + 4 * flops / best > deadline:
+            # its four products at the rate so far would overrun (a dtype without hardware
+            # support: a minute at bf16 on such a CPU): the shapes timed so far must do
+            break
         a = torch.randn(m, k, device=device).to(dtype)
         b = torch.randn(k, n, device=device).to(dtype)
-        flops = 2 * m * k * n
         a @ b
         synchronize(device)
         t = time.perf_counter()

@@ -128,5 +128,5 @@ for arm in "--checkpoint $scratch/pretrain/checkpoint_last.pt" "--arch $arch"; d
     cp $scratch/$name/trials.md "$OUT/$name.md" 2>/dev/null
 done
 stage bench_bodies $py benchmarks/bench_bodies.py --device $device --precision bf16 $bodies \
-    --json "$OUT/bench_bodies.json"
+    --json "$OUT/bench_bodies.json" $tiny_model
 echo "total $(( SECONDS - start ))s" | tee -a "$OUT/stages.txt"
