@@ -1,7 +1,8 @@
 """The speed parts of fairseq's Adam wrapper, mixed in first by :func:`fast` (the plugin's
-``__init__`` registers ``electra_adam`` as ``fast(ElectraAdam)``): the update over all tensors at once (part ``adam``,
-:class:`~.adam.MultiTensorAdam`), the clip's norms at once (``clip``, :mod:`.clip`), and no
-pass over the gradients to multiply them by exactly 1 (``multiply``)."""
+``__init__`` registers ``electra_adam`` as ``fast(ElectraAdam)``): the update over all
+tensors at once (part ``adam``, :class:`~.adam.MultiTensorAdam`), the clip's norms at once
+(``clip``, :mod:`.clip`), and no pass over the gradients to multiply them by exactly 1
+(``multiply``)."""
 
 import torch
 from fairseq.optim.adam import Adam

@@ -8,7 +8,7 @@ that names no part is refused in one line.
 """
 
 import os
-from typing import Dict, FrozenSet, NamedTuple, Tuple
+from typing import FrozenSet, NamedTuple
 
 from ..user_io.errors import ElectraUsageError
 
@@ -79,21 +79,24 @@ def enabled(part: str = "") -> bool:
     (the parsed value kept by its text), so a test can flip it."""
     if part and part not in PARTS:
         raise ValueError(f"{part!r} is no part of {VARIABLE} ({', '.join(PARTS)})")
-    value = os.environ.get(VARIABLE, "1")
-    if value not in _PARSED:  # a dict, not lru_cache, which torch.compile warns it ignores
-        _PARSED[value] = parsed(value)
-    on, off = _PARSED[value]
+    on, off = parsed(os.environ.get(VARIABLE, "1"))
     if "" in off:
         return False
     return not part or part in on or (PARTS[part].default and part not in off)
 
 
-_PARSED: "Dict[str, Tuple[FrozenSet[str], FrozenSet[str]]]" = {}  # by the variable's text
+_PARSED = {}  # value -> its parts; a dict, as torch.compile warns that it ignores lru_cache
 
 
 def parsed(value: str) -> "tuple[FrozenSet[str], FrozenSet[str]]":
     """The parts ``value`` turns on and off ("" off: all, which ``0`` among the words
     means whatever the others say); a word that names no part is refused."""
+    if value not in _PARSED:
+        _PARSED[value] = _parse(value)
+    return _PARSED[value]
+
+
+def _parse(value: str) -> "tuple[FrozenSet[str], FrozenSet[str]]":
     on, off = set(), set()
     for word in filter(None, (w.strip() for w in value.split(","))):
         if word == "0":
