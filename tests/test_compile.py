@@ -445,3 +445,14 @@ def test_the_graphed_step_keeps_its_guards_on_values(guards, monkeypatch):
     assert all(e.guard_type in compile_module.STRUCTURE and e.name.startswith("self")
                for e in dropped)
     assert {"TENSOR_MATCH", "CONSTANT_MATCH"} <= {e.guard_type for e, keep in seen if keep}
+
+
+def test_the_fall_back_line_names_an_exception_without_a_message():
+    """The compiler's errors reach the fall-back's one line by their message's first line;
+    one with no message at all (torch 2.11's bare AssertionError) by its class."""
+    from electra_plugin.speed.compile import first_line
+
+    assert first_line(AssertionError()) == "AssertionError"
+    assert first_line(RuntimeError("  \n")) == "RuntimeError"
+    assert first_line(ValueError("a token id outside\nthe dictionary")) == \
+        "a token id outside"

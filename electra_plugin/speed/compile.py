@@ -134,7 +134,7 @@ class GraphedStep:
             # class (torch 2.11 raises AssertionError); a real error of the step recurs eager
             if not first:
                 raise
-            reason = str(error).strip().splitlines()[0]
+            reason = first_line(error)
             if os.environ.get(STRICT) == "1":
                 raise ElectraUsageError(f"--graphed-step: this configuration's step cannot be "
                                         f"compiled whole ({reason}); {STRICT}=1 refuses to "
@@ -246,6 +246,13 @@ def own_code(method):
                               f.__closure__)
     copy.__kwdefaults__, copy.__annotations__ = f.__kwdefaults__, f.__annotations__
     return types.MethodType(copy, method.__self__)
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of ``error``'s message, or its class's name where it has none (torch
+    2.11's compiler raises a bare ``AssertionError``)."""
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
 
 
 class _Step(torch.nn.Module):
