@@ -12,16 +12,13 @@ from .adam import MultiTensorAdam
 from .allocator import retain_freed_memory
 from .buckets import pad_to_bucket
 from .attention import attention, project_qkv
-from .clip import clip_grad_norm_
 from .compile import BACKENDS as COMPILE_BACKENDS
-from .compile import compile_encoders, compile_step
-from .dropout import Dropout, dropout
+from .compile import compile_encoders
+from .dropout import Dropout
 from .pretraining import PretrainingSpeed
 from .sampling import sample
 from . import module_walks
-from .switch import enabled
 
-__all__ = ["Dropout", "dropout", "project_qkv", "attention", "MultiTensorAdam",
-           "clip_grad_norm_", "retain_freed_memory", "compile_encoders", "compile_step",
-           "COMPILE_BACKENDS", "enabled", "pad_to_bucket", "module_walks", "sample",
+__all__ = ["Dropout", "project_qkv", "attention", "MultiTensorAdam", "retain_freed_memory",
+           "compile_encoders", "COMPILE_BACKENDS", "pad_to_bucket", "module_walks", "sample",
            "PretrainingSpeed"]
