@@ -5,11 +5,13 @@ and the device known)."""
 
 import functools
 import logging
+import os
 
 from fairseq.optim.amp_optimizer import AMPOptimizer
 
 from .allocator import retain_freed_memory
 from .compile import compile_encoders, compile_step
+from .switch import VARIABLE, enabled
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +26,11 @@ class PretrainingSpeed:
         self.step = None  # the model's GraphedStep, once built
 
     def model_built(self, model) -> None:
+        asked = (["--graphed-step"] if self.graphed else []) + \
+            ([f"--torch-compile {self.backend}"] if self.backend != "off" else [])
+        if asked and not enabled():
+            logger.warning(f"{VARIABLE}={os.environ[VARIABLE]} turns {' and '.join(asked)} "
+                           f"off: the model runs eager (unset {VARIABLE} to use them)")
         if self.graphed and compile_step(model, "inductor" if self.backend == "off"
                                          else self.backend):
             self.step = model.electra_step
