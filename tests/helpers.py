@@ -4,6 +4,7 @@ batches, and the GLUE / SQuAD / tokenizer inputs several modules write. Test mod
 from here, never from each other."""
 
 import argparse
+import functools
 import hashlib
 import io
 import json
@@ -108,7 +109,14 @@ def built_from_command_line(data: Path, *extra: str, cpu: bool = True):
 def composed(config_dir: Path, name: str, *overrides: str):
     """-> the config fairseq-hydra-train builds from ``--config-dir config_dir --config-name
     name overrides``, in process: hydra's composition with fairseq's schema registered under
-    the config's name (fairseq's hydra_init), then fairseq's defaults, resolved."""
+    the config's name (fairseq's hydra_init), then fairseq's defaults, resolved. A new copy
+    per call; each composition (about a second) is made once per process, the recipes being
+    files no test changes."""
+    return OmegaConf.create(_composed(str(config_dir), name, overrides))
+
+
+@functools.cache
+def _composed(config_dir: str, name: str, overrides: tuple) -> dict:
     from fairseq.dataclass.initialize import add_defaults, hydra_init
     from fairseq.utils import import_user_module
     from hydra import compose, initialize_config_dir
@@ -118,7 +126,7 @@ def composed(config_dir: Path, name: str, *overrides: str):
     with initialize_config_dir(config_dir=str(config_dir), version_base="1.1"):
         cfg = compose(config_name=name, overrides=list(overrides))
     add_defaults(cfg)
-    return OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
+    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
 
 
 class CreatesAFile:

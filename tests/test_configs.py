@@ -2,6 +2,8 @@
 fairseq-hydra-train composes it, into every value its files state, and the pre-training
 recipes into the official hyperparameters. (GLUE's against its task table: test_glue.py.)"""
 
+import itertools
+
 import pytest
 from helpers import REPO, composed
 from omegaconf import OmegaConf
@@ -67,8 +69,10 @@ def test_the_base_config_runs_electra_small():
         OmegaConf.to_container(composed(PRETRAINING, "electra_small"))
 
 
-@pytest.mark.parametrize("task", GLUE_TASKS)
-@pytest.mark.parametrize("size", ["small", "base", "large"])
+# each task with one size, each size with three tasks: a recipe is its task's file, glue.yaml
+# and a size file, composed in the same way whichever the three are
+@pytest.mark.parametrize("task, size", zip(GLUE_TASKS, itertools.cycle(["small", "base",
+                                                                         "large"])))
 def test_a_glue_recipe_is_the_task_then_the_shared_file_then_the_size(task, size):
     own, shared = (stated(GLUE / f, resolve=False) for f in (f"{task}.yaml", "glue.yaml"))
     # glue.yaml comes after the task's values, so it would silently replace any it repeats
