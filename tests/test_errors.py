@@ -184,6 +184,19 @@ def test_autocast_bf16_with_another_precision_flag(tmp_path, data_bin, other):
     assert_usage_error(cmd, "--autocast-bf16 does not combine", "keep --autocast-bf16")
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("entry, extra", [("fairseq_cli.train", ["--graphed-step"]),
+                                          ("electra_plugin.cli.train", [])])
+def test_fp16_on_the_cpu_is_one_line_and_writes_nothing(tmp_path, data_bin, entry, extra):
+    """--cpu --fp16 (fairseq's FP16Optimizer asks for a CUDA device): the line that names what
+    trains on the CPU instead, no traceback, nothing in the save directory."""
+    cmd = train_cmd(data_bin, tmp_path / "ck", "--max-update", "1", "--fp16", *extra)
+    cmd[2] = entry
+    proc = run(cmd)  # forked from the warm server: its warnings may come first on stderr
+    assert_one_line_error(proc, "--fp16 on the CPU", "--bf16", "--autocast-bf16", "fp32")
+    assert not (tmp_path / "ck").exists() or not any((tmp_path / "ck").iterdir())
+
+
 # ---------------------------------------------------------------- resumes of another model
 
 

@@ -118,6 +118,24 @@ def test_fp16_keeps_the_weight_decay_exemption_and_layer_decay(data_bin):
         assert (id(p32) in no_decay) == exempt, name
 
 
+@pytest.mark.parametrize("extra", [[], ["--graphed-step"]])
+def test_flat_fp16_on_the_cpu_is_one_line(data_bin, extra):
+    """fairseq's FP16Optimizer builds its flat fp32 copy with torch.cuda.current_device():
+    on the CPU the run is refused before fairseq gets there, naming what trains instead;
+    electra_adam (kept per parameter), --fp16-no-flatten-grads and --memory-efficient-fp16
+    build no flat copy and go on."""
+    with pytest.raises(ElectraUsageError) as refused:
+        built_from_command_line(data_bin, "--fp16", "--optimizer", "adam", *extra)
+    line = str(refused.value)
+    for phrase in ("--fp16 on the CPU", "CUDA device", "fp32", "--autocast-bf16",
+                   "electra-train --bf16", "--fp16-no-flatten-grads"):
+        assert phrase in line, line
+    assert "\n" not in line
+    for unflat in (["--optimizer", "adam", "--fp16-no-flatten-grads"],
+                   ["--optimizer", "adam", "--memory-efficient-fp16"], []):  # []: electra_adam
+        built_from_command_line(data_bin, "--fp16", *extra, *unflat)
+
+
 def test_fully_sharded_is_one_line(data_bin):
     with pytest.raises(ElectraUsageError, match="fully_sharded .* use --ddp-backend c10d"):
         built_from_command_line(data_bin, "--ddp-backend", "fully_sharded")

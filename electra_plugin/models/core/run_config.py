@@ -10,6 +10,7 @@ where nothing can make it work.
 
 import logging
 
+import torch
 from omegaconf import OmegaConf, open_dict
 
 from ...user_io.errors import ElectraUsageError
@@ -48,15 +49,27 @@ def complete_for_model(run) -> None:
                    f"legacy_ddp (fairseq builds its {distributed.ddp_backend} wrapper for "
                    f"GPUs only)")
     optimizer = run.get("optimizer", None) or {}
-    if common.get("fp16") and not common.get("memory_efficient_fp16") and \
-            not common.get("fp16_no_flatten_grads") and \
-            optimizer.get("_name") == "electra_adam":
+    if flat_fp16(common) and optimizer.get("_name") == "electra_adam":
         # fairseq would flatten every fp32 master weight into one tensor, and electra_adam
         # would lose the LayerNorm/bias weight-decay exemption and the layer-decay groups
         set_logged(common, "fp16_no_flatten_grads", True,
                    "--fp16 with electra_adam: fp32 master weights kept per parameter "
                    "(--fp16-no-flatten-grads), so LayerNorm and biases keep their "
                    "weight-decay exemption and --layer-decay its groups")
+    if flat_fp16(common) and (common.get("cpu") or not torch.cuda.is_available()):
+        raise ElectraUsageError(
+            "--fp16 on the CPU: fairseq's FP16Optimizer asks for a CUDA device for its flat "
+            "fp32 copy of the weights; train on the CPU in fp32 (no precision flag), with "
+            "--autocast-bf16 or with electra-train --bf16 (or add --fp16-no-flatten-grads: "
+            "fp16 is slower than fp32 on most CPUs)")
+
+
+def flat_fp16(common) -> bool:
+    """Whether fairseq's FP16Optimizer would keep its fp32 master weights as one flat tensor
+    (plain --fp16: not --bf16, --amp, memory-efficient or --fp16-no-flatten-grads)."""
+    return bool(common.get("fp16")) and not any(common.get(flag) for flag in (
+        "bf16", "amp", "memory_efficient_fp16", "memory_efficient_bf16",
+        "fp16_no_flatten_grads"))
 
 
 def master_copies(run) -> bool:
