@@ -68,8 +68,9 @@ if [ "$TINY" = 1 ]; then  # the CPU rehearsal: tiny sizes, this environment's Py
     tiny_model="$tiny_model --embedding-size 16"  # two layers: the graphed row compiles fast
     tiny_base="$tiny_model --generator-size 0.25"
     compare="--cpu --arch electra_tiny --updates 4 --batch 8 --length 32 --finetune-updates 3"
-    compare="$compare --log-interval 2 --graphed --override ++task.torch_compile=aot_eager"
-    reserve=0
+    compare="$compare --log-interval 1 --graphed --override ++task.torch_compile=aot_eager"
+    # a clock shorter than the compile: each arm stops after its first update
+    compare="$compare --jobs 2 --pretrain-minutes 0.01"; reserve=0; compile=0
 else
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
         .whl/*.whl || exit 1
@@ -78,7 +79,8 @@ else
     small="--batch-size 128 --lengths 128"; base="--batch-size 32 --lengths 512"
     arch=electra_small; updates=4000; seeds="1 2 3 4 5"; jobs=5; count=""; pretrain=""
     bodies="--sizes small base --lengths 128 512 --batch-size 32"; tiny_model=""; tiny_base=""
-    compare="--updates 6000"; reserve=200  # seconds kept for the fine-tuning of three arms
+    compare="--flops 1e16"; reserve=200; compile=1  # seconds kept for the fine-tuning of three
+    # arms; minutes for each arm's start-up and compile
 fi
 export PYTHONUNBUFFERED=1
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
@@ -87,14 +89,17 @@ export PYTHONUNBUFFERED=1
 cat "$OUT/machine.txt"
 
 # the paper's comparison at what fits: electra_small by the official recipe against the masked
-# LM of the same network at equal training FLOPs (each arm's pre-training under half of the
-# share left after the fine-tuning's reserve: the clock may cut the planned updates, the mlm
-# arm then matching what the electra arm reached), then trials on each task, 5 seeds an arm
+# LM of the same network, both planned to 1e16 training FLOPs and pre-trained at once in the
+# share left after the fine-tuning's reserve (the window): $compile minutes to start and
+# compile, the window's rest less 30 s as each arm's clock, the window as the deadline of an
+# arm that never updates; then trials on each task, 5 seeds an arm
 tasks="--task sentiment=$data/sentiment-bin"
 [ -d "$data/amazon-bin" ] && tasks="$tasks --task amazon=$data/amazon-bin"
-minutes=$($py -c "print(max(($(share compare) - $reserve) / 2, 30) / 60)")
+window=$(( $(share compare) - reserve ))
+clock=$($py -c "print(f'--pretrain-minutes {max($window - 60 * $compile - 30, 30) / 60:.3g}' \
+                      f' --deadline-minutes {max($window, 60) / 60:.3g}')")
 stage compare $py scripts/electra_vs_mlm.py --data $data/data-bin $tasks --seeds $seeds \
-    --out "$OUT/compare" --workdir $scratch/compare --pretrain-minutes $minutes $compare
+    --out "$OUT/compare" --workdir $scratch/compare --compile-minutes $compile $clock $compare
 
 # per update at electra_small's depth, near-zero widths: operators, syncs, host ms
 stage count $py benchmarks/bench_pretrain.py --count --device $device --compile $backend \

@@ -6,25 +6,44 @@ Arms, on the same body, size, vocabulary and data:
   electra      the official recipe of --preset (ELECTRA-Small: generator 1/4, lambda 50,
                lr 5e-4, batch 128 x 128, segment pairs)
   mlm          the same network trained as a masked LM (BERT-Small: the generator's objective
-               on the discriminator's network, BERT's 80/10/10 masking), stopped at the
-               training FLOPs the electra arm reached (the paper's count)
+               on the discriminator's network, BERT's 80/10/10 masking)
   random init  the same network, not pre-trained
-Warm-up (--warmup, a fraction) and the linear decay are scaled to each arm's run. Each arm is
-then fine-tuned on every --task with the same seeds (paired), the final model of each run
-evaluated (none picked on dev); the table gives FLOPs, tokens, updates and the fraction of
-the paper's 6.25% point (8.9e16 FLOPs) per arm, medians first, paired differences with 95%
-intervals, and the time split. Every part writes its results into --out as it finishes
-(plan.json, pretrain-ARM.json, finetune-ARM.json, comparison.md), so a cut run still reports.
+Both pre-trained arms are planned to the same training FLOPs (the paper's count: each arm's
+updates from its own FLOPs per update) and run at once, two processes on the one device, so
+that their compiles and host work overlap. Warm-up (--warmup, a fraction) and the linear
+decay are scaled to each arm's planned updates.
+
+The clock. Each arm stops --compile-minutes C plus --pretrain-minutes M after its trainer
+starts (fairseq's stop_time_hours): a start-up and compile within C leave it at least M
+minutes of pre-training. Time to the first update is measured apart (start-up: to fairseq's
+first batch; compile: the first update). An arm whose compile outlasts C + M stops after its
+first update; one without an update --deadline-minutes after its start is stopped and
+counts zero updates. The table gives what each arm reached, and says so when the clock cut the two
+at unequal FLOPs; every arm that saved a checkpoint is fine-tuned.
+
+Each arm is then fine-tuned on every --task with the same seeds (paired), the final model of
+each run evaluated (none picked on dev). Every part writes into --out as it finishes:
+plan.json, pace.txt (a line per arm at its start, its first updates and every 15 s),
+pretrain-ARM.json, finetune-ARM.json and comparison.md, so a cut run still reports.
+
+What 1e16 FLOPs per arm in one lent 15-minute GPU window asks (electra_small at 128 x 128 and
+a 30,522-piece vocabulary: 1.29e12 FLOPs per electra update, 9.8e11 per mlm update, so 7,742
+and 10,242 updates): gpu_session.sh's first call (540 s) leaves its compare stage about 520
+s, keeps 200 s for the fine-tuning and gives C = 1 and M = about 3.9 minutes. Both arms at
+once then need about 33 and 44 updates/s (540k and 710k tokens/s, 4.3e13 FLOP/s each) after
+a compile of at most 60 s. The plan line states this for any settings; pace.txt and the table
+state what the run reached.
 
     # the paper's 6.25% point on one GPU (bf16 autocast, --graphed-step)
     python scripts/electra_vs_mlm.py --data gpu_data/data-bin \\
         --task sentiment=gpu_data/sentiment-bin --task amazon=gpu_data/amazon-bin \\
         --flops 8.9e16 --out results/electra_vs_mlm
-    # what fits a lent session: 4000 electra updates, each arm's pre-training under 2.5 min
-    python scripts/electra_vs_mlm.py ... --updates 4000 --pretrain-minutes 2.5
+    # what fits a lent session: 1e16 FLOPs per arm, a minute to compile, 4 minutes after it
+    python scripts/electra_vs_mlm.py ... --flops 1e16 --compile-minutes 1 --pretrain-minutes 4
 """
 
 import argparse
+import datetime
 import json
 import math
 import os
@@ -45,6 +64,7 @@ ARMS = ("electra", "mlm", "random init")
 # BERT's masking for the masked LM: 10% of the picked positions unchanged, 10% random
 MLM_OVERRIDES = ["model.objective=mlm", "task.leave_unmasked_prob=0.1",
                  "task.random_token_prob=0.1"]
+PACE_SECONDS = 15  # a pace line per running arm at least this often
 
 
 def write_json(path, value):
@@ -82,6 +102,17 @@ def flops_per_update(cfg, data, length, batch, mask_prob):
     return ElectraModel(cfg, dictionary, pretraining=True).train_flops(length, batch, predicted)
 
 
+def random_init_start(cfg):
+    """The random initialisation of the network ``cfg`` builds (its discriminator), where no
+    arm saved a checkpoint to read it from (``cfg`` knows --arch and the overrides, not the
+    body a preset's YAML may choose)."""
+    from electra_plugin.models.bodies import discriminator_options
+    from electra_plugin.models.core.config import cli_options
+
+    return trials.random_init(["--arch", cfg["_name"]] + cli_options(
+        cfg, (*discriminator_options(cfg), "segment_token_types")))
+
+
 def checkpoint_counts(path):
     """(updates, training FLOPs) a pre-training checkpoint records."""
     from electra_plugin.models.core.checkpoint import load_checkpoint
@@ -91,67 +122,197 @@ def checkpoint_counts(path):
             float(state["model"]["flops_counter.flops"]))
 
 
-def log_pace(log_path):
-    """(updates, wall s) of the first and last train_inner lines of a fairseq log."""
+def line_time(line):
+    """Seconds since the epoch of a fairseq console line ('[2026-11-28 18:06:34,608][...'),
+    or None."""
+    try:
+        return datetime.datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    except ValueError:
+        return None
+
+
+def pace_figures(arm, per_update, tokens_per_update):
+    """From an arm's console so far: start-up s (to fairseq's first batch), compile s (the
+    first update), updates, steady tokens/s and FLOP/s (between its first and last train_inner
+    lines); None where not yet known."""
     from electra_plugin.cli.demo import log_stats
 
-    points = []
-    for line in open(log_path, errors="replace"):
+    first_batch, points = None, []  # points: (time, updates) of each train_inner line
+    for line in open(arm["console"], errors="replace"):
+        if first_batch is None and "Start iterating over samples" in line:
+            first_batch = line_time(line)
         kind, stats = log_stats(line)
-        if kind == "train_inner" and "num_updates" in stats and "wall" in stats:
-            points.append((stats["num_updates"], stats["wall"]))
-    return points
+        if kind == "train_inner" and "num_updates" in stats and line_time(line):
+            points.append((line_time(line), int(stats["num_updates"])))
+    figures = dict(startup_s=None, compile_s=None, updates=0, tokens_per_s=None,
+                   flops_per_s=None)
+    if first_batch is not None:
+        figures["startup_s"] = round(first_batch - arm["started"], 1)
+    if points:
+        (t0, u0), (t1, u1) = points[0], points[-1]
+        figures["updates"] = u1
+        seconds_per_update = (t1 - t0) / (u1 - u0) if u1 > u0 and t1 > t0 else None
+        if seconds_per_update:
+            figures.update(tokens_per_s=round(tokens_per_update / seconds_per_update),
+                           flops_per_s=per_update / seconds_per_update)
+        if first_batch is not None:  # the first update ends u0 - 1 updates before line 1
+            figures["compile_s"] = round(t0 - first_batch - (u0 - 1) *
+                                         (seconds_per_update or 0), 1)
+    return figures
 
 
-def pretrain(args, arm, overrides, planned, updates, run):
-    """fairseq-hydra-train of one arm: ``planned`` updates of schedule, stopped at ``updates``
-    or by --pretrain-minutes; -> its record (also written to --out)."""
+def pace_line(arm, figures, now, clock_end):
+    """One line on how an arm is doing, with the FLOPs it would reach when its clock ends."""
+    if not figures["updates"]:
+        phase = ("starting" if figures["startup_s"] is None else
+                 f"start-up {figures['startup_s']:.0f} s, compiling since")
+        return f"{arm['name']}: no update yet, {now - arm['started']:.0f} s after its start " \
+               f"({phase})"
+    done = figures["updates"] * arm["per_update"]
+    line = (f"{arm['name']}: update {figures['updates']:,} of {arm['planned']:,}, start-up "
+            f"{figures['startup_s']} s + compile {figures['compile_s']} s")
+    if figures["tokens_per_s"]:
+        projected = arm["planned"] * arm["per_update"] if clock_end is None else min(
+            arm["planned"] * arm["per_update"],
+            done + figures["flops_per_s"] * max(0.0, clock_end - now))
+        line += (f", {figures['tokens_per_s']:,} tokens/s, {figures['flops_per_s']:.3g} "
+                 f"FLOP/s, projected {projected:.3g} FLOPs "
+                 f"({projected / (arm['planned'] * arm['per_update']):.0%} of the plan)")
+    return line
+
+
+def arm_command(args, arm, overrides, planned):
+    """fairseq-hydra-train of one arm: ``planned`` updates, the lr schedule over them, and the
+    clock of --compile-minutes + --pretrain-minutes."""
     save_dir = os.path.join(args.workdir, f"pretrain-{arm}")
-    log_path = os.path.join(args.workdir, f"pretrain-{arm}.log")
-    checkpoint = os.path.join(save_dir, "checkpoint_last.pt")
     cmd = [sys.executable, "-m", "fairseq_cli.hydra_train", "--config-dir", CONFIGS,
            "--config-name", args.preset, f"task.data={args.data}",
            f"common.user_dir={trials.PLUGIN}", f"model._name={args.arch}",
-           f"common.seed={args.seed}", f"common.log_file={log_path}",
-           f"common.log_interval={args.log_interval}", f"common.cpu={str(args.cpu).lower()}",
-           f"task.tokens_per_sample={args.length}", f"dataset.batch_size={args.batch}",
-           f"task.global_batch_size={args.batch}", f"optimization.max_update={updates}", f"++lr_scheduler.total_num_update={planned}",
+           f"common.seed={args.seed}", f"common.log_interval={args.log_interval}",
+           f"common.cpu={str(args.cpu).lower()}", f"task.tokens_per_sample={args.length}",
+           f"dataset.batch_size={args.batch}", f"task.global_batch_size={args.batch}",
+           f"optimization.max_update={planned}", f"++lr_scheduler.total_num_update={planned}",
            f"lr_scheduler.warmup_updates={max(1, round(args.warmup * planned))}",
            f"checkpoint.save_dir={save_dir}", "checkpoint.save_interval=1000000",
            "checkpoint.save_interval_updates=0", "checkpoint.no_save_optimizer_state=true",
            "dataset.disable_validation=true", f"hydra.run.dir={save_dir}-hydra"]
     if args.pretrain_minutes:
-        cmd.append(f"optimization.stop_time_hours={args.pretrain_minutes / 60}")
+        hours = (args.compile_minutes + args.pretrain_minutes) / 60
+        cmd.append(f"optimization.stop_time_hours={hours}")
     if not args.cpu:  # the GPU's pace: bf16 autocast on fp32 weights
         cmd.append("task.autocast_bf16=true")
     cmd.append(f"task.graphed_step={str(args.graphed).lower()}")
-    cmd += overrides + args.override
-    record_path = os.path.join(args.out, f"pretrain-{arm}.json")
-    if os.path.isfile(checkpoint):  # a finished run of these settings is reused
+    return cmd + overrides + args.override
+
+
+def stop(proc):
+    """End a process: SIGTERM, then SIGKILL if it is still there 10 s later."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def pretrain_together(args, arms, say):
+    """Run the arms' processes at once (each console in --workdir), a pace line per arm as
+    it starts, as its train_inner lines come (at most every PACE_SECONDS after the first) and
+    every PACE_SECONDS before them; an arm without an update at --deadline-minutes is
+    stopped. -> {arm name: how it ended}"""
+    clock = (args.compile_minutes + args.pretrain_minutes) * 60 if args.pretrain_minutes \
+        else None
+    for arm in arms:
+        with open(os.path.join(args.workdir, "commands.log"), "a") as log:
+            log.write(" ".join(arm["cmd"]) + "\n")
+        arm["started"] = time.time()
+        with open(arm["console"], "w") as console:
+            arm["process"] = subprocess.Popen(arm["cmd"], stdout=console,
+                                              stderr=subprocess.STDOUT,
+                                              env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        arm["said"], arm["updates_said"] = arm["started"], 0
+        say(f"{arm['name']}: started (console: {arm['console']})")
+    ended = {}
+    try:
+        while len(ended) < len(arms):
+            time.sleep(0.5)
+            now = time.time()
+            for arm in arms:
+                if arm["name"] in ended:
+                    continue
+                code = arm["process"].poll()
+                figures = pace_figures(arm, arm["per_update"], args.batch * args.length)
+                fresh = figures["updates"] > arm["updates_said"] and (
+                    not arm["updates_said"] or now - arm["said"] >= PACE_SECONDS)
+                if code is None and (fresh or now - arm["said"] >= PACE_SECONDS):
+                    say(pace_line(arm, figures, now, clock and arm["started"] + clock))
+                    arm["said"], arm["updates_said"] = now, figures["updates"]
+                if code is None and args.deadline_minutes and not figures["updates"] and \
+                        now - arm["started"] > args.deadline_minutes * 60:
+                    stop(arm["process"])  # (one that updates stops by its clock)
+                    ended[arm["name"]] = "stopped at --deadline-minutes, before an update"
+                elif code == 0:
+                    ended[arm["name"]] = "done"
+                elif code is not None:
+                    ended[arm["name"]] = f"failed (exit status {code})"
+                    tail = open(arm["console"], errors="replace").read().splitlines()[-15:]
+                    print("\n".join(tail), flush=True)
+                if arm["name"] in ended:
+                    arm["wall_s"] = round(now - arm["started"], 1)
+                    say(f"{arm['name']}: {ended[arm['name']]} after "
+                        f"{now - arm['started']:.0f} s")
+    finally:  # an error or an interrupt stops the arms too
+        for arm in arms:
+            if arm["process"].poll() is None:
+                stop(arm["process"])
+    return ended
+
+
+def arm_record(args, arm, ended, target):
+    """What an arm reached (from its checkpoint, zero updates without one) and how."""
+    checkpoint = os.path.join(args.workdir, f"pretrain-{arm['name']}", "checkpoint_last.pt")
+    done, flops = checkpoint_counts(checkpoint) if os.path.isfile(checkpoint) else (0, 0.0)
+    console = open(arm["console"], errors="replace").read()
+    if ended == "done":
+        ended = ("stopped by its clock" if "Stopping training due to cumulative_training_time"
+                 in console else "its planned updates")
+    figures = pace_figures(arm, arm["per_update"], args.batch * args.length)
+    return dict(arm=arm["name"], planned_updates=arm["planned"], updates=done, flops=flops,
+                tokens=done * args.batch * args.length, fraction_of_target=flops / target,
+                fraction_of_paper_point=flops / PAPER_POINT,
+                checkpoint=checkpoint if done else None, ended=ended,
+                wall_s=arm["wall_s"],
+                **{k: figures[k] for k in ("startup_s", "compile_s", "tokens_per_s",
+                                           "flops_per_s")},
+                console=arm["console"], command=arm["cmd"])
+
+
+def pretrain(args, plan, say):
+    """Both arms' pre-training (a finished arm of the same settings reused); -> their
+    records (also written to --out)."""
+    arms, records = [], {}
+    for name, overrides in (("electra", []), ("mlm", MLM_OVERRIDES)):
+        arm = dict(name=name, planned=plan["updates"][name], per_update=plan[
+            "flops_per_update"][name], console=os.path.join(args.workdir, f"pretrain-{name}.out"),
+                   cmd=arm_command(args, name, overrides, plan["updates"][name]))
+        record_path = os.path.join(args.out, f"pretrain-{name}.json")
         saved = json.load(open(record_path)) if os.path.isfile(record_path) else {}
-        if saved.get("command") != cmd:
-            raise ElectraUsageError(f"{save_dir} holds a pre-training of other settings (or "
-                                    f"of another --out); remove it or give another --workdir")
-        print(f"(done: the {arm} arm, {checkpoint})", flush=True)
-        return saved
-    started = time.time()
-    if os.path.isfile(log_path):
-        os.remove(log_path)  # an unfinished run's log (fairseq appends)
-    run(cmd)
-    done, flops = checkpoint_counts(checkpoint)
-    pace = log_pace(log_path)
-    record = dict(arm=arm, planned_updates=planned, updates=done, flops=flops,
-                  tokens=done * args.batch * args.length,
-                  fraction_of_paper_point=flops / PAPER_POINT, checkpoint=checkpoint,
-                  wall_s=round(time.time() - started, 1), command=cmd)
-    (u0, w0), (u1, w1) = (pace[0], pace[-1]) if pace else ((0, 0), (0, 0))
-    if u1 > u0 and w1 > w0:  # the steady pace between the first and last log lines (whole
-        # seconds); the rest of the process's time is start-up, compiling and saving
-        per_update = (w1 - w0) / (u1 - u0)
-        record.update(tokens_per_s=round(args.batch * args.length / per_update),
-                      startup_and_compile_s=round(record["wall_s"] - per_update * done, 1))
-    write_json(record_path, record)
-    return record
+        save_dir = os.path.join(args.workdir, f"pretrain-{name}")
+        if os.path.isfile(os.path.join(save_dir, "checkpoint_last.pt")):
+            if saved.get("command") != arm["cmd"]:
+                raise ElectraUsageError(f"{save_dir} holds a pre-training of other settings "
+                                        f"(or of another --out); remove it or give another "
+                                        f"--workdir")
+            say(f"{name}: done before ({saved['checkpoint']})")
+            records[name] = saved
+        else:
+            arms.append(arm)
+    ended = pretrain_together(args, arms, say) if arms else {}
+    for arm in arms:
+        records[arm["name"]] = arm_record(args, arm, ended[arm["name"]], plan["flops"])
+        write_json(os.path.join(args.out, f"pretrain-{arm['name']}.json"),
+                   records[arm["name"]])
+    return records
 
 
 def finetune(args, arm, start, tasks):
@@ -169,21 +330,40 @@ def finetune(args, arm, start, tasks):
     return record
 
 
-def comparison(args, pretrained, finetuned, wall):
-    """The comparison table from whatever has finished, as markdown."""
-    lines = ["| arm | updates | tokens | train FLOPs | of the 6.25% point | pre-training s | "
-             "of which start-up + compile | tokens/s after it | fine-tuning s |",
-             "|---|" + "---:|" * 8]
+def pretraining_rows(pretrained, finetuned):
+    """The first table: what each arm reached, its time split and its fine-tuning's time."""
+    lines = ["| arm | updates (planned) | tokens | train FLOPs | of the plan | of the 6.25% "
+             "point | start-up s | compile s | process s | tokens/s after the compile "
+             "| ended | fine-tuning s |", "|---|" + "---:|" * 9 + "---|---:|"]
     for arm in ARMS:
         p, f = pretrained.get(arm), finetuned.get(arm)
-        cells = ["0"] * 4 + ["", "", ""] if arm == "random init" else (
-            ["not run"] * 7 if p is None else
-            [f"{p['updates']:,}", f"{p['tokens']:.3g}", f"{p['flops']:.3g}",
-             f"{p['fraction_of_paper_point']:.2%}", f"{p['wall_s']:.0f}",
-             f"{p.get('startup_and_compile_s', '')}",
-             f"{p['tokens_per_s']:,}" if "tokens_per_s" in p else ""])
+        if arm == "random init":
+            cells = ["0", "0", "0", "", "0", "", "", "", "", ""]
+        elif p is None:
+            cells = ["not run"] * 10
+        else:
+            cells = [f"{p['updates']:,} ({p['planned_updates']:,})", f"{p['tokens']:.3g}",
+                     f"{p['flops']:.3g}", f"{p['fraction_of_target']:.0%}",
+                     f"{p['fraction_of_paper_point']:.2%}"] + \
+                    ["" if p[k] is None else f"{p[k]:.0f}" for k in ("startup_s", "compile_s")] + \
+                    [f"{p['wall_s']:.0f}", "" if p["tokens_per_s"] is None else
+                     f"{p['tokens_per_s']:,}", p["ended"]]
         cells.append("not run" if f is None else f"{f['wall_s']:.0f}")
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    flops = {arm: pretrained[arm]["flops"] for arm in ("electra", "mlm") if arm in pretrained}
+    if len(flops) == 2 and max(flops.values()) > 0 and \
+            abs(flops["electra"] - flops["mlm"]) > 0.01 * max(flops.values()):
+        lines += ["", f"Unequal FLOPs: the arms reached electra {flops['electra']:.3g} and mlm "
+                  f"{flops['mlm']:.3g} training FLOPs; each paired difference names the FLOPs "
+                  f"of its two arms."]
+    return lines
+
+
+def comparison(args, pretrained, finetuned, wall):
+    """The comparison table from whatever has finished, as markdown."""
+    lines = pretraining_rows(pretrained, finetuned)
+    flops = {arm: f"{p['flops']:.3g}" for arm, p in pretrained.items()}
+    flops["random init"] = "0"
     results = [r for arm in ARMS for r in (finetuned.get(arm) or {}).get("results", [])]
     if results:
         rows = [r for r in report.report_rows(results) if r.judges]
@@ -194,19 +374,49 @@ def comparison(args, pretrained, finetuned, wall):
             s = row.summary
             lines.append(f"| {row.name} | {row.arm} | {s.median:.2f} | {s.mean:.2f} +- "
                          f"{s.std:.2f} | {s.min:.2f} | {s.max:.2f} | {s.failed} of {s.n} |")
-        lines += ["", "| task | paired by seed | mean difference | 95% interval | Wilcoxon p |",
-                  "|---|---|---:|---|---:|"]
+        lines += ["", "| task | paired by seed | train FLOPs of each | mean difference | 95% "
+                  "interval | Wilcoxon p |", "|---|---|---|---:|---|---:|"]
         by = {(r.name, r.arm): r for r in rows}
         for name in dict.fromkeys(r.name for r in rows):
             for a, b in (("electra", "mlm"), ("electra", "random init"), ("mlm", "random init")):
                 if (name, a) in by and (name, b) in by and by[name, a].seeds == by[name, b].seeds:
                     c = compare_paired(by[name, a].scores, by[name, b].scores, (a, b))
                     p = "n/a" if c.wilcoxon_p is None else f"{c.wilcoxon_p:.3f}"
-                    lines.append(f"| {name} | {a} - {b} | {c.mean_difference:+.2f} | "
-                                 f"{c.low:+.2f}..{c.high:+.2f} | {p} |")
+                    lines.append(f"| {name} | {a} - {b} | {flops[a]} / {flops[b]} | "
+                                 f"{c.mean_difference:+.2f} | {c.low:+.2f}..{c.high:+.2f} | "
+                                 f"{p} |")
     lines += ["", f"wall time so far: {wall:.0f} s; seeds {args.seeds}; final model of each "
               f"fine-tuning run (none picked on dev)"]
     return "\n".join(lines) + "\n"
+
+
+def plan_pretraining(args, per_update):
+    """Each arm's updates for the same FLOPs, and the pace the clock asks of each."""
+    flops = args.updates * per_update["electra"] if args.updates else args.flops
+    updates = {arm: args.updates if arm == "electra" and args.updates else
+               max(1, round(flops / per_update[arm])) for arm in per_update}
+    plan = dict(flops=flops, flops_per_update=per_update, updates=updates)
+    if args.pretrain_minutes:  # at least M minutes after a compile within C
+        seconds = args.pretrain_minutes * 60
+        plan["pace_needed"] = {arm: dict(
+            updates_per_s=updates[arm] / seconds,
+            tokens_per_s=updates[arm] * args.batch * args.length / seconds,
+            flops_per_s=updates[arm] * per_update[arm] / seconds) for arm in updates}
+        plan["compile_s_allowed"] = args.compile_minutes * 60
+    return plan
+
+
+def plan_lines(plan):
+    lines = [f"plan: {plan['flops']:.3g} training FLOPs per arm: " + ", ".join(
+        f"{arm} {plan['updates'][arm]:,} updates of {plan['flops_per_update'][arm]:.3g}"
+        for arm in plan["updates"])]
+    if "pace_needed" in plan:
+        lines.append(f"pace for it: start-up and compile within {plan['compile_s_allowed']:.0f}"
+                     f" s, then both arms at once at " + ", ".join(
+                         f"{arm} {p['updates_per_s']:.3g} updates/s ({p['tokens_per_s']:,.0f} "
+                         f"tokens/s, {p['flops_per_s']:.3g} FLOP/s)"
+                         for arm, p in plan["pace_needed"].items()))
+    return lines
 
 
 def parse_args(argv):
@@ -225,11 +435,18 @@ def parse_args(argv):
     budget.add_argument("--updates", type=int, help="the electra arm's updates instead of "
                                                     "--flops (the mlm arm matches its FLOPs)")
     p.add_argument("--pretrain-minutes", type=float,
-                   help="stop each arm's pre-training after this long (compile included); the "
-                        "mlm arm still aims at the FLOPs the electra arm reached")
+                   help="each arm's pre-training clock after its compile (default: none, the "
+                        "planned updates)")
+    p.add_argument("--compile-minutes", type=float, default=1.0,
+                   help="with --pretrain-minutes: the start-up and compile an arm may take "
+                        "before its clock counts down (default 1)")
+    p.add_argument("--deadline-minutes", type=float,
+                   help="stop an arm that has logged no update this long after its start; it "
+                        "counts zero updates (default: --compile-minutes + --pretrain-minutes "
+                        "+ 1)")
     p.add_argument("--preset", default="electra_small",
                    help="pre-training config of examples/pretraining/config")
-    p.add_argument("--arch", default="electra_small")
+    p.add_argument("--arch", default="electra_small", help="the network of every arm")
     p.add_argument("--batch", type=int, default=128, help="sequences per update")
     p.add_argument("--length", type=int, default=128, help="tokens per sequence")
     p.add_argument("--warmup", type=float, default=0.1, help="warm-up, a fraction of the run")
@@ -243,8 +460,10 @@ def parse_args(argv):
     finetune_length = p.add_mutually_exclusive_group()
     finetune_length.add_argument("--finetune-epochs", type=float,
                                  help="default: each task's official count (3 for most)")
-    finetune_length.add_argument("--finetune-updates", type=int)
-    p.add_argument("--log-interval", type=int, default=100)
+    finetune_length.add_argument("--finetune-updates", type=int,
+                                 help="fine-tuning updates instead of epochs")
+    p.add_argument("--log-interval", type=int, default=100,
+                   help="updates between the pre-training's train_inner lines (its pace)")
     p.add_argument("--cpu", action="store_true", help="run on the CPU (fp32)")
     p.add_argument("--graphed", action=argparse.BooleanOptionalAction,
                    help="pre-train with --graphed-step (default: on a GPU, not on the CPU)")
@@ -255,8 +474,12 @@ def parse_args(argv):
             p.error(f"--{name.replace('_', '-')} {value} must be at least 1")
     if args.updates is None and not args.flops > 0:
         p.error(f"--flops {args.flops:g} must be more than 0")
-    if args.pretrain_minutes is not None and not args.pretrain_minutes > 0:
-        p.error(f"--pretrain-minutes {args.pretrain_minutes:g} must be more than 0")
+    for name in ("pretrain_minutes", "deadline_minutes"):
+        value = getattr(args, name)
+        if value is not None and not value > 0:
+            p.error(f"--{name.replace('_', '-')} {value:g} must be more than 0")
+    if not args.compile_minutes >= 0:
+        p.error(f"--compile-minutes {args.compile_minutes:g} must be 0 or more")
     if not 0 <= args.warmup < 1:
         p.error(f"--warmup {args.warmup:g} is not a fraction in [0, 1)")
     bad = [o for o in args.override if "=" not in o]
@@ -266,6 +489,8 @@ def parse_args(argv):
     args.out = os.path.abspath(args.out)
     args.workdir = os.path.abspath(args.workdir or os.path.join(args.out, "work"))
     args.graphed = not args.cpu if args.graphed is None else args.graphed
+    if args.deadline_minutes is None and args.pretrain_minutes:
+        args.deadline_minutes = args.compile_minutes + args.pretrain_minutes + 1
     # a GPU takes every run of an arm at once (each a process of its own)
     args.jobs = args.jobs or (1 if args.cpu else min(len(args.seeds) * len(args.task),
                                                       os.cpu_count() or 1))
@@ -293,55 +518,47 @@ def main(argv=None):
             f.write(table)
         return table
 
-    def run(cmd):
-        print("$ " + " ".join(cmd), flush=True)
-        with open(os.path.join(args.workdir, "commands.log"), "a") as log:
-            log.write(" ".join(cmd) + "\n")
-        if subprocess.run(cmd, env=dict(os.environ, PYTHONUNBUFFERED="1")).returncode:
-            raise ElectraUsageError(f"pre-training failed: {' '.join(cmd[:6])} ... (its log "
-                                    f"is above)")
+    def say(line):  # a pace line: printed, and appended to --out/pace.txt
+        line = f"{time.time() - started:5.0f} s  {line}"
+        print(line, flush=True)
+        with open(os.path.join(args.out, "pace.txt"), "a") as f:
+            f.write(line + "\n")
 
-    # the plan: the electra arm's updates from the budget, the mlm arm's from equal FLOPs
     overrides = [o.lstrip("+") for o in args.override]  # hydra's +key and ++key too
     model = [o for o in overrides if o.startswith("model.")]
     mask_prob = 0.15
     for o in overrides:
         if o.startswith("task.mask_prob="):
             mask_prob = float(o.split("=", 1)[1])
-    per_update = {arm: flops_per_update(model_config(model, args.arch, objective), args.data,
-                                        args.length, args.batch, mask_prob)
-                  for arm, objective in (("electra", "electra"), ("mlm", "mlm"))}
-    planned = args.updates or math.ceil(args.flops / per_update["electra"])
-    ratio = per_update["electra"] / per_update["mlm"]
-    write_json(os.path.join(args.out, "plan.json"), dict(
-        flops_per_update=per_update, electra_updates=planned,
-        mlm_updates=round(planned * ratio), flops=planned * per_update["electra"],
-        arguments=vars(args)))
-    print(f"plan: electra {planned:,} updates of {per_update['electra']:.3g} FLOPs, mlm "
-          f"{round(planned * ratio):,} of {per_update['mlm']:.3g}: "
-          f"{planned * per_update['electra']:.3g} FLOPs each", flush=True)
+    configs = {arm: model_config(model, args.arch, arm) for arm in ("electra", "mlm")}
+    plan = plan_pretraining(args, {arm: flops_per_update(cfg, args.data, args.length,
+                                                         args.batch, mask_prob)
+                                   for arm, cfg in configs.items()})
+    write_json(os.path.join(args.out, "plan.json"), dict(plan, arguments=vars(args)))
+    for line in plan_lines(plan):
+        say(line)
 
-    pretrained["electra"] = pretrain(args, "electra", [], planned, planned, run)
+    pretrained.update(pretrain(args, plan, say))
     write_table()
-    # the same FLOPs as the electra arm reached (all of the plan unless the clock cut it),
-    # on the same share of the mlm arm's own schedule
-    reached = round(pretrained["electra"]["updates"] * ratio)
-    pretrained["mlm"] = pretrain(args, "mlm", MLM_OVERRIDES, round(planned * ratio), reached,
-                                 run)
-    write_table()
-
-    electra_start = trials.from_checkpoint(pretrained["electra"]["checkpoint"], "electra")
-    starts = {"electra": electra_start,
-              "mlm": trials.from_checkpoint(pretrained["mlm"]["checkpoint"], "mlm"),
-              "random init": trials.random_init(electra_start.model_args)}
+    starts = {arm: trials.from_checkpoint(pretrained[arm]["checkpoint"], arm)
+              for arm in ("electra", "mlm") if pretrained[arm]["checkpoint"]}
+    made = [starts[arm].model_args for arm in ("electra", "mlm") if arm in starts]
+    starts["random init"] = trials.random_init(made[0]) if made else \
+        random_init_start(configs["electra"])
     for arm in ARMS:
-        finetuned[arm] = finetune(args, arm, starts[arm], tasks)
+        if arm in starts:  # an arm stopped before its first update has nothing to fine-tune
+            finetuned[arm] = finetune(args, arm, starts[arm], tasks)
         table = write_table()
     print("\n" + table, flush=True)
     rows = [r for r in report.report_rows([r for f in finetuned.values()
                                            for r in f["results"]]) if r.judges]
     for row in rows:
         print(f"  {row.name:<10} {row.arm:<12} {format_summary(row.summary)}")
+    failed = [f"{arm} ({p['ended']}; its console: {p['console']})"
+              for arm, p in pretrained.items() if p["ended"].startswith("failed")]
+    if failed:
+        raise ElectraUsageError(f"pre-training failed: {', '.join(failed)}; the table holds "
+                                f"the other arms")
 
 
 if __name__ == "__main__":

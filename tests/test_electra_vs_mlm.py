@@ -1,7 +1,9 @@
 """scripts/electra_vs_mlm.py, the paper's comparison, rehearsed on the CPU at tiny sizes as
-benchmarks/gpu_session.sh's first stage runs it (TINY=1: the graphed step included), and
-its refusals of bad input."""
+benchmarks/gpu_session.sh's first stage runs it (TINY=1: the graphed step included, a clock
+shorter than the compile), an arm stopped before its first update, the pace read off a
+fairseq console, the table, and its refusals of bad input."""
 
+import datetime
 import json
 import os
 import random
@@ -18,19 +20,25 @@ sys.path.insert(0, str(REPO / "scripts"))
 import electra_vs_mlm  # noqa: E402  (a script, not a package module)
 
 
-@pytest.mark.slow
-def test_the_comparison_runs_as_the_gpu_session_stage_at_tiny_sizes(spm_data, tmp_path):
-    data = tmp_path / "data"
+def prepare_tasks(root, spm_data, names):
+    """gpu_session.sh's data folder: data-bin and NAME-bin of each task."""
+    data = root / "data"
     data.mkdir()
     (data / "data-bin").symlink_to(spm_data)
-    for task, seed in (("sentiment", 0), ("amazon", 1)):  # the second task is optional
-        raw = tmp_path / task
+    for seed, task in enumerate(names):
+        raw = root / task
         raw.mkdir()
         for split, rows in sentence_task_rows(random.Random(seed), train=40, dev=16).items():
             (raw / f"{split}.tsv").write_text(rows)
         glue_cli.main(["preprocess", "--task", task, "--text-columns", "0", "--glue-dir",
                        str(raw), "--pretrain-data", str(spm_data), "--out-dir",
                        str(data / f"{task}-bin")])
+    return data
+
+
+@pytest.mark.slow
+def test_the_comparison_runs_as_the_gpu_session_stage_at_tiny_sizes(spm_data, tmp_path):
+    data = prepare_tasks(tmp_path, spm_data, ("sentiment", "amazon"))  # amazon: optional
     out = tmp_path / "out"
     env = dict(os.environ, TINY="1", STAGES="compare", OUT=str(out), DATA=str(data),
                PYTHON=sys.executable, OMP_NUM_THREADS="1")
@@ -41,27 +49,119 @@ def test_the_comparison_runs_as_the_gpu_session_stage_at_tiny_sizes(spm_data, tm
     assert "== compare " in stages and "rc=0 " in stages, stages + \
         (out / "compare.txt").read_text()[-3000:]
     compare = out / "compare"
-    # both pre-trained arms at the same FLOPs (within about half an update of the masked
-    # LM, which costs less per update), by the graphed step
+    # both arms planned to the same FLOPs (within half an update of the masked LM, which
+    # costs less per update), run at once by the graphed step, each cut by a clock shorter
+    # than its compile: one update each, the time to it measured
     plan = json.loads((compare / "plan.json").read_text())
+    per_update, updates = plan["flops_per_update"], plan["updates"]
+    assert per_update["mlm"] < per_update["electra"] and updates["electra"] == 4, plan
+    assert abs(updates["mlm"] * per_update["mlm"] - plan["flops"]) <= 0.5 * per_update["mlm"]
     arms = {arm: json.loads((compare / f"pretrain-{arm}.json").read_text())
             for arm in ("electra", "mlm")}
-    assert plan["flops_per_update"]["mlm"] < plan["flops_per_update"]["electra"], plan
-    assert arms["electra"]["updates"] == plan["electra_updates"] == 4
-    assert arms["mlm"]["updates"] == plan["mlm_updates"] >= 4
-    assert abs(arms["electra"]["flops"] - arms["mlm"]["flops"]) <= \
-        0.6 * plan["flops_per_update"]["mlm"], arms
-    for arm in arms.values():
+    for name, arm in arms.items():
         assert "task.graphed_step=true" in arm["command"], arm["command"]
-    # every arm fine-tuned on both tasks with the same seed, and the table written
+        assert arm["updates"] == 1 and arm["ended"] == "stopped by its clock", arm
+        assert arm["flops"] == pytest.approx(per_update[name], rel=0.2), arm
+        assert 0 < arm["startup_s"] and 0.6 < arm["compile_s"] < arm["wall_s"], arm
+    started = {name: arm_start(arm["console"]) for name, arm in arms.items()}
+    assert abs(started["electra"] - started["mlm"]) < 2, started  # at once
+    pace = (compare / "pace.txt").read_text().splitlines()
+    assert pace[0].split()[2] == "plan:" and "pace for it:" in pace[1], pace
+    for name in arms:
+        assert any(f"{name}: update 1 of " in line and "compile" in line for line in pace), pace
+    # every arm fine-tuned on both tasks with the same seed, and the table says what each
+    # pre-trained arm reached, and that the FLOPs differ
     for arm in ("electra", "mlm", "random-init"):
         results = json.loads((compare / f"finetune-{arm}.json").read_text())["results"]
         assert sorted((r["task"], r["seed"]) for r in results) == \
             [("amazon", 1), ("sentiment", 1)], results
     table = (compare / "comparison.md").read_text()
-    for cell in ("| electra | 4 |", f"| mlm | {plan['mlm_updates']} |", "| amazon | mlm |",
-                 "| sentiment | electra - mlm |", "| amazon | mlm - random init |"):
+    for cell in ("| electra | 1 (4) |", f"| mlm | 1 ({updates['mlm']}) |", "stopped by its clock",
+                 "Unequal FLOPs", "| amazon | mlm |", "| sentiment | electra - mlm |",
+                 "| amazon | mlm - random init |"):
         assert cell in table, table
+
+
+def arm_start(console):
+    """The time of an arm's first console line with a time."""
+    return next(t for t in map(electra_vs_mlm.line_time, open(console)) if t)
+
+
+@pytest.mark.slow
+def test_arms_stopped_before_their_first_update_count_zero_and_random_init_still_runs(
+        spm_data, tmp_path):
+    data = prepare_tasks(tmp_path, spm_data, ("sentiment",))
+    out = tmp_path / "out"
+    electra_vs_mlm.main(["--data", str(data / "data-bin"), "--task",
+                         f"sentiment={data / 'sentiment-bin'}", "--out", str(out), "--cpu",
+                         "--arch", "electra_tiny", "--updates", "4", "--batch", "8",
+                         "--length", "32", "--seeds", "1", "--finetune-updates", "1",
+                         "--pretrain-minutes", "1", "--deadline-minutes", "0.05"])
+    for arm in ("electra", "mlm"):
+        record = json.loads((out / f"pretrain-{arm}.json").read_text())
+        assert record["updates"] == 0 and record["checkpoint"] is None, record
+        assert record["ended"].startswith("stopped at --deadline-minutes"), record
+        assert not (out / f"finetune-{arm}.json").exists()
+    results = json.loads((out / "finetune-random-init.json").read_text())["results"]
+    assert [r["task"] for r in results] == ["sentiment"]
+    table = (out / "comparison.md").read_text()
+    assert "| electra | 0 (4) |" in table and "| sentiment | random init |" in table, table
+    assert "not run |" in table and "electra - mlm" not in table, table
+
+
+def console_line(at, text, logger="train_inner"):
+    return f"[{at:%Y-%m-%d %H:%M:%S},{at.microsecond // 1000:03d}][{logger}][INFO] - {text}\n"
+
+
+def test_the_pace_is_read_off_an_arms_console(tmp_path):
+    """Start-up to fairseq's first batch, the compile (the first update: the time to the
+    first train_inner line less the updates after it at the steady pace), tokens/s and
+    FLOP/s between the first and last train_inner lines, and the FLOPs projected at the end
+    of the clock."""
+    t0 = datetime.datetime(2026, 11, 28, 18, 0, 0)
+    second = datetime.timedelta(seconds=1)
+    console = tmp_path / "pretrain-electra.out"
+    console.write_text(
+        console_line(t0 + 5 * second, "Start iterating over samples", "fairseq_cli.train") +
+        console_line(t0 + 25 * second, "epoch 001:  10 / 96 loss=3.1, num_updates=10, wall=20")
+        + console_line(t0 + 27 * second, "epoch 001:  20 / 96 loss=3.0, num_updates=20, "
+                                         "wall=22"))
+    arm = dict(name="electra", console=str(console), started=t0.timestamp(), planned=1000,
+               per_update=1e9)
+    figures = electra_vs_mlm.pace_figures(arm, 1e9, 256)
+    # 0.2 s per update: 1280 tokens/s, 5e9 FLOP/s; the first update ended 9 updates before
+    # the first line
+    assert figures == dict(startup_s=5.0, compile_s=pytest.approx(18.2), updates=20,
+                           tokens_per_s=1280, flops_per_s=pytest.approx(5e9))
+    now = t0.timestamp() + 27
+    line = electra_vs_mlm.pace_line(arm, figures, now, clock_end=now + 100)
+    assert line.startswith("electra: update 20 of 1,000, start-up 5.0 s + compile 18.2 s, "
+                           "1,280 tokens/s, 5e+09 FLOP/s, projected 5.2e+11 FLOPs (52% of")
+    capped = electra_vs_mlm.pace_line(arm, figures, now, clock_end=now + 1000)
+    assert "projected 1e+12 FLOPs (100% of the plan)" in capped
+    console.write_text(console_line(t0 + 5 * second, "Start iterating over samples",
+                                    "fairseq_cli.train"))
+    waiting = electra_vs_mlm.pace_figures(arm, 1e9, 256)
+    assert waiting["updates"] == 0 and waiting["compile_s"] is None, waiting
+    assert electra_vs_mlm.pace_line(arm, waiting, t0.timestamp() + 40, None) == \
+        "electra: no update yet, 40 s after its start (start-up 5 s, compiling since)"
+
+
+def test_the_table_names_a_zero_update_arm_and_unequal_flops():
+    record = dict(planned_updates=4, tokens=256, flops=2e9, fraction_of_target=0.5,
+                  fraction_of_paper_point=2e9 / electra_vs_mlm.PAPER_POINT, startup_s=3.0,
+                  compile_s=12.4, wall_s=20.0, tokens_per_s=None, ended="stopped by its clock")
+    pretrained = {"electra": dict(record, updates=1),
+                  "mlm": dict(record, updates=0, tokens=0, flops=0.0, fraction_of_target=0.0,
+                              compile_s=None, ended="stopped at --deadline-minutes, before "
+                                                    "an update")}
+    args = electra_vs_mlm.parse_args(["--data", "d", "--task", "t=d", "--out", "o"])
+    table = electra_vs_mlm.comparison(args, pretrained, {}, 30.0)
+    assert "| start-up s | compile s | process s |" in table, table
+    assert "| electra | 1 (4) | 256 | 2e+09 | 50% | 0.00% | 3 | 12 | 20 |  | stopped by " \
+           "its clock | not run |" in table, table
+    assert "| mlm | 0 (4) | 0 | 0 | 0% |" in table and "| 3 |  | 20 |" in table, table
+    assert "Unequal FLOPs: the arms reached electra 2e+09 and mlm 0 training FLOPs;" in table, table
 
 
 @pytest.mark.parametrize("args, said", [
@@ -70,6 +170,8 @@ def test_the_comparison_runs_as_the_gpu_session_stage_at_tiny_sizes(spm_data, tm
     (["--warmup", "1.5"], "--warmup 1.5 is not a fraction"),
     (["--override", "task.mask_prob"], "is not KEY=VALUE"),
     (["--pretrain-minutes", "0"], "--pretrain-minutes 0 must be more than 0"),
+    (["--deadline-minutes", "-1"], "--deadline-minutes -1 must be more than 0"),
+    (["--compile-minutes", "-1"], "--compile-minutes -1 must be 0 or more"),
 ])
 def test_bad_options_end_in_one_line_before_anything_runs(tmp_path, capsys, args, said):
     out = tmp_path / "out"
