@@ -6,9 +6,11 @@ import pytest
 import torch
 from fairseq import optim
 from fairseq.optim.fp16_optimizer import FP16Optimizer
+from omegaconf import open_dict
 
 from electra_plugin.metrics.auc import auc_from_counts, auc_pair_counts
 from electra_plugin.models.core.heads import ElectraDiscriminatorPredictions
+from electra_plugin.models.core.run_config import complete_for_model
 from electra_plugin.models.electra import init_bert_params
 from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import (
@@ -118,22 +120,26 @@ def test_fp16_keeps_the_weight_decay_exemption_and_layer_decay(data_bin):
         assert (id(p32) in no_decay) == exempt, name
 
 
-@pytest.mark.parametrize("extra", [[], ["--graphed-step"]])
-def test_flat_fp16_on_the_cpu_is_one_line(data_bin, extra):
+def test_flat_fp16_on_the_cpu_is_one_line(data_bin):
     """fairseq's FP16Optimizer builds its flat fp32 copy with torch.cuda.current_device():
-    on the CPU the run is refused before fairseq gets there, naming what trains instead;
-    electra_adam (kept per parameter), --fp16-no-flatten-grads and --memory-efficient-fp16
-    build no flat copy and go on."""
+    on the CPU the run is refused when the model is built, before fairseq gets there, naming
+    what trains instead; --fp16-no-flatten-grads, --memory-efficient-fp16 and electra_adam
+    (kept per parameter) build no flat copy and go on."""
     with pytest.raises(ElectraUsageError) as refused:
-        built_from_command_line(data_bin, "--fp16", "--optimizer", "adam", *extra)
+        built_from_command_line(data_bin, "--fp16", "--optimizer", "adam")
     line = str(refused.value)
     for phrase in ("--fp16 on the CPU", "CUDA device", "fp32", "--autocast-bf16",
                    "electra-train --bf16", "--fp16-no-flatten-grads"):
         assert phrase in line, line
     assert "\n" not in line
-    for unflat in (["--optimizer", "adam", "--fp16-no-flatten-grads"],
-                   ["--optimizer", "adam", "--memory-efficient-fp16"], []):  # []: electra_adam
-        built_from_command_line(data_bin, "--fp16", *extra, *unflat)
+    cfg, _, _ = built_from_command_line(data_bin, "--fp16", "--optimizer", "adam",
+                                        "--fp16-no-flatten-grads")
+    with open_dict(cfg):
+        cfg.common.fp16_no_flatten_grads, cfg.common.memory_efficient_fp16 = False, True
+        complete_for_model(cfg)
+        cfg.common.memory_efficient_fp16, cfg.optimizer._name = False, "electra_adam"
+        complete_for_model(cfg)
+    assert cfg.common.fp16_no_flatten_grads is True
 
 
 def test_fully_sharded_is_one_line(data_bin):
