@@ -17,5 +17,6 @@ register_optimizer("electra_adam", dataclass=ElectraAdamConfig)(optimizer.fast(E
 
 safety_wrappers.install()
 scale_out.install()
-trainer_patches.install(on_nonfinite=divergence.skip_or_stop)
+trainer_patches.install(on_nonfinite=divergence.skip_or_stop,
+                        skips_left=divergence.skips_left)
 command_line.install()

@@ -126,3 +126,60 @@ def test_nonfinite_updates_are_skipped_as_fairseqs_are(data_bin, tmp_path, caplo
     skipped = [line for line in log.splitlines() if "skipped update" in line]
     assert len(skipped) == 2 and all("skipped update 3:" in line for line in skipped), skipped
     assert_usage_line(caught.value, "training diverged at update 3")
+
+
+WATCHED = "discriminator.encoder.layer.0.intermediate.dense.weight"  # decayed, every update
+
+
+def adam_move(before, after, state, group):
+    """An Adam update's move of a parameter read back as (lr, lr x the bias corrections'
+    step size): fairseq's ``p -= lr * wd * p + lr * c(t) * m / (sqrt(v) + eps)`` fitted to
+    the move by least squares, m and v as the update left them."""
+    moved = (before - after).double().flatten()
+    adam = (state["exp_avg"] / (state["exp_avg_sq"].sqrt() + group["eps"])).double().flatten()
+    parts = torch.stack([before.double().flatten(), adam], 1)
+    decay, step = torch.linalg.lstsq(parts, moved[:, None]).solution.flatten().tolist()
+    return decay / group["weight_decay"], step
+
+
+def test_after_a_skipped_update_the_lr_follows_fairseqs_schedule(data_bin, tmp_path,
+                                                                  monkeypatch):
+    """NaN gradients at the third update, skipped (--skip-nonfinite-updates 1) on the device
+    and read at the run's end (--log-interval 100): each update moves the weights at the lr
+    and Adam step of fairseq's count, as with fairseq's checks (ELECTRA_SPEED=-deferred),
+    which take the skip back at once. The lr climbs 1/20 of --lr a step (warm-up), so one
+    step ahead on the schedule is a move a third too large."""
+    original = Trainer.train_step
+
+    def moves(switch):
+        found = []
+        poison = {"on": False}
+
+        def observed(trainer, samples, *args, **kwargs):
+            param = dict(trainer.get_model().named_parameters())[WATCHED]
+            if not found:
+                param.register_hook(lambda g: g * float("nan") if poison["on"] else g)
+            poison["on"] = len(found) == 2
+            before = param.detach().clone()
+            output = original(trainer, samples, *args, **kwargs)
+            poison["on"] = False
+            adam = trainer.optimizer.optimizer
+            group = next(g for g in adam.param_groups if any(p is param for p in g["params"]))
+            found.append(adam_move(before, param.detach(), adam.state[param], group))
+            return output
+
+        monkeypatch.setattr(Trainer, "train_step", observed)
+        monkeypatch.setenv(VARIABLE, switch)
+        train_in_process(with_log_interval(electra_adam_run(
+            data_bin, tmp_path / switch, "--max-update", "8", "--no-save", "--weight-decay",
+            "0.1", "--warmup-updates", "20", "--total-num-update", "40",
+            "--skip-nonfinite-updates", "1"), 100))
+        return found
+
+    deferred, plain = moves("1"), moves("-deferred")
+    assert len(deferred) == 8 and len(plain) == 9  # the skipped call counted, or taken back
+    assert deferred[2] == plain[2] == (0.0, 0.0)  # the skipped update moved nothing
+    lrs = [lr for lr, _ in plain[:8]]
+    assert lrs[0] == 0.0 and all(b > 1.1 * a for a, b in zip(lrs[3:], lrs[4:])), lrs
+    for update, (ours, theirs) in enumerate(zip(deferred, plain), 1):
+        assert ours == pytest.approx(theirs, rel=1e-3, abs=1e-12), (update, deferred, plain)

@@ -56,18 +56,25 @@ def skip_or_stop(trainer, update: int) -> None:
         raise divergence_error(trainer, update, cause)
 
 
+def skips_left(trainer) -> int:
+    """How many more non-finite updates ``--skip-nonfinite-updates`` lets this run skip."""
+    return max(0, _allowed(trainer) - getattr(trainer, "electra_skipped_updates", 0))
+
+
+def _allowed(trainer) -> int:
+    return getattr(trainer.cfg.task, "skip_nonfinite_updates", 0) or 0
+
+
 def _skipped(trainer, cause: str, update: int, zero_grad: bool = True) -> bool:
     """Whether ``--skip-nonfinite-updates`` leaves room to skip this update (then logged):
     large runs step over a rare bad batch rather than stop."""
-    allowed = getattr(trainer.cfg.task, "skip_nonfinite_updates", 0) or 0
-    skipped = getattr(trainer, "electra_skipped_updates", 0)
-    if skipped >= allowed:
+    if not skips_left(trainer):
         return False
-    trainer.electra_skipped_updates = skipped + 1
+    trainer.electra_skipped_updates = getattr(trainer, "electra_skipped_updates", 0) + 1
     if zero_grad:
         trainer.zero_grad()
-    logger.warning(f"skipped update {update}: {cause} (skip "
-                   f"{skipped + 1} of --skip-nonfinite-updates {allowed})")
+    logger.warning(f"skipped update {update}: {cause} (skip {trainer.electra_skipped_updates}"
+                   f" of --skip-nonfinite-updates {_allowed(trainer)})")
     return True
 
 

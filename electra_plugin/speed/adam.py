@@ -39,6 +39,9 @@ class MultiTensorAdam(Adam):
         self.fused = fused
         # set for the next step only: 1.0 on the device skips it there (speed/deferred.py)
         self.found_inf = None
+        # set for the next step only: earlier updates skipped on the device that the host
+        # still counts (speed/deferred.py), a :class:`Behind`
+        self.behind = None
         # set for the next step only: the clip's coefficient, applied to the gradients as
         # the step reads them (speed/clip.py: no pass of its own over them)
         self.clip_coef = None
@@ -47,6 +50,7 @@ class MultiTensorAdam(Adam):
     @torch.no_grad()
     def step(self, closure=None):
         found_inf, self.found_inf = self.found_inf, None
+        behind, self.behind = self.behind, None
         clip, self.clip_coef = self.clip_coef, None
         grads = [self._planned_grads(group) for group in self.param_groups]
         if any(g is None for g in grads) and not self._multi_tensor_ok():
@@ -63,12 +67,14 @@ class MultiTensorAdam(Adam):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for group, by_step in zip(self.param_groups, by_group):
+        for index, (group, by_step) in enumerate(zip(self.param_groups, by_group)):
+            lr, late = (group["lr"], None) if behind is None else \
+                (behind.lrs[index], behind.count)
             for step, tensors in by_step.items():
                 fused = self.fused if self.fused is not None else not tensors[0][0].is_cuda
                 if found_inf is not None or fused:  # only the fused kernel skips on the device
                     _fused_update(group, step, *tensors, found_inf=found_inf,
-                                  grad_scale=unscale)
+                                  grad_scale=unscale, lr=lr, late=late)
                 else:
                     if clip is not None:
                         torch._foreach_mul_(tensors[1], clip)
@@ -134,6 +140,15 @@ class MultiTensorAdam(Adam):
             for group in self.param_groups)
 
 
+class Behind(NamedTuple):
+    """Updates that the device skipped (found non-finite, not yet read) and the host still
+    counts: fairseq's update and step counts are ``count`` lower, so the next update takes
+    each group's lr at fairseq's count and its bias corrections at its step less ``count``."""
+
+    count: torch.Tensor  # a device scalar
+    lrs: torch.Tensor  # each group's lr at fairseq's count, on the device
+
+
 class Plan(NamedTuple):
     """A parameter group's tensors and states as one step found them (their step shared),
     kept for the next steps while ``group`` and ``state`` are the optimizer's."""
@@ -160,24 +175,36 @@ def _foreach_update(group, step, params, grads, exp_avgs, exp_avg_sqs):
 
 
 def _fused_update(group, step, params, grads, exp_avgs, exp_avg_sqs, found_inf=None,
-                  grad_scale=None):
+                  grad_scale=None, lr=None, late=None):
     """``found_inf``: a device scalar, 1.0 to leave everything as it is (no host read);
     ``grad_scale``: a device scalar the kernel divides the gradients by (the clip's
-    reciprocal) in its one pass over them."""
+    reciprocal) in its one pass over them; ``lr``: ``group["lr"]`` or a device scalar;
+    ``late``: a device count of skipped updates in ``step``, fairseq's step being
+    ``step - late`` (the kernel takes eps as a number of ``step``, so the bias corrections'
+    difference goes into the kernel's lr)."""
     beta1, beta2 = group["betas"]
-    _decay_weights(group, params, found_inf)  # (m and v do not depend on p: order is free)
+    lr = group["lr"] if lr is None else lr
+    _decay_weights(group, params, found_inf, lr)  # (m and v do not depend on p: order is free)
+    if late is not None:
+        lr = (lr * _step_size(step - late.double(), beta1, beta2) /
+              _step_size(step, beta1, beta2)).float()
     steps = [torch.full((), float(step), device=params[0].device)] * len(params)
     torch._fused_adam_(
         params, grads, exp_avgs, exp_avg_sqs, [], steps,
-        lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=0.0,
+        lr=lr, beta1=beta1, beta2=beta2, weight_decay=0.0,
         eps=group["eps"] / math.sqrt(1 - beta2 ** step), amsgrad=False, maximize=False,
         grad_scale=grad_scale, found_inf=found_inf)
 
 
-def _decay_weights(group, params, found_inf=None):
+def _step_size(step, beta1, beta2):
+    """fairseq's Adam step size over lr at ``step`` (a number or a tensor)."""
+    return (1 - beta2 ** step) ** 0.5 / (1 - beta1 ** step)
+
+
+def _decay_weights(group, params, found_inf=None, lr=None):
     if group["weight_decay"] == 0:
         return
-    rate = -group["weight_decay"] * group["lr"]
+    rate = -group["weight_decay"] * (group["lr"] if lr is None else lr)
     if found_inf is None:
         torch._foreach_add_(params, params, alpha=rate)
     else:

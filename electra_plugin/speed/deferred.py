@@ -15,7 +15,10 @@ until the GPU has caught up, so it cannot queue the next update's kernels. With
 - at ``--log-interval``, before a checkpoint is written and whenever fairseq reads its
   meters, :func:`settle` reads every pending update's flag at once, logs the finite ones as
   fairseq would have and hands each other one to :data:`on_nonfinite` (the plugin installs
-  run/divergence.py's: skip it or stop the run).
+  run/divergence.py's: skip it or stop the run);
+- until then the host counts a skipped update, so where the run may skip one
+  (:data:`skips_left`), each update takes its lr and Adam's bias corrections at fairseq's
+  count, picked on the device (:func:`behind`): the lr schedule is fairseq's.
 
 fp16/amp (loss scaling reads the norm), ``--bf16`` weights (fairseq's wrapper scales the
 norm), other optimizers and several workers (fairseq compares their norms) keep fairseq's
@@ -28,7 +31,7 @@ from typing import NamedTuple
 import torch
 from fairseq import metrics
 
-from .adam import MultiTensorAdam
+from .adam import Behind, MultiTensorAdam
 from .switch import enabled
 
 
@@ -71,8 +74,32 @@ def norm_on_device(original, trainer, clip_norm):
     if not deferrable(trainer):
         return norm
     held = DeviceNorm(norm)
-    trainer.optimizer.optimizer.found_inf = held.found_inf
+    adam = trainer.optimizer.optimizer
+    adam.found_inf = held.found_inf
+    adam.behind = behind(trainer, adam)
     return held
+
+
+def behind(trainer, adam):
+    """A :class:`~.adam.Behind` for the next update where pending updates may have been
+    skipped (None where none can be): each group's lr at the host's count less the pending
+    ones skipped, from the lrs fairseq's scheduler set at the counts of this interval (kept
+    here, one row per update), picked on the device. A run with no skips left stops at the
+    first non-finite update, so its later updates need no lr of their own."""
+    room = skips_left(trainer)
+    if not room:
+        return None
+    rows = trainer.__dict__.setdefault("electra_lrs", [])  # the interval's, this one's last
+    rows.append([group["lr"] for group in adam.param_groups])
+    pending = trainer.__dict__.get("electra_pending", [])
+    room = min(room, len(pending))
+    if not room:
+        return None
+    late = torch.stack([p.norm.found_inf for p in pending]).sum().clamp(max=room)
+    table = torch.tensor(rows[-room - 1:], dtype=torch.float32)  # counts now-room .. now
+    if late.is_cuda:  # copied without the host waiting for the device
+        table = table.pin_memory().to(late.device, non_blocking=True)
+    return Behind(late, table.index_select(0, (room - late).long().view(1))[0])
 
 
 class Pending(NamedTuple):
@@ -113,9 +140,15 @@ def _nonfinite(trainer, update: int) -> None:
     raise FloatingPointError(f"gradients are Nan/Inf (update {update})")  # fairseq's words
 
 
+def _no_skips(trainer) -> int:
+    return 0  # fairseq's: the first non-finite update stops the run
+
+
 # what becomes of an update found non-finite when settled: fairseq's error by default; the
 # plugin installs run/divergence.py's skip_or_stop (speed/trainer_patches.py)
 on_nonfinite = _nonfinite
+# how many more non-finite updates a run may skip (the plugin installs run/divergence.py's)
+skips_left = _no_skips
 
 
 def settle(trainer) -> bool:
@@ -147,6 +180,7 @@ def settle(trainer) -> bool:
 def take_pending(trainer) -> list:
     """The trainer's pending updates, oldest first; it holds none after this."""
     _WITH_PENDING.discard(trainer)
+    trainer.__dict__.pop("electra_lrs", None)
     return trainer.__dict__.pop("electra_pending", [])
 
 

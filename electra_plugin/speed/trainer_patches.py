@@ -15,11 +15,12 @@ from . import deferred
 from .seed import seed_drawing_devices
 
 
-def install(on_nonfinite) -> None:
+def install(on_nonfinite, skips_left) -> None:
     """Wrap the Trainer once per process; ``on_nonfinite(trainer, update)``: what becomes of
-    a deferred update found non-finite (see :data:`.deferred.on_nonfinite`). Installed after
-    the safety wraps, so that pending updates are settled before a checkpoint is checked."""
-    deferred.on_nonfinite = on_nonfinite
+    a deferred update found non-finite, ``skips_left(trainer)``: how many more the run may
+    skip (see :data:`.deferred.on_nonfinite`). Installed after the safety wraps, so that
+    pending updates are settled before a checkpoint is checked."""
+    deferred.on_nonfinite, deferred.skips_left = on_nonfinite, skips_left
     if getattr(Trainer._set_seed, "electra_wrapper", None):
         return
     wrap_method(Trainer, "clip_grad_norm", deferred.norm_on_device)
