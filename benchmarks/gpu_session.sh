@@ -99,7 +99,7 @@ window=$(( $(share compare) - reserve ))
 clock=$($py -c "print(f'--pretrain-minutes {max($window - 60 * $compile - 30, 30) / 60:.3g}' \
                       f' --deadline-minutes {max($window, 60) / 60:.3g}')")
 stage compare $py scripts/electra_vs_mlm.py --data $data/data-bin $tasks --seeds $seeds \
-    --out "$OUT/compare" --workdir $scratch/compare --compile-minutes $compile $clock $compare
+    --out-dir "$OUT/compare" --work-dir $scratch/compare --compile-minutes $compile $clock $compare
 
 # per update at electra_small's depth, near-zero widths: operators, syncs, host ms
 stage count $py benchmarks/bench_pretrain.py --count --device $device --compile $backend \

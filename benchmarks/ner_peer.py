@@ -13,7 +13,7 @@ lr * d**(L + 1)), 10% linear warm-up then linear decay to 0, clip 1.0, batch 32,
 exported tokenizer (is_split_into_words) and initialises its classifier as transformers does
 (N(0, 0.02)); the plugin's head is Glorot-uniform, as the official code's.
 
-  python scripts/fetch_conll2003.py --out work_dirs/conll2003
+  python scripts/fetch_conll2003.py --out-dir work_dirs/conll2003
   OMP_NUM_THREADS=1 python benchmarks/ner_peer.py \\
       --checkpoint work_dirs/demo/pretrain/checkpoint_last.pt --conll work_dirs/conll2003 \\
       --out-dir work_dirs/ner_peer --seeds 1 2 3 4 5 --jobs 2

@@ -14,7 +14,6 @@ fine-tuning runs with ``finetune/trials.md`` (the trials table).
     python scripts/demo.py [--corpus my_text.txt] [--updates 1200] [--seeds 1 2 3 4 5]
 """
 
-import argparse
 import json
 import os
 import re
@@ -25,6 +24,7 @@ import time
 
 from electra_plugin.cli.demo import (discriminator_at_work, first_valid_sentence, plot_curves,
                                      preset_cmd, pretraining_progress)
+from electra_plugin.cli.vocabulary import command_parser, renamed
 from electra_plugin.finetuning import report, trials
 from electra_plugin.finetuning.statistics import compare_paired, format_summary
 from electra_plugin.user_io.errors import PREFIX, ElectraUsageError
@@ -87,7 +87,7 @@ def prepare_sentiment(workdir, data):
     sentiment = os.path.join(workdir, "sentiment")
     if not os.path.isfile(os.path.join(sentiment, "dev.tsv")):
         step("4. Fetch labelled sentiment data (Rotten Tomatoes sentences, vaderSentiment sdist)")
-        run([sys.executable, os.path.join(SCRIPTS, "fetch_sentiment.py"), "--out", sentiment],
+        run([sys.executable, os.path.join(SCRIPTS, "fetch_sentiment.py"), "--out-dir", sentiment],
             show_all=True)
     sentiment_bin = os.path.join(workdir, "sentiment-bin")
     if not os.path.isfile(os.path.join(sentiment_bin, "label", "dict.txt")):
@@ -97,11 +97,13 @@ def prepare_sentiment(workdir, data):
     return sentiment_bin
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def build_parser():
+    p = command_parser(os.path.basename(__file__), __doc__)
     p.add_argument("--corpus", help="a text file to pre-train on (default: fetch the news "
                                     "articles corpus)")
-    p.add_argument("--workdir", default=os.path.join(REPO, "work_dirs", "demo"))
+    p.add_argument("--out-dir", default=os.path.join(REPO, "work_dirs", "demo"),
+                   help="where every step writes (data, checkpoints, results)")
+    renamed(p, "--workdir", "--out-dir")
     p.add_argument("--vocab-size", type=int, default=8000, help="sentencepiece pieces")
     p.add_argument("--preset", default="small_compute",
                    help="pre-training preset (a --config-name of examples/pretraining/config)")
@@ -112,16 +114,20 @@ def main():
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5],
                    help="fine-tuning seeds, each arm's runs paired by seed (pre-training "
                         "uses the first)")
-    args = p.parse_args()
+    return p
+
+
+def main():
     configure_logging("demo")
+    args = build_parser().parse_args()
     try:
-        os.makedirs(args.workdir, exist_ok=True)
+        os.makedirs(args.out_dir, exist_ok=True)
     except OSError as e:
-        sys.exit(str(unusable_destination(f"cannot create --workdir {args.workdir!r}", e)))
-    w = lambda *parts: os.path.join(args.workdir, *parts)  # noqa: E731
+        sys.exit(str(unusable_destination(f"cannot create --out-dir {args.out_dir!r}", e)))
+    w = lambda *parts: os.path.join(args.out_dir, *parts)  # noqa: E731
     started = time.time()
 
-    data = prepare_corpus(args.workdir, args.corpus, args.vocab_size)
+    data = prepare_corpus(args.out_dir, args.corpus, args.vocab_size)
 
     pretrain_dir = w("pretrain")
     checkpoint = os.path.join(pretrain_dir, "checkpoint_last.pt")
@@ -137,7 +143,7 @@ def main():
     held_out = first_valid_sentence(data)
     at_work = discriminator_at_work(checkpoint, data, held_out)
 
-    sentiment_bin = prepare_sentiment(args.workdir, data)
+    sentiment_bin = prepare_sentiment(args.out_dir, data)
     step(f"5. Fine-tune the pre-trained discriminator and a randomly initialised one, "
          f"{len(args.seeds)} seeds each ({args.finetune_updates} updates; electra-finetune "
          f"trials, two runs at a time)")

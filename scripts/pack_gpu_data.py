@@ -18,6 +18,7 @@ import sys
 
 from fetch_corpus import DOCUMENTS
 
+from electra_plugin.cli.vocabulary import HelpFormatter
 from electra_plugin.user_io.errors import ElectraUsageError, command_line
 
 SCRIPTS = os.path.dirname(os.path.abspath(__file__))
@@ -35,14 +36,20 @@ def folder_bytes(path):
                for root, _, names in os.walk(path) for name in names)
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out-dir", default="gpu_data")
-    p.add_argument("--corpora", nargs="+", default=sorted(DOCUMENTS), choices=sorted(DOCUMENTS))
+def build_parser():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=HelpFormatter)
+    p.add_argument("--out-dir", default="gpu_data", help="the folder to write")
+    p.add_argument("--corpora", nargs="+", default=sorted(DOCUMENTS), choices=sorted(DOCUMENTS),
+                   help="the corpora (scripts/fetch_corpus.py) joined into the pre-training text")
     p.add_argument("--vocab-size", type=int, default=30522,
                    help="sentencepiece pieces (default: ELECTRA's 30522)")
     p.add_argument("--force", action="store_true", help="replace an existing --out-dir")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     out = os.path.abspath(args.out_dir)
     if os.path.exists(out):
         if not args.force:
@@ -65,7 +72,7 @@ def main(argv=None):
     for task, source in TASKS.items():
         text = os.path.join(raw, task)
         run([sys.executable, os.path.join(SCRIPTS, "fetch_sentiment.py"), "--source", source,
-             "--out", text])
+             "--out-dir", text])
         run([sys.executable, "-m", "electra_plugin.cli.glue", "preprocess", "--task", "SST-2",
              "--glue-dir", text, "--pretrain-data", data, "--out-dir",
              os.path.join(out, f"{task}-bin")])

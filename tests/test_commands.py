@@ -1,20 +1,27 @@
-"""The console commands speak one vocabulary (electra_plugin/cli/vocabulary.py,
-docs/commands.md): every parser of every command is walked and checked."""
+"""The console commands and the scripts speak one vocabulary (electra_plugin/cli/vocabulary.py,
+docs/commands.md): every parser of every command and of every script with options is walked
+and checked."""
 
 import argparse
 import importlib
 import json
 import logging
+import sys
 
 import pytest
 
 from electra_plugin.cli.vocabulary import HelpFormatter, VOCABULARY
 from electra_plugin.user_io.errors import ElectraUsageError
-from helpers import assert_usage_line
+from helpers import REPO, assert_usage_line
 
 COMMANDS = {f"electra-{m}": importlib.import_module(f"electra_plugin.cli.{m}")
             for m in ("prepare", "glue", "squad", "finetune", "tag", "choice", "extract",
                       "convert", "score")}
+# scripts/ with options (they import each other as top-level modules, as when run)
+sys.path.insert(0, str(REPO / "scripts"))
+SCRIPTS = {f"scripts/{path.name}": importlib.import_module(path.stem)
+           for path in sorted((REPO / "scripts").glob("*.py"))
+           if "add_argument" in path.read_text()}
 # the spellings of earlier releases, hidden now, and what replaced them
 OLD = {"--destdir": "--out-dir", "--workdir": "--out-dir", "--predictions": "--out",
        "--head-name": "--head", "--overwrite": "--force"}
@@ -33,7 +40,7 @@ def parsers():
                 for sub_name, sub in action.choices.items():
                     walk(f"{name} {sub_name}", sub)
 
-    for name, module in COMMANDS.items():
+    for name, module in {**COMMANDS, **SCRIPTS}.items():
         walk(name, module.build_parser())
     return found
 
@@ -96,6 +103,26 @@ def test_old_spellings_still_work_with_a_notice(argv, new, caplog):
     assert getattr(args, dest) == value
     notices = [r.getMessage() for r in caplog.records if "is now" in r.getMessage()]
     assert notices and all("accepted until the next release" in n for n in notices)
+
+
+def test_the_scripts_with_options_are_walked():
+    assert {"scripts/electra_vs_mlm.py", "scripts/demo.py", "scripts/fetch_sentiment.py",
+            "scripts/fetch_conll2003.py"} <= set(SCRIPTS)
+
+
+@pytest.mark.parametrize("script, argv, dest, value", [
+    ("electra_vs_mlm", ["--data", "d", "--task", "t=d", "--out", "o"], "out_dir", "o"),
+    ("electra_vs_mlm", ["--data", "d", "--task", "t=d", "--out-dir", "o", "--workdir", "w"],
+     "work_dir", "w"),
+    ("demo", ["--workdir", "w"], "out_dir", "w"),
+    ("fetch_sentiment", ["--out", "s"], "out_dir", "s"),
+    ("fetch_conll2003", ["--out", "c"], "out_dir", "c"),
+])
+def test_the_scripts_old_spellings_still_work_with_a_notice(script, argv, dest, value, caplog):
+    with caplog.at_level(logging.WARNING):
+        args = SCRIPTS[f"scripts/{script}.py"].build_parser().parse_args(argv)
+    assert getattr(args, dest) == value
+    assert [r.getMessage() for r in caplog.records if "is now" in r.getMessage()]
 
 
 def test_an_old_spelling_does_not_dodge_a_required_option(capsys):

@@ -93,7 +93,7 @@ def test_arms_stopped_before_their_first_update_count_zero_and_random_init_still
     data = prepare_tasks(tmp_path, spm_data, ("sentiment",))
     out = tmp_path / "out"
     electra_vs_mlm.main(["--data", str(data / "data-bin"), "--task",
-                         f"sentiment={data / 'sentiment-bin'}", "--out", str(out), "--cpu",
+                         f"sentiment={data / 'sentiment-bin'}", "--out-dir", str(out), "--cpu",
                          "--arch", "electra_tiny", "--updates", "4", "--batch", "8",
                          "--length", "32", "--seeds", "1", "--finetune-updates", "1",
                          "--pretrain-minutes", "1", "--deadline-minutes", "0.05"])
@@ -155,7 +155,7 @@ def test_the_table_names_a_zero_update_arm_and_unequal_flops():
                   "mlm": dict(record, updates=0, tokens=0, flops=0.0, fraction_of_target=0.0,
                               compile_s=None, ended="stopped at --deadline-minutes, before "
                                                     "an update")}
-    args = electra_vs_mlm.parse_args(["--data", "d", "--task", "t=d", "--out", "o"])
+    args = electra_vs_mlm.parse_args(["--data", "d", "--task", "t=d", "--out-dir", "o"])
     table = electra_vs_mlm.comparison(args, pretrained, {}, 30.0)
     assert "| start-up s | compile s | process s |" in table, table
     assert "| electra | 1 (4) | 256 | 2e+09 | 50% | 0.00% | 3 | 12 | 20 |  | stopped by " \
@@ -177,7 +177,7 @@ def test_bad_options_end_in_one_line_before_anything_runs(tmp_path, capsys, args
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exit:
         electra_vs_mlm.main(["--data", str(tmp_path), "--task", f"sentiment={tmp_path}",
-                             "--out", str(out), *args])
+                             "--out-dir", str(out), *args])
     assert exit.value.code == 2 and said in capsys.readouterr().err
     assert not out.exists()
 
@@ -194,5 +194,5 @@ def test_data_that_is_not_prepared_is_refused_in_one_line(spm_data, tmp_path, da
     out = tmp_path / "out"
     with pytest.raises(ElectraUsageError, match=said):
         electra_vs_mlm.main(["--data", str(dirs[data]), "--task", f"sentiment={dirs[task]}",
-                             "--out", str(out)])
+                             "--out-dir", str(out)])
     assert not out.exists()
