@@ -456,3 +456,33 @@ def test_the_fall_back_line_names_an_exception_without_a_message():
     assert first_line(RuntimeError("  \n")) == "RuntimeError"
     assert first_line(ValueError("a token id outside\nthe dictionary")) == \
         "a token id outside"
+
+
+def test_the_graph_reads_the_steps_output_through_its_declared_fields():
+    """The graph with the gradients inside returns the output's TRAINING_FIELDS and fills
+    FILLED_BY_THE_GRAPH: the model's output declares both among its fields, and an output
+    where one is renamed is refused by name before anything is traced."""
+    import typing
+
+    from electra_plugin.models.electra import ElectraModel
+    from electra_plugin.models.objectives.base import PretrainingOutput
+    from electra_plugin.speed.compile import declared_output
+
+    output = typing.get_type_hints(ElectraModel.electra_step)["return"]
+    assert declared_output(output) is PretrainingOutput
+    assert "main_loss" in output.TRAINING_FIELDS and "loss" in output.FILLED_BY_THE_GRAPH
+
+    class Renamed(typing.NamedTuple):
+        disc_loss: torch.Tensor  # was main_loss
+        generator_loss: torch.Tensor
+        logs: dict
+        positions: torch.Tensor
+        masked_weights: torch.Tensor
+        loss: torch.Tensor
+        TRAINING_FIELDS = PretrainingOutput.TRAINING_FIELDS
+        FILLED_BY_THE_GRAPH = PretrainingOutput.FILLED_BY_THE_GRAPH
+
+    with pytest.raises(TypeError, match="missing: main_loss"):
+        declared_output(Renamed)
+    with pytest.raises(TypeError, match="the declarations"):
+        declared_output(typing.NamedTuple("Undeclared", [("loss", torch.Tensor)]))

@@ -169,7 +169,7 @@ class GraphedStep:
                 for p in self.params:
                     torch._dynamo.mark_static_address(p)
             step = self.with_gradients
-            self.output = typing.get_type_hints(self.eager)["return"]  # (the models' tuple)
+            self.output = declared_output(typing.get_type_hints(self.eager)["return"])
         options = dict(replay) if self.cudagraphs else {}
         if enabled("guards"):
             options["guard_filter_fn"] = unguarded_structure
@@ -191,9 +191,9 @@ class GraphedStep:
                 out = torch.func.functional_call(self.as_module, values, (src_tokens, *args),
                                                  tie_weights=False)
             # what a training step's reader (the criterion) takes: the losses and logs
-            return self.combine(out), {
-                name: getattr(out, name) for name in ("main_loss", "generator_loss", "logs")
-                if getattr(out, name) is not None}
+            return self.combine(out), {name: getattr(out, name)
+                                       for name in self.output.TRAINING_FIELDS
+                                       if getattr(out, name) is not None}
 
         with torch.autocast(device, enabled=False):
             grads, (value, fields) = torch.func.grad_and_value(loss, has_aux=True)(params)
@@ -246,6 +246,21 @@ def own_code(method):
                               f.__closure__)
     copy.__kwdefaults__, copy.__annotations__ = f.__kwdefaults__, f.__annotations__
     return types.MethodType(copy, method.__self__)
+
+
+def declared_output(output: type) -> type:
+    """The step's output type (a NamedTuple), once it is checked to declare the fields a
+    graph with the gradients inside returns (``TRAINING_FIELDS``) and fills in
+    (``FILLED_BY_THE_GRAPH``) among its own: a renamed field is this error, not a step
+    that fails to trace and quietly runs eager."""
+    declared = (*getattr(output, "TRAINING_FIELDS", ()),
+                *getattr(output, "FILLED_BY_THE_GRAPH", ()))
+    missing = [name for name in declared if name not in getattr(output, "_fields", ())]
+    if not declared or missing:
+        raise TypeError(f"--graphed-step: the step's output {output.__name__} must be a "
+                        f"NamedTuple declaring TRAINING_FIELDS and FILLED_BY_THE_GRAPH among "
+                        f"its fields (missing: {', '.join(missing) or 'the declarations'})")
+    return output
 
 
 def first_line(error: BaseException) -> str:

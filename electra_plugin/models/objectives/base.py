@@ -84,6 +84,12 @@ class PretrainingOutput(NamedTuple):
     # (the criterion's own rule, called there: speed/compile.py); None: the criterion makes it
     loss: Optional[torch.Tensor] = None
 
+    # What a training step's reader (the criterion) takes of the output, and what a graphed
+    # step fills in itself: speed/compile.py returns the first from its graph and checks both
+    # against the fields before it compiles, so that a renamed field fails there, loudly
+    TRAINING_FIELDS = ("main_loss", "generator_loss", "logs")
+    FILLED_BY_THE_GRAPH = ("positions", "masked_weights", "loss")
+
 
 class Objective:
     name: str
