@@ -38,11 +38,12 @@ def logged(cmd, caplog):
 def test_no_host_sync_inside_an_update_between_log_intervals(data_bin, tmp_path,
                                                              monkeypatch):
     """Every train_step of a real fairseq-train run counted: no sync in any update that does
-    not end a log interval; with fairseq's checks (ELECTRA_SPEED=-deferred) every update
-    has them, so the count sees what it looks for."""
+    not end a log interval, also where the run may skip non-finite updates (their lr picked
+    on the device); with fairseq's checks (ELECTRA_SPEED=-deferred) every update has them,
+    so the count sees what it looks for."""
     original = Trainer.train_step
 
-    def syncs_per_update(switch):
+    def syncs_per_update(switch, *extra):
         counts = []
 
         def counted(trainer, samples, *args, **kwargs):
@@ -54,12 +55,14 @@ def test_no_host_sync_inside_an_update_between_log_intervals(data_bin, tmp_path,
         monkeypatch.setattr(Trainer, "train_step", counted)
         monkeypatch.setenv(VARIABLE, switch)
         train_in_process(with_log_interval(electra_adam_run(
-            data_bin, tmp_path / switch, "--max-update", "8", "--no-save"), 4))
+            data_bin, tmp_path / f"{switch}{len(extra)}", "--max-update", "8", "--no-save",
+            *extra), 4))
         assert [update for update, _ in counts] == list(range(1, 9))
         return counts
 
-    assert [(update, sites) for update, sites in syncs_per_update("1")
-            if update % 4 and sites] == []
+    for extra in ((), ("--skip-nonfinite-updates", "2")):
+        assert [(update, sites) for update, sites in syncs_per_update("1", *extra)
+                if update % 4 and sites] == []
     assert all(any("isfinite" in site for site in sites)
                for _, sites in syncs_per_update("-deferred"))
 
