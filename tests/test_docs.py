@@ -7,7 +7,6 @@ examples/. The old spellings are read from the commands' parsers (cli/vocabulary
 import argparse
 import contextlib
 import importlib
-import importlib.util
 import re
 import shlex
 import sys
@@ -26,9 +25,6 @@ ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s")
 # A sentence ends at . ! or ? (and any closing marks) before a capital, a code span, a quote,
 # or the end of a line.
 SENTENCE_END = re.compile(r"(?<=[.!?])[)\"'*_`]*(?:\s+(?=[A-Z`\"*(\[])|[ \t]*\n|[ \t]*$)")
-# Renames of a script whose parser does not declare them (built inside main(), no
-# ``renamed``): electra_vs_mlm.py's directories in the commands' vocabulary (docs/commands.md).
-SCRIPT_RENAMES = {"scripts/electra_vs_mlm.py": {"--out": "--out-dir", "--workdir": "--work-dir"}}
 
 
 def paragraphs(text):
@@ -106,17 +102,14 @@ def commands():
             found[(name, f"python -m {module_name}")] = module.build_parser()
     with scripts_importable():
         for path in sorted((REPO / "scripts").glob("*.py")):
-            spec = importlib.util.spec_from_file_location(f"_docs_{path.stem}", path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
+            module = importlib.import_module(path.stem)
             if hasattr(module, "build_parser"):
                 found[(f"python scripts/{path.name}",)] = module.build_parser()
     return found
 
 
 def retired_spellings():
-    """{(command, subcommand or ""): {old option: new option}} read from the parsers, plus
-    SCRIPT_RENAMES."""
+    """{(command, subcommand or ""): {old option: new option}} read from the parsers."""
     found = {}
 
     def walk(key, parser):
@@ -130,8 +123,6 @@ def retired_spellings():
     for names, parser in commands().items():
         for name in names:
             walk((name, ""), parser)
-    for script, renames in SCRIPT_RENAMES.items():
-        found.setdefault((f"python {script}", ""), renames)
     return found
 
 
@@ -167,6 +158,7 @@ def test_the_old_spellings_are_read_from_the_parsers():
     assert RETIRED[("electra-convert", "import")]["--out"] == "--out-dir"
     assert RETIRED[("electra-finetune", "trials")]["--workdir"] == "--out-dir"
     assert "--out" not in RETIRED.get(("electra-extract", ""), {})  # --out is its output file
+    assert RETIRED[("python scripts/electra_vs_mlm.py", "")]["--workdir"] == "--work-dir"
     text = ("electra-convert import --discriminator d \\\n  --out hf/\n"
             "and `electra-extract --checkpoint c --out x.pt`, `fairseq-preprocess --destdir d`\n"
             "python -m electra_plugin.cli.finetune trials --task A=d --workdir w | tee log\n")
