@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Creates ./.venv (or reuses it) with torch, fairseq, the plugin and the test extras.
-# torch is installed first and pinned: an unpinned torch pulls GBs of CUDA packages.
+# torch is installed first, pinned to the version the suite is measured with. The pin
+# chooses the version only: pip picks the wheel for this platform from its indexes (on Linux
+# x86_64, PyPI's wheel is a CUDA build with its nvidia packages, GBs, on a GPU machine and a
+# CPU-only one alike). To keep another build (a GPU machine's own CUDA version, or PyTorch's
+# CPU-only wheel), install it into .venv first and set TORCH_VERSION to its version: pip
+# then keeps it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
