@@ -20,10 +20,12 @@
 # (compare count bench_small bench_base pretrain pytest_gpu trials bench_bodies: all by
 # default).
 # TINY=1 runs every stage on the CPU at tiny sizes, with the Python at hand and DATA as the data
-# folder (tests/test_gpu_session.py), so that a GPU's minutes are never lost to a typo.
+# folder (tests/test_gpu_session.py), so that a GPU's minutes are never lost to a typo; there
+# AT_ONCE stages run at once (default 2, a core each; on a GPU 1, one after the other).
 set -u
 budget=${1:-560}
 TINY=${TINY:-0}
+AT_ONCE=${AT_ONCE:-$([ "$TINY" = 1 ] && echo 2 || echo 1)}
 data=${DATA:-$PWD/gpu_data}
 start=$SECONDS
 OUT=${OUT:?set OUT to a folder for the results}
@@ -45,16 +47,35 @@ share() {  # share NAME: NAME's seconds, its weight over those of the stages sti
     for other in $pending; do rest=$(( rest + $(weight "$other") )); done
     echo $(( (budget - (SECONDS - start)) * $(weight "$1") / rest ))
 }
-stage() {  # stage NAME COMMAND...: a chosen stage, under its share
+stage() {  # stage NAME COMMAND...: a chosen stage, under its share (AT_ONCE > 1: in the
+    # background once a slot is free; its pid in pid_NAME)
     local name=$1; shift
     [[ "$pending" == *" $name "* ]] || return 0
     local t; t=$(share "$name")
+    # stages at once overlap: each may take all the time left
+    [ "$AT_ONCE" -gt 1 ] && t=$(( budget - (SECONDS - start) ))
     pending=${pending/ $name / }
     if [ "$t" -lt 20 ]; then echo "== $name: skipped, ${t}s for it" | tee -a "$OUT/stages.txt"; return; fi
+    if [ "$AT_ONCE" -gt 1 ]; then
+        while [ "$(jobs -rp | wc -l)" -ge "$AT_ONCE" ]; do wait -n; done
+        run_stage "$name" "$t" "$@" &
+        eval "pid_${name//-/_}=$!"
+    else
+        run_stage "$name" "$t" "$@"
+    fi
+}
+stop_stages() {  # the stages still running in the background, and their commands
+    local job
+    for job in $(jobs -p); do pkill -P "$job"; kill "$job"; done 2>/dev/null
+}
+trap stop_stages EXIT
+trap 'exit 143' INT TERM
+run_stage() {  # run_stage NAME SECONDS COMMAND...
+    local name=$1 t=$2; shift 2
     echo "== $name (limit ${t}s)" | tee -a "$OUT/stages.txt"
     local s=$SECONDS
     timeout "$t" "$@" > "$OUT/$name.txt" 2>&1
-    echo "   rc=$? in $(( SECONDS - s ))s" | tee -a "$OUT/stages.txt"
+    echo "   $name: rc=$? in $(( SECONDS - s ))s" | tee -a "$OUT/stages.txt"
 }
 
 if [ "$TINY" = 1 ]; then  # the CPU rehearsal: tiny sizes, this environment's Python
@@ -64,11 +85,13 @@ if [ "$TINY" = 1 ]; then  # the CPU rehearsal: tiny sizes, this environment's Py
     bodies="--sizes small --lengths 16 --batch-size 2 --steps 1 --warmup 1 --repeats 1 --vocab 64"
     count="--steps 1 --warmup 1 --repeats 1 --plugin-args --num-layers 2"  # compiles fast
     pretrain="task.tokens_per_sample=32 dataset.batch_size=8 task.global_batch_size=8"
+    pretrain="$pretrain ++model.num_layers=2"  # two layers: the graphed step compiles fast
     tiny_model="--plugin-args --num-layers 2 --hidden-size 16 --num-heads 4 --ffn-size 16"
     tiny_model="$tiny_model --embedding-size 16"  # two layers: the graphed row compiles fast
     tiny_base="$tiny_model --generator-size 0.25"
     compare="--cpu --arch electra_tiny --updates 4 --batch 8 --length 32 --finetune-updates 3"
     compare="$compare --log-interval 1 --graphed --override ++task.torch_compile=aot_eager"
+    compare="$compare --override ++model.num_layers=2"
     # a clock shorter than the compile: each arm stops after its first update
     compare="$compare --jobs 2 --pretrain-minutes 0.01"; reserve=0; compile=0
 else
@@ -125,13 +148,17 @@ stage pretrain $py -m fairseq_cli.hydra_train --config-dir examples/pretraining/
     checkpoint.no_epoch_checkpoints=true dataset.disable_validation=true \
     hydra.run.dir=$scratch/pretrain-hydra $pretrain
 stage pytest_gpu $py -m pytest -m gpu -n 0 -q -p no:cacheprovider --timeout 150 -rA tests
+[ -n "${pid_pretrain:-}" ] && wait "$pid_pretrain"  # its checkpoint is the first trials' start
 for arm in "--checkpoint $scratch/pretrain/checkpoint_last.pt" "--arch $arch"; do
     name=trials${arm%% *}  # each arm in a folder of its own
     stage $name $py -m electra_plugin.cli.finetune trials $arm \
         --task sentiment=$data/sentiment-bin --seeds $seeds --jobs $jobs \
         --out-dir $scratch/$name $([ $device = cpu ] && echo --cpu)
-    cp $scratch/$name/trials.md "$OUT/$name.md" 2>/dev/null
 done
 stage bench_bodies $py benchmarks/bench_bodies.py --device $device --precision bf16 $bodies \
     --json "$OUT/bench_bodies.json" $tiny_model
+wait  # the stages still running
+for name in trials--checkpoint trials--arch; do
+    cp $scratch/$name/trials.md "$OUT/$name.md" 2>/dev/null
+done
 echo "total $(( SECONDS - start ))s" | tee -a "$OUT/stages.txt"

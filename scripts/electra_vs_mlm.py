@@ -282,7 +282,7 @@ def arm_record(args, arm, ended, target):
                 tokens=done * args.batch * args.length, fraction_of_target=flops / target,
                 fraction_of_paper_point=flops / PAPER_POINT,
                 checkpoint=checkpoint if done else None, ended=ended,
-                wall_s=arm["wall_s"],
+                started_at=round(arm["started"], 1), wall_s=arm["wall_s"],
                 **{k: figures[k] for k in ("startup_s", "compile_s", "tokens_per_s",
                                            "flops_per_s")},
                 console=arm["console"], command=arm["cmd"])
@@ -293,8 +293,9 @@ def pretrain(args, plan, say):
     records (also written to --out-dir)."""
     arms, records = [], {}
     for name, overrides in (("electra", []), ("mlm", MLM_OVERRIDES)):
-        arm = dict(name=name, planned=plan["updates"][name], per_update=plan[
-            "flops_per_update"][name], console=os.path.join(args.work_dir, f"pretrain-{name}.out"),
+        arm = dict(name=name, planned=plan["updates"][name],
+                   per_update=plan["flops_per_update"][name],
+                   console=os.path.join(args.work_dir, f"pretrain-{name}.out"),
                    cmd=arm_command(args, name, overrides, plan["updates"][name]))
         record_path = os.path.join(args.out_dir, f"pretrain-{name}.json")
         saved = json.load(open(record_path)) if os.path.isfile(record_path) else {}

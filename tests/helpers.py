@@ -664,6 +664,25 @@ def sentence_task_rows(rng=None, **counts) -> dict:
             for split, n in counts.items()}
 
 
+def gpu_session_data(root, spm_data, tasks):
+    """benchmarks/gpu_session.sh's DATA folder: data-bin (``spm_data``) and TASK-bin of each
+    of ``tasks``, a binary sentence task made by electra-glue preprocess."""
+    from electra_plugin.cli import glue as glue_cli
+
+    data = root / "data"
+    data.mkdir()
+    (data / "data-bin").symlink_to(spm_data)
+    for seed, task in enumerate(tasks):
+        raw = root / task
+        raw.mkdir()
+        for split, rows in sentence_task_rows(random.Random(seed), train=40, dev=16).items():
+            (raw / f"{split}.tsv").write_text(rows)
+        glue_cli.main(["preprocess", "--task", task, "--text-columns", "0", "--glue-dir",
+                       str(raw), "--pretrain-data", str(spm_data), "--out-dir",
+                       str(data / f"{task}-bin")])
+    return data
+
+
 def prepared_suite(root, spm_data):
     """A binary sentence task of one's own, NER, SQuAD 1.1 and multiple choice, each made by
     its preparation command; -> the suite file naming them."""

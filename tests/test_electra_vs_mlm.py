@@ -1,96 +1,25 @@
-"""scripts/electra_vs_mlm.py, the paper's comparison, rehearsed on the CPU at tiny sizes as
-benchmarks/gpu_session.sh's first stage runs it (TINY=1: the graphed step included, a clock
-shorter than the compile), an arm stopped before its first update, the pace read off a
-fairseq console, the table, and its refusals of bad input."""
+"""scripts/electra_vs_mlm.py, the paper's comparison: arms stopped before their first update,
+the pace read off a fairseq console, the table, and its refusals of bad input. The whole
+stage at tiny sizes (both arms at once, a clock shorter than the compile, the fine-tuning of
+every arm) runs in tests/test_gpu_session.py, as benchmarks/gpu_session.sh runs it."""
 
 import datetime
 import json
-import os
-import random
-import subprocess
 import sys
 
 import pytest
 
-from electra_plugin.cli import glue as glue_cli
 from electra_plugin.user_io.errors import ElectraUsageError
-from helpers import REPO, sentence_task_rows
+from helpers import REPO, gpu_session_data
 
 sys.path.insert(0, str(REPO / "scripts"))
 import electra_vs_mlm  # noqa: E402  (a script, not a package module)
 
 
-def prepare_tasks(root, spm_data, names):
-    """gpu_session.sh's data folder: data-bin and NAME-bin of each task."""
-    data = root / "data"
-    data.mkdir()
-    (data / "data-bin").symlink_to(spm_data)
-    for seed, task in enumerate(names):
-        raw = root / task
-        raw.mkdir()
-        for split, rows in sentence_task_rows(random.Random(seed), train=40, dev=16).items():
-            (raw / f"{split}.tsv").write_text(rows)
-        glue_cli.main(["preprocess", "--task", task, "--text-columns", "0", "--glue-dir",
-                       str(raw), "--pretrain-data", str(spm_data), "--out-dir",
-                       str(data / f"{task}-bin")])
-    return data
-
-
-@pytest.mark.slow
-def test_the_comparison_runs_as_the_gpu_session_stage_at_tiny_sizes(spm_data, tmp_path):
-    data = prepare_tasks(tmp_path, spm_data, ("sentiment", "amazon"))  # amazon: optional
-    out = tmp_path / "out"
-    env = dict(os.environ, TINY="1", STAGES="compare", OUT=str(out), DATA=str(data),
-               PYTHON=sys.executable, OMP_NUM_THREADS="1")
-    proc = subprocess.run(["bash", "benchmarks/gpu_session.sh", "900"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    stages = (out / "stages.txt").read_text()
-    assert "== compare " in stages and "rc=0 " in stages, stages + \
-        (out / "compare.txt").read_text()[-3000:]
-    compare = out / "compare"
-    # both arms planned to the same FLOPs (within half an update of the masked LM, which
-    # costs less per update), run at once by the graphed step, each cut by a clock shorter
-    # than its compile: one update each, the time to it measured
-    plan = json.loads((compare / "plan.json").read_text())
-    per_update, updates = plan["flops_per_update"], plan["updates"]
-    assert per_update["mlm"] < per_update["electra"] and updates["electra"] == 4, plan
-    assert abs(updates["mlm"] * per_update["mlm"] - plan["flops"]) <= 0.5 * per_update["mlm"]
-    arms = {arm: json.loads((compare / f"pretrain-{arm}.json").read_text())
-            for arm in ("electra", "mlm")}
-    for name, arm in arms.items():
-        assert "task.graphed_step=true" in arm["command"], arm["command"]
-        assert arm["updates"] == 1 and arm["ended"] == "stopped by its clock", arm
-        assert arm["flops"] == pytest.approx(per_update[name], rel=0.2), arm
-        assert 0 < arm["startup_s"] and 0.6 < arm["compile_s"] < arm["wall_s"], arm
-    started = {name: arm_start(arm["console"]) for name, arm in arms.items()}
-    assert abs(started["electra"] - started["mlm"]) < 2, started  # at once
-    pace = (compare / "pace.txt").read_text().splitlines()
-    assert pace[0].split()[2] == "plan:" and "pace for it:" in pace[1], pace
-    for name in arms:
-        assert any(f"{name}: update 1 of " in line and "compile" in line for line in pace), pace
-    # every arm fine-tuned on both tasks with the same seed, and the table says what each
-    # pre-trained arm reached, and that the FLOPs differ
-    for arm in ("electra", "mlm", "random-init"):
-        results = json.loads((compare / f"finetune-{arm}.json").read_text())["results"]
-        assert sorted((r["task"], r["seed"]) for r in results) == \
-            [("amazon", 1), ("sentiment", 1)], results
-    table = (compare / "comparison.md").read_text()
-    for cell in ("| electra | 1 (4) |", f"| mlm | 1 ({updates['mlm']}) |", "stopped by its clock",
-                 "Unequal FLOPs", "| amazon | mlm |", "| sentiment | electra - mlm |",
-                 "| amazon | mlm - random init |"):
-        assert cell in table, table
-
-
-def arm_start(console):
-    """The time of an arm's first console line with a time."""
-    return next(t for t in map(electra_vs_mlm.line_time, open(console)) if t)
-
-
 @pytest.mark.slow
 def test_arms_stopped_before_their_first_update_count_zero_and_random_init_still_runs(
         spm_data, tmp_path):
-    data = prepare_tasks(tmp_path, spm_data, ("sentiment",))
+    data = gpu_session_data(tmp_path, spm_data, ("sentiment",))
     out = tmp_path / "out"
     electra_vs_mlm.main(["--data", str(data / "data-bin"), "--task",
                          f"sentiment={data / 'sentiment-bin'}", "--out-dir", str(out), "--cpu",

@@ -1,7 +1,8 @@
-"""benchmarks/gpu_session.sh rehearsed on the CPU at tiny sizes (TINY=1): every stage a GPU
-session runs after the comparison (tests/test_electra_vs_mlm.py: the host-work count, the eager, graphed and peer rows, the graphed
-pre-training, the trials, the bodies) ends well, so that a lent GPU's minutes are never lost
-to a typo, an option or an import."""
+"""benchmarks/gpu_session.sh rehearsed on the CPU at tiny sizes (TINY=1), every stage in one
+run, two at a time: the comparison (scripts/electra_vs_mlm.py: both arms at once by the
+graphed step, a clock shorter than their compile), the host-work count, the eager, graphed
+and peer rows, the graphed pre-training, the trials and the bodies end well and write what
+they should, so that a lent GPU's minutes are never lost to a typo, an option or an import."""
 
 import json
 import os
@@ -10,39 +11,75 @@ import sys
 
 import pytest
 
-from electra_plugin.cli import glue as glue_cli
-from helpers import REPO, sentence_task_rows
+from helpers import REPO, gpu_session_data
 
 pytestmark = pytest.mark.slow
 
+STAGES = ("compare", "count", "bench_small", "bench_base", "pretrain", "trials--checkpoint",
+          "trials--arch", "bench_bodies")
 
-def test_the_gpu_session_runs_end_to_end_at_tiny_sizes(spm_data, tmp_path):
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "data-bin").symlink_to(spm_data)
-    raw = tmp_path / "sentiment"
-    raw.mkdir()
-    for split, rows in sentence_task_rows(train=40, dev=16).items():
-        (raw / f"{split}.tsv").write_text(rows)
-    glue_cli.main(["preprocess", "--task", "sentiment", "--text-columns", "0", "--glue-dir",
-                   str(raw), "--pretrain-data", str(spm_data), "--out-dir",
-                   str(data / "sentiment-bin")])
-    out = tmp_path / "out"
-    stages = "count bench_small bench_base pretrain trials bench_bodies"
-    env = dict(os.environ, TINY="1", STAGES=stages, OUT=str(out), DATA=str(data), PYTHON=sys.executable,
+
+@pytest.fixture(scope="module")
+def session(spm_data, tmp_path_factory):
+    """The rehearsal's $OUT, every stage run (amazon-bin: the optional second task)."""
+    root = tmp_path_factory.mktemp("gpu_session")
+    data = gpu_session_data(root, spm_data, ("sentiment", "amazon"))
+    out = root / "out"
+    env = dict(os.environ, TINY="1", OUT=str(out), DATA=str(data), PYTHON=sys.executable,
                OMP_NUM_THREADS="1")
+    env.pop("STAGES", None)
     proc = subprocess.run(["bash", "benchmarks/gpu_session.sh", "1500"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    stages = (out / "stages.txt").read_text()
-    for stage in ("count", "bench_small", "bench_base", "pretrain", "trials--checkpoint",
-                  "trials--arch", "bench_bodies"):
-        assert f"== {stage} " in stages, stages
-    assert "skipped" not in stages and stages.count("rc=0 ") == 7, stages
-    count = (out / "count.txt").read_text()
+    return out
+
+
+def test_every_stage_ends_well_with_its_markers(session):
+    stages = (session / "stages.txt").read_text()
+    for stage in STAGES:
+        assert f"== {stage} " in stages and f"   {stage}: rc=0 " in stages, \
+            stages + (session / f"{stage}.txt").read_text()[-3000:]
+    assert "skipped" not in stages and stages.count("rc=0 ") == len(STAGES), stages
+    count = (session / "count.txt").read_text()
     assert "plugin --graphed-step" in count and "peer" in count, count
-    for row in json.loads((out / "bench_small.json").read_text())["rows"]:  # --profile
+    for row in json.loads((session / "bench_small.json").read_text())["rows"]:  # --profile
         assert row["device_busy_ms_per_update"] == 0 and row["top_host_ops"], row  # (a CPU)
     assert "--graphed-step: the step runs as one compiled graph" in \
-        (out / "pretrain.txt").read_text()
-    assert (out / "trials--checkpoint.md").is_file() and (out / "trials--arch.md").is_file()
+        (session / "pretrain.txt").read_text()
+    assert (session / "trials--checkpoint.md").is_file() and \
+        (session / "trials--arch.md").is_file()
+
+
+def test_the_comparison_pretrains_both_arms_at_once_and_finetunes_what_they_reached(session):
+    compare = session / "compare"
+    # both arms planned to the same FLOPs (within half an update of the masked LM, which
+    # costs less per update), run at once by the graphed step, each cut by a clock shorter
+    # than its compile: one update each, the time to it measured
+    plan = json.loads((compare / "plan.json").read_text())
+    per_update, updates = plan["flops_per_update"], plan["updates"]
+    assert per_update["mlm"] < per_update["electra"] and updates["electra"] == 4, plan
+    assert abs(updates["mlm"] * per_update["mlm"] - plan["flops"]) <= 0.5 * per_update["mlm"]
+    arms = {arm: json.loads((compare / f"pretrain-{arm}.json").read_text())
+            for arm in ("electra", "mlm")}
+    for name, arm in arms.items():
+        assert "task.graphed_step=true" in arm["command"], arm["command"]
+        assert arm["updates"] == 1 and arm["ended"] == "stopped by its clock", arm
+        assert arm["flops"] == pytest.approx(per_update[name], rel=0.2), arm
+        assert 0 < arm["startup_s"] and 0.6 < arm["compile_s"] < arm["wall_s"], arm
+    assert max(a["started_at"] for a in arms.values()) < \
+        min(a["started_at"] + a["wall_s"] for a in arms.values()), arms  # at once
+    pace = (compare / "pace.txt").read_text().splitlines()
+    assert pace[0].split()[2] == "plan:" and "pace for it:" in pace[1], pace
+    for name in arms:
+        assert any(f"{name}: update 1 of " in line and "compile" in line for line in pace), pace
+    # every arm fine-tuned on both tasks with the same seed, and the table says what each
+    # pre-trained arm reached, and that the FLOPs differ
+    for arm in ("electra", "mlm", "random-init"):
+        results = json.loads((compare / f"finetune-{arm}.json").read_text())["results"]
+        assert sorted((r["task"], r["seed"]) for r in results) == \
+            [("amazon", 1), ("sentiment", 1)], results
+    table = (compare / "comparison.md").read_text()
+    for cell in ("| electra | 1 (4) |", f"| mlm | 1 ({updates['mlm']}) |", "stopped by its clock",
+                 "Unequal FLOPs", "| amazon | mlm |", "| sentiment | electra - mlm |",
+                 "| amazon | mlm - random init |"):
+        assert cell in table, table
