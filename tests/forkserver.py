@@ -1,4 +1,5 @@
-"""A warm interpreter that starts the tests' ``python -m MODULE ...`` commands by forking.
+"""A warm interpreter that starts the tests' ``python -m MODULE ...`` and ``python -c CODE ...``
+commands by forking.
 
 A command's process costs about 4 seconds before its first line of work (the interpreter,
 torch, fairseq's tasks and scikit-learn); the suite starts a few hundred. This server imports
@@ -10,12 +11,15 @@ Tests of a fresh interpreter itself (the installed console scripts, import-time 
 start real processes (:func:`helpers.run` with ``fresh=True``).
 
 Protocol, one JSON object per line: the client writes ``{"argv", "env", "cwd", "stdout",
-"stderr"}`` (output file paths) on the server's stdin and reads ``{"pid"}`` back, then
+"stderr", "file_modes"}`` (output file paths; whether root's power over file modes is dropped)
+on the server's stdin and reads ``{"pid"}`` back, then
 ``{"exit": pid, "code": ...}`` when that child ends (``code`` as Popen's returncode). The
 server ends when its stdin closes.
 """
 
+import ast
 import atexit
+import ctypes
 import importlib
 import json
 import logging
@@ -39,9 +43,26 @@ PRELOADED = ("numpy", "scipy.stats", "sklearn.metrics", "torch", "torch.optim",
              "fairseq.checkpoint_utils", "fairseq.dataclass.utils", "fairseq.options",
              "fairseq.tasks", "fairseq.trainer")
 # Importing fairseq configures logging (wav2vec2_classification's basicConfig: DEBUG, stderr),
-# as it does in a new process of every command but this one, which configures its own (INFO,
-# stdout) before it imports fairseq; its child starts from logging as a new interpreter has it.
+# as it does in a new process of every command but one that first imports this module, which
+# configures its own (INFO, stdout) before it imports fairseq; such a command's child starts
+# from logging as a new interpreter has it.
 LOGGING_BEFORE_IMPORTS = ("fairseq_cli.train",)
+# what a command may import before fairseq: packages that leave logging as they found it
+QUIET_IMPORTS = {"numpy", "scipy", "sklearn", "torch", *sys.stdlib_module_names}
+
+
+def first_import(code: str):
+    """The first module that ``code`` imports outside QUIET_IMPORTS (for ``from package
+    import name``, package.name), or None."""
+    nodes = [node for node in ast.walk(ast.parse(code))
+             if isinstance(node, (ast.Import, ast.ImportFrom))]
+    for node in sorted(nodes, key=lambda node: (node.lineno, node.col_offset)):
+        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
+            [f"{node.module or ''}.{alias.name}" for alias in node.names]
+        for name in names:
+            if name.split(".")[0] not in QUIET_IMPORTS:
+                return name
+    return None
 
 
 def preload():
@@ -59,9 +80,24 @@ def exit_code(error: SystemExit) -> int:
     return 1
 
 
+def obey_file_modes() -> None:
+    """Leave this process and what it starts without CAP_DAC_OVERRIDE, root's power to write
+    where file modes say no: what ``setpriv --bounding-set=-dac_override`` leaves a command."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # capabilities' version 3, this process
+    sets = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable (bits 0-31, 32-63)
+    dac_override = 1
+    if libc.prctl(24, dac_override, 0, 0, 0) or libc.capget(header, sets):  # PR_CAPBSET_DROP
+        raise OSError(ctypes.get_errno(), "cannot drop CAP_DAC_OVERRIDE")
+    for i in range(3):
+        sets[i] &= ~(1 << dac_override)
+    if libc.capset(header, sets):
+        raise OSError(ctypes.get_errno(), "cannot drop CAP_DAC_OVERRIDE")
+
+
 def child(request) -> None:
     """Become the command: its files as stdout and stderr, its cwd and environment, its
-    module run as __main__; never returns."""
+    module or code run as __main__; never returns."""
     code = 1
     try:
         output = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -88,15 +124,23 @@ def child(request) -> None:
             torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
         random.seed()  # a new process's seeds, not the server's state
         numpy.random.seed()
-        module, args = request["argv"][2], request["argv"][3:]
-        if module in LOGGING_BEFORE_IMPORTS:
-            logging.root.handlers.clear()
-            logging.root.setLevel(logging.WARNING)
-        sys.modules.pop(module, None)
-        sys.path[0] = os.getcwd()  # where ``python -m`` looks first (the server's: its folder)
-        sys.argv = [module, *args]
+        flag, target, args = request["argv"][1:3] + [request["argv"][3:]]
         try:
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
+            if request.get("file_modes"):
+                obey_file_modes()
+            if (target if flag == "-m" else first_import(target)) in LOGGING_BEFORE_IMPORTS:
+                logging.root.handlers.clear()
+                logging.root.setLevel(logging.WARNING)
+            if flag == "-m":
+                sys.modules.pop(target, None)
+                sys.path[0] = os.getcwd()  # where ``-m`` looks first (the server's: its folder)
+                sys.argv = [target, *args]
+                runpy.run_module(target, run_name="__main__", alter_sys=True)
+            else:
+                sys.path[0] = ""  # where ``-c`` looks first: the working directory
+                sys.argv = ["-c", *args]
+                main = sys.modules["__main__"] = type(sys)("__main__")
+                exec(compile(target, "<string>", "exec"), vars(main))
             code = 0
         except SystemExit as error:
             code = exit_code(error)
@@ -153,9 +197,10 @@ def interpreter_settings(env) -> dict:
 
 def forkable(cmd, env) -> bool:
     """Whether the server can start ``cmd`` in ``env`` as a new interpreter would: this
-    interpreter running a module, with the start-up settings the server started with."""
+    interpreter running a module or code, with the start-up settings the server started
+    with."""
     started_with = os.environ if _server is None else _server.env
-    return len(cmd) > 2 and str(cmd[0]) == sys.executable and cmd[1] == "-m" and \
+    return len(cmd) > 2 and str(cmd[0]) == sys.executable and cmd[1] in ("-m", "-c") and \
         interpreter_settings(env) == interpreter_settings(started_with)
 
 
@@ -226,9 +271,10 @@ class Lines:
 class ForkedProcess:
     """What the tests use of a Popen (pid, poll, wait, kill, send_signal, communicate,
     returncode, stdout and stderr read line by line) for a command the server started; its
-    output is text; ``merge_stderr`` puts stderr into stdout (Popen's stderr=STDOUT)."""
+    output is text; ``merge_stderr`` puts stderr into stdout (Popen's stderr=STDOUT);
+    ``file_modes``: run without root's power over file modes (:func:`obey_file_modes`)."""
 
-    def __init__(self, cmd, env=None, cwd=None, merge_stderr=False):
+    def __init__(self, cmd, env=None, cwd=None, merge_stderr=False, file_modes=False):
         global _server
         if _server is None or _server.process.poll() is not None:
             _server = Server()
@@ -242,7 +288,8 @@ class ForkedProcess:
         self.pid = self.server.start({
             "argv": self.args, "env": dict(os.environ if env is None else env),
             "cwd": str(cwd or os.getcwd()), "stdout": str(self.folder / "stdout"),
-            "stderr": None if merge_stderr else str(self.folder / "stderr")})
+            "stderr": None if merge_stderr else str(self.folder / "stderr"),
+            "file_modes": file_modes})
 
     def poll(self):
         if self.returncode is None:

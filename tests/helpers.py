@@ -247,17 +247,21 @@ def assert_main_error(main, argv, *phrases) -> str:
     return assert_usage_line(caught.value, *phrases)
 
 
-def start(cmd, env=None, cwd=None, fresh=False, merge_stderr=False, **popen):
-    """``cmd`` started, its output captured as text: a ``python -m MODULE`` command forked by
-    the fork server (:mod:`forkserver`), unless ``fresh`` or Popen's own options
-    (``preexec_fn``) ask for a new interpreter; ``env``: variables added to this environment;
-    ``merge_stderr``: stderr into stdout."""
+def start(cmd, env=None, cwd=None, fresh=False, merge_stderr=False, file_modes=False, **popen):
+    """``cmd`` started, its output captured as text: a ``python -m MODULE`` or ``python -c
+    CODE`` command forked by the fork server (:mod:`forkserver`), unless ``fresh`` or Popen's
+    own options (``preexec_fn``) ask for a new interpreter; ``env``: variables added to this
+    environment; ``merge_stderr``: stderr into stdout; ``file_modes``: as root, without the
+    power to write where file modes say no (a fresh command under ``setpriv``)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **(env or {}))
     cmd = [str(c) for c in cmd]
     for check in BEFORE_START:
         check(cmd)
     if forkable(cmd, env) and not fresh and not popen:
-        return ForkedProcess(cmd, env=env, cwd=cwd, merge_stderr=merge_stderr)
+        return ForkedProcess(cmd, env=env, cwd=cwd, merge_stderr=merge_stderr,
+                             file_modes=file_modes and os.geteuid() == 0)
+    if file_modes and os.geteuid() == 0:
+        cmd = ["setpriv", "--bounding-set=-dac_override", *cmd]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=cwd,
                             stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
                             **popen)
@@ -266,9 +270,10 @@ def start(cmd, env=None, cwd=None, fresh=False, merge_stderr=False, **popen):
 BEFORE_START = []  # checks of a command line before it starts (conftest's fast-tier guard)
 
 
-def run(cmd, env=None, cwd=None, fresh=False, timeout=600, **popen) -> subprocess.CompletedProcess:
+def run(cmd, env=None, cwd=None, fresh=False, timeout=600,
+        **options) -> subprocess.CompletedProcess:
     """``cmd`` to its end (:func:`start`), as subprocess.run reports it."""
-    proc = start(cmd, env=env, cwd=cwd, fresh=fresh, **popen)
+    proc = start(cmd, env=env, cwd=cwd, fresh=fresh, **options)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
