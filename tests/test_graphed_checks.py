@@ -13,6 +13,8 @@ from electra_plugin.user_io.errors import ElectraUsageError
 from helpers import masked_batch, records, run, tiny_model, train_cmd
 from test_compile import counters_of, graphed_run
 
+pytestmark = pytest.mark.slow  # each test compiles a step (dynamo: seconds on 2 cores)
+
 
 def step(model, task, length):
     src, target, _, picked = masked_batch(task, length=length)
@@ -22,7 +24,9 @@ def step(model, task, length):
 
 
 def graphed_model():
-    model, task = tiny_model(dropout=0.0, attention_dropout=0.0, temperature=0.0)
+    """One layer each: what is checked is the compiled step's guards, at any depth, and
+    tracing costs time per layer."""
+    model, task = tiny_model(dropout=0.0, attention_dropout=0.0, temperature=0.0, num_layers=1)
     assert graphed.compile_step(model, "aot_eager")
     return model, task
 
@@ -49,15 +53,15 @@ def test_a_model_changed_after_the_capture_is_refused(monkeypatch):
         step(model, task, 20)
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("g++") is None, reason="inductor on CPU needs a C++ compiler")
 def test_inductor_compiles_the_whole_step_on_a_cpu(data_bin, tmp_path):
     """The default backend, as a GPU run uses it (without CUDA graphs): one graph, no break,
     the eager step's losses. Without dropout the step's one random draw is the generator's
     sampling, which inductor's ``fallback_random`` takes from torch's generator as eager
-    does; the suite's strict mode makes a fall-back an error."""
+    does; the suite's strict mode makes a fall-back an error. One layer each, as inductor's
+    compile time grows with the depth and its code for a layer is the same at any depth."""
     extra = ("--max-update", "3", "--disable-validation", "--sample-break-mode", "none",
-             "--dropout", "0", "--attention-dropout", "0")
+             "--dropout", "0", "--attention-dropout", "0", "--num-layers", "1")
     cmd = graphed_run(data_bin, tmp_path / "graphed", *extra, backend="inductor")
     cmd[2] = "import torch._inductor.config as c; c.fallback_random = True; " + cmd[2]
     done = run(cmd)
