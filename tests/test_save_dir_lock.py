@@ -3,7 +3,6 @@ not even while its data loader's workers outlive it."""
 
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -32,6 +31,8 @@ def read_until(proc, phrase, log):
 
 @pytest.mark.slow
 def test_second_run_into_a_live_save_dir_stops_and_a_killed_run_resumes(tmp_path, data_bin):
+    """Beside a live run: a second run into its --save-dir stops, one into another directory
+    is not blocked; the live run, SIGKILLed, resumes."""
     save = tmp_path / "ck"
     first = start(train_cmd(data_bin, save, "--max-update", "100000", *SAVES))
     log = []
@@ -43,6 +44,8 @@ def test_second_run_into_a_live_save_dir_stops_and_a_killed_run_resumes(tmp_path
         assert_one_line_error(second, f"--save-dir {save} is in use", f"pid {first.pid} ",
                               "another --save-dir")
         assert not records(second.stdout)  # it stopped before its first update
+        elsewhere = run(train_cmd(data_bin, tmp_path / "other", "--max-update", "2", *SAVES))
+        assert elsewhere.returncode == 0, failure("a run beside a live one", elsewhere)
         assert first.poll() is None, "".join(log[-40:])  # the first run goes on
         # the second run wrote nothing: the files it saw are the first run's or newer
         assert before.keys() <= {p.name for p in save.glob("*.pt")}
@@ -54,20 +57,6 @@ def test_second_run_into_a_live_save_dir_stops_and_a_killed_run_resumes(tmp_path
     proc = run(train_cmd(data_bin, save, "--max-update", str(saved + 2), *SAVES))
     assert proc.returncode == 0, failure("resume after SIGKILL", proc)
     assert [r["num_updates"] for r in records(proc.stdout)] == [saved + 1, saved + 2]
-
-
-@pytest.mark.slow
-def test_runs_in_other_save_dirs_are_not_blocked(tmp_path, data_bin):
-    first = start(train_cmd(data_bin, tmp_path / "a", "--max-update", "100000", *SAVES))
-    log = []
-    try:
-        read_until(first, "num_updates", log)
-        proc = run(train_cmd(data_bin, tmp_path / "b", "--max-update", "2", *SAVES))
-        assert proc.returncode == 0, failure("a run beside a live one", proc)
-    finally:
-        first.kill()
-        first.wait()
-        first.stdout.close()
 
 
 def parent(pid):
@@ -94,12 +83,12 @@ def signal_all(pids, sig):
 
 @pytest.mark.slow
 def test_killed_beside_its_loader_workers_resumes_at_once(tmp_path, data_bin):
-    """SIGKILL mid-epoch with two loader workers, three times, each time the same command at
-    once: never refused, and it ends like a run never killed. A killed trainer's workers
+    """SIGKILL mid-epoch with two loader workers, twice, each time the same command at once:
+    never refused, and it ends like a run never killed. A killed trainer's workers
     outlive it by up to 5 s (torch's check of their parent); here they are stopped first, so
     that they outlive it for the whole restart however slow the machine, then killed at the
     end. Real processes: the subject is the workers a killed process leaves behind."""
-    updates = 10
+    updates = 6
 
     def cmd(save):
         return train_cmd(data_bin, save, "--max-update", str(updates), *SAVES,
@@ -110,7 +99,7 @@ def test_killed_beside_its_loader_workers_resumes_at_once(tmp_path, data_bin):
     assert whole.returncode == 0, failure("the uninterrupted run", whole)
     log, lingering = [], []
     try:
-        for kill_after in (3, 5, 7):  # one update past a save: each restart resumes further
+        for kill_after in (3, 5):  # one update past a save: each restart resumes further
             proc = start(cmd(killed))
             try:
                 read_until(proc, f'"num_updates": "{kill_after}"', log)
@@ -129,16 +118,16 @@ def test_killed_beside_its_loader_workers_resumes_at_once(tmp_path, data_bin):
         signal_all(lingering, signal.SIGKILL)
     log.append(last.stdout + last.stderr)
     assert "is in use" not in "".join(log), "".join(log)[-3000:]
-    assert last.returncode == 0, failure("the restart after three kills", last)
+    assert last.returncode == 0, failure("the restart after two kills", last)
     assert [r["num_updates"] for r in records(last.stdout)] == list(range(saved + 1,
                                                                           updates + 1))
     a, b = checkpoint(once / "checkpoint_last.pt"), checkpoint(killed / "checkpoint_last.pt")
     assert a["optimizer_history"][-1]["num_updates"] == updates
     assert b["optimizer_history"][-1]["num_updates"] == updates
-    assert_same_params(a["model"], b["model"], atol=0, what="killed 3 times vs uninterrupted")
+    assert_same_params(a["model"], b["model"], atol=0, what="killed twice vs uninterrupted")
 
 
-@pytest.mark.slow  # two interpreters importing the plugin
+@pytest.mark.slow  # two processes importing the plugin
 def test_a_python_caller_holds_its_save_dirs_until_it_releases_them(tmp_path):
     """Held by this process, a directory is refused to another process (the message names
     this pid); after release_save_dirs another process takes it."""
@@ -148,9 +137,9 @@ def test_a_python_caller_holds_its_save_dirs_until_it_releases_them(tmp_path):
              "hold_save_dir; hold_save_dir(sys.argv[1])", str(tmp_path)]
     hold_save_dir(tmp_path)
     try:
-        refused = subprocess.run(other, capture_output=True, text=True)
+        refused = run(other)
         assert refused.returncode != 0 and f"pid {os.getpid()}" in refused.stderr
     finally:
         release_save_dirs()
-    taken = subprocess.run(other, capture_output=True, text=True)
+    taken = run(other)
     assert taken.returncode == 0, taken.stderr[-2000:]
