@@ -65,23 +65,32 @@ def test_two_nodes_match_update_freq_2_and_only_rank_0_writes(data_bin, tmp_path
     assert (saves[0] / LOCK_FILE).read_text().startswith("pid ")
     assert not saves[1].exists()
 
-    # resuming, rank 1 sees no checkpoint where rank 0 sees one: both stop, in one line
+    # resuming, rank 1 sees no checkpoint where rank 0 sees one: both stop, in one line (the
+    # ranks started as ddp_train starts them: the check is the same whoever starts them)
     port = free_port()
-    results = run_together([node_cmd(n, port, data_bin, saves[n], "--max-update", "4",
-                                     *DETERMINISTIC) for n in (0, 1)])
+    results = run_together([train_cmd(data_bin, saves[n], "--max-update", "4", *DETERMINISTIC,
+                                      *ddp_options(n, 2, port)) for n in (0, 1)])
     for code, _, err in results:
         assert code != 0
         assert "is seen by rank(s) 0 but not by rank(s) 1" in err, err[-3000:]
         assert "put --save-dir on a file system that every node mounts" in err
 
 
+@pytest.fixture(scope="module")
+def once(small_data, tmp_path_factory):
+    """7 updates on one process, in one go -> (its log, its save dir)."""
+    save = tmp_path_factory.mktemp("once")
+    return train(small_data, save, "--max-update", "7", *GLOBAL_BATCH, *DETERMINISTIC), save
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("before, after", [(2, 1), (1, 2)])
-def test_resuming_on_another_world_size_continues_the_epoch(before, after, small_data, tmp_path):
+def test_resuming_on_another_world_size_continues_the_epoch(before, after, small_data, once,
+                                                           tmp_path):
     """2 updates on ``before`` processes, then to 7 on ``after`` == 7 on one process: the
     same records update by update, the same weights, and each epoch's 64 sequences once."""
     options = (*GLOBAL_BATCH, *DETERMINISTIC)
-    once = train(small_data, tmp_path / "once", "--max-update", "7", *options)
+    once_log, once_dir = once
     logs = []
     for workers, updates in ((before, "2"), (after, "7")):
         if workers == 1:
@@ -89,12 +98,12 @@ def test_resuming_on_another_world_size_continues_the_epoch(before, after, small
         else:
             logs.append(ddp_train(small_data, tmp_path / "moved", "--max-update", updates,
                                   *options)[0][0])
-    assert sequences_per_epoch(*logs) == sequences_per_epoch(once) == {1: 64, 2: 48}
+    assert sequences_per_epoch(*logs) == sequences_per_epoch(once_log) == {1: 64, 2: 48}
     assert [r["num_updates"] for r in records(logs[1])] == [3, 4, 5, 6, 7]
-    assert_metrics_equal(records(once), records(logs[0]) + records(logs[1]),
+    assert_metrics_equal(records(once_log), records(logs[0]) + records(logs[1]),
                          f"{before} then {after} process(es) vs one")
     assert "the epoch continues after its first 4 batches" in logs[1]
-    assert_same_params(checkpoint(tmp_path / "once" / "checkpoint_last.pt")["model"],
+    assert_same_params(checkpoint(once_dir / "checkpoint_last.pt")["model"],
                        checkpoint(tmp_path / "moved" / "checkpoint_last.pt")["model"],
                        atol=1e-5, what=f"{before} then {after} process(es) vs one")
 
