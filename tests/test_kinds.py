@@ -263,9 +263,9 @@ def test_a_kind_from_a_user_dir(tmp_path, spm_data):
     rng = random.Random(1)
     splits = {"train": [sentence(rng) for _ in range(24)],
               "valid": [sentence(rng) for _ in range(8)]}
-    prep = run([sys.executable, "-c", f"import token_scores; token_scores.prepare("
-                f"{str(spm_data)!r}, {str(data)!r}, {splits!r})"],
-               env={"PYTHONPATH": str(USER_KINDS)})
+    prep = run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(USER_KINDS)!r}); "
+                f"import token_scores; token_scores.prepare({str(spm_data)!r}, {str(data)!r}, "
+                f"{splits!r})"])
     assert prep.returncode == 0, failure("prepare", prep)
     assert read_task_file(data).kind == "token_scores"
     work = tmp_path / "work"
