@@ -4,7 +4,8 @@ tasks of one's own, export and loading in transformers) and *Fine-tuning and eva
 read from README.md itself (so they cannot drift), run in order in one directory laid out
 as a clone's root, with the sizes shrunk by the substitutions listed here. The shell expands
 each command line; a console script then runs as its entry point's module (``python -m``,
-forked warm by the tests' fork server); test_installed runs the installed scripts themselves."""
+forked warm by the tests' fork server); test_installed runs the installed scripts themselves.
+The fast tests hold the README's figures to the docs it names beside them."""
 
 import json
 import os
