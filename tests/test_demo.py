@@ -1,7 +1,6 @@
 """The main job's own pieces on a real short run: the small_compute preset through
 fairseq-hydra-train, its progress lines, the curves and the discriminator at work."""
 
-import resource
 import sys
 
 import pytest
@@ -48,16 +47,19 @@ def write_log(path, updates=(10, 20, 30)):
     return path
 
 
-def curves_in_a_process(tmp_path, configure: bool, **kwargs):
-    """Draw the demo's curves in a fresh process, its logging set up as scripts/demo.py's
-    main() sets it up (or left as importing fairseq leaves it)."""
-    code = ("import sys\n"
-            "from electra_plugin.cli.demo import plot_curves\n"
+def curves_in_a_process(tmp_path, configure: bool, file_size_limit=None):
+    """Draw the demo's curves in a new process, its logging set up as scripts/demo.py's
+    main() sets it up (or left as importing fairseq leaves it); with ``file_size_limit``, no
+    file of the process may grow past it (``ulimit -f``: SIGXFSZ, which Python ignores, then
+    EFBIG)."""
+    limit = f"resource.setrlimit(resource.RLIMIT_FSIZE, ({file_size_limit},) * 2)\n"
+    code = ("import resource, sys\n" + (limit if file_size_limit else "")
+            + "from electra_plugin.cli.demo import plot_curves\n"
             "from electra_plugin.user_io.logs import configure_logging\n"
             + ("configure_logging('demo')\n" if configure else "")
             + "plot_curves(sys.argv[1], sys.argv[2])\n")
     return run([sys.executable, "-c", code, write_log(tmp_path / "pretrain.log"),
-                tmp_path / "curves.png"], cwd=REPO, **kwargs)
+                tmp_path / "curves.png"], cwd=REPO)
 
 
 def test_curves_print_no_debug_lines(tmp_path):
@@ -75,11 +77,7 @@ def test_curves_written_whole(tmp_path):
     the previous curves stay as they were, and no partial file is left."""
     old = b"the previous run's curves"
     (tmp_path / "curves.png").write_bytes(old)
-
-    def limit():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (4_000, 4_000))
-
-    proc = curves_in_a_process(tmp_path, configure=True, preexec_fn=limit)
+    proc = curves_in_a_process(tmp_path, configure=True, file_size_limit=4_000)
     assert proc.returncode != 0
     assert "(File too large)" in proc.stderr.strip().splitlines()[-1], proc.stderr[-2000:]
     assert (tmp_path / "curves.png").read_bytes() == old
