@@ -8,13 +8,15 @@
 # pre-training and sentiment trials from it and from random init.
 #
 #   OUT=results bash benchmarks/gpu_session.sh [SECONDS]   # SECONDS: the whole budget (560)
-#   STAGES=compare OUT=results bash benchmarks/gpu_session.sh 540  # a lent session's first call
+#   BACK=$OUT OUT=/tmp/gpu STAGES=compare bash benchmarks/gpu_session.sh 540  # a lent session's
+#       first call: the results packed into the device's $OUT, which returns at most 8 files
 #   STAGES="count bench_small pytest_gpu" OUT=results bash benchmarks/gpu_session.sh 300
 #
 # Needs, in the checkout: .whl/ (fairseq and what the machine lacks, as wheels: docs/benchmarks.md
 # "GPU" names them) and gpu_data/{data-bin,sentiment-bin} (a binarized corpus and the sentiment
 # set; amazon-bin, a second task, where present): scripts/pack_gpu_data.py makes the folder,
-# 20.8 MiB. Each stage runs under its weight's share of what is left of the budget, so
+# 20.8 MiB; gpu_data/inductor-cache.tar.gz, where an earlier session's $OUT left one, spares
+# the compile. Each stage runs under its weight's share of what is left of the budget, so
 # a stage that ends early leaves its time to the later ones and a slow one is cut instead of
 # losing what was measured; every log lands in $OUT as it is written. STAGES picks stages
 # (compare count bench_small bench_base pretrain pytest_gpu trials bench_bodies: all by
@@ -29,6 +31,8 @@ AT_ONCE=${AT_ONCE:-$([ "$TINY" = 1 ] && echo 2 || echo 1)}
 data=${DATA:-$PWD/gpu_data}
 start=$SECONDS
 OUT=${OUT:?set OUT to a folder for the results}
+BACK=${BACK:-$OUT}  # the folder that comes back from a lent machine (at most 8 files there):
+mkdir -p "$BACK"   # another than OUT, it gets OUT packed (results.tar.gz) and the cache
 STAGES=${STAGES:-compare count bench_small bench_base pretrain pytest_gpu trials bench_bodies}
 # the GPU tests skip on a CPU
 [ "$TINY" = 1 ] && STAGES=${STAGES/pytest_gpu/}
@@ -76,6 +80,13 @@ run_stage() {  # run_stage NAME SECONDS COMMAND...
     local s=$SECONDS
     timeout "$t" "$@" > "$OUT/$name.txt" 2>&1
     echo "   $name: rc=$? in $(( SECONDS - s ))s" | tee -a "$OUT/stages.txt"
+    pack
+}
+pack() {  # $OUT as one file in $BACK, rewritten whole after each stage (a cut run keeps it)
+    [ "$BACK" = "$OUT" ] && return
+    local part="$BACK/.results.$BASHPID.tar.gz"  # (stages at once pack at once)
+    tar czf "$part" --exclude=./scratch -C "$OUT" . 2>/dev/null
+    mv "$part" "$BACK/results.tar.gz"
 }
 
 if [ "$TINY" = 1 ]; then  # the CPU rehearsal: tiny sizes, this environment's Python
@@ -110,6 +121,13 @@ export PYTHONUNBUFFERED=1
   $py -c "import torch, fairseq, transformers, electra_plugin; print('torch', torch.__version__, 'fairseq', fairseq.__version__, 'transformers', transformers.__version__)"
   $py -c "import flash_attn" 2>&1 | tail -1; } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
+# inductor's compiled graphs (on a GPU with Triton's kernels) in one folder for every stage;
+# $data/inductor-cache.tar.gz, this script's own output of an earlier session on the same
+# torch and GPU, fills it first: a graph found there is loaded, not compiled again
+# (docs/benchmarks.md, "Compile time")
+export TORCHINDUCTOR_CACHE_DIR=$scratch/inductor-cache
+mkdir -p "$TORCHINDUCTOR_CACHE_DIR"
+[ -f "$data/inductor-cache.tar.gz" ] && tar xzf "$data/inductor-cache.tar.gz" -C "$TORCHINDUCTOR_CACHE_DIR"
 
 # the paper's comparison at what fits: electra_small by the official recipe against the masked
 # LM of the same network, both planned to 1e16 training FLOPs and pre-trained at once in the
@@ -161,4 +179,11 @@ wait  # the stages still running
 for name in trials--checkpoint trials--arch; do
     cp $scratch/$name/trials.md "$OUT/$name.md" 2>/dev/null
 done
+# the cache for the next session (copied into $data); a file comes back from a lent machine
+# only under 16 MiB
+tar czf "$BACK/inductor-cache.tar.gz" -C "$TORCHINDUCTOR_CACHE_DIR" .
+[ "$(stat -c %s "$BACK/inductor-cache.tar.gz")" -gt $(( 16 << 20 )) ] && \
+    mv "$BACK/inductor-cache.tar.gz" "$scratch/" && echo "inductor cache over 16 MiB: kept in $scratch" \
+    | tee -a "$OUT/stages.txt"
 echo "total $(( SECONDS - start ))s" | tee -a "$OUT/stages.txt"
+pack

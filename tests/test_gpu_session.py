@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 
 import pytest
 
@@ -24,9 +25,14 @@ def session(spm_data, tmp_path_factory):
     """The rehearsal's $OUT, every stage run (amazon-bin: the optional second task)."""
     root = tmp_path_factory.mktemp("gpu_session")
     data = gpu_session_data(root, spm_data, ("sentiment", "amazon"))
+    carried = root / "carried"  # an earlier session's inductor cache, carried in the data
+    carried.mkdir()
+    (carried / "from-an-earlier-session").write_text("")
+    with tarfile.open(data / "inductor-cache.tar.gz", "w:gz") as tar:
+        tar.add(carried, arcname=".")
     out = root / "out"
-    env = dict(os.environ, TINY="1", OUT=str(out), DATA=str(data), PYTHON=sys.executable,
-               OMP_NUM_THREADS="1")
+    env = dict(os.environ, TINY="1", OUT=str(out), BACK=str(root / "back"), DATA=str(data),
+               PYTHON=sys.executable, OMP_NUM_THREADS="1")
     env.pop("STAGES", None)
     proc = subprocess.run(["bash", "benchmarks/gpu_session.sh", "1500"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=1800)
@@ -83,3 +89,18 @@ def test_the_comparison_pretrains_both_arms_at_once_and_finetunes_what_they_reac
                  "Unequal FLOPs", "| amazon | mlm |", "| sentiment | electra - mlm |",
                  "| amazon | mlm - random init |"):
         assert cell in table, table
+
+
+def test_what_comes_back_is_two_files_the_results_and_the_compile_cache(session):
+    """A lent machine returns at most 8 files of its $OUT (BACK here): the results come back
+    packed in one, rewritten after each stage, and the inductor cache (with what the carried
+    one held) in another, for the next session to carry."""
+    back = session.parent / "back"
+    assert sorted(p.name for p in back.iterdir()) == ["inductor-cache.tar.gz",
+                                                     "results.tar.gz"]
+    with tarfile.open(back / "results.tar.gz") as tar:
+        names = set(tar.getnames())
+    assert {"./stages.txt", "./compare/comparison.md", "./bench_small.json"} <= names, names
+    assert not any(name.startswith("./scratch") for name in names), names
+    with tarfile.open(back / "inductor-cache.tar.gz") as tar:
+        assert "./from-an-earlier-session" in tar.getnames()
