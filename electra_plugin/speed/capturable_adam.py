@@ -1,7 +1,7 @@
 """fairseq's Adam with every number that changes between updates kept on the device, so
-that one update can be captured as a CUDA graph and replayed for all the others. Not used
-by the training path yet (it has not run on a GPU); tests/test_capturable_adam.py holds it
-to fairseq's Adam.
+that one update can be captured as a CUDA graph and replayed for all the others. The
+whole update (speed/whole_update.py) calls it inside its graph; tests/test_capturable_adam.py
+holds it to fairseq's Adam.
 
 :class:`~.adam.MultiTensorAdam` reads the learning rate (a float fairseq's scheduler sets
 each update) and the step count (an int, for the bias corrections) on the host: a captured
@@ -87,16 +87,24 @@ class CapturableAdam(Adam):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        skip = self.found_inf != 0
-        keep = 1 - self.found_inf.double()  # 0 or 1: multiplies what the update moves
-        for index, group in enumerate(self.groups):
-            grads = [p.grad for p in group.params]
-            if any(g is None for g in grads):
-                raise ValueError("CapturableAdam updates every parameter at every step: "
-                                 "each needs a gradient")
-            _update(group, grads, self.steps[index], self.lr[index], self.clip_coef, skip,
-                    keep)
+        grads = [[p.grad for p in group.params] for group in self.groups]
+        if any(g is None for group in grads for g in group):
+            raise ValueError("CapturableAdam updates every parameter at every step: each "
+                             "needs a gradient")
+        self.update(grads, self.found_inf, self.clip_coef)
         return loss
+
+    @torch.no_grad()
+    def update(self, grads, found_inf, clip_coef):
+        """:meth:`step` from gradients given (a list per group, in its parameters' order)
+        rather than ``.grad``, with the overflow flag and clip coefficient given: what a
+        graph that takes the gradients itself calls (speed/whole_update.py). The gradients
+        are clipped in place (zeroed when skipped)."""
+        skip = found_inf != 0
+        keep = 1 - found_inf.double()  # 0 or 1: multiplies what the update moves
+        for index, (group, group_grads) in enumerate(zip(self.groups, grads)):
+            _update(group, group_grads, self.steps[index], self.lr[index], clip_coef, skip,
+                    keep)
 
     def state_dict(self):
         """fairseq's Adam's: ``step`` a number (one read of the device, at checkpoint

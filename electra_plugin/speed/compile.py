@@ -154,28 +154,37 @@ class GraphedStep:
         return out
 
     def compile(self, on_cuda: bool):
-        model = self.eager.__self__
         self.cudagraphs = on_cuda and self.backend == "inductor" and enabled("cudagraphs")
         replay = {"triton.cudagraphs": True, "triton.cudagraph_trees": enabled("trees")}
         step = self.eager
-        if self.combine is not None and enabled("gradients") and \
-                not tied_across_modules(model):
-            # (a module shared by both encoders is one module: one name reaches it)
-            self.as_module = _Step(self.eager)
-            self.values = {name: p for name, p in self.as_module.named_parameters()
-                           if p.requires_grad}
-            self.params = list(self.values.values())
+        if self.takes_gradients():
             if self.cudagraphs:  # the weights stay where they are: no copy per replay
                 for p in self.params:
                     torch._dynamo.mark_static_address(p)
             step = self.with_gradients
-            self.output = declared_output(typing.get_type_hints(self.eager)["return"])
         options = dict(replay) if self.cudagraphs else {}
         if enabled("guards"):
             options["guard_filter_fn"] = unguarded_structure
             step = own_code(step)  # no other model's call is checked against these guards
         self.compiled = torch.compile(step, backend=self.backend, fullgraph=True,
                                       dynamic=False, options=options or None)
+
+    def takes_gradients(self) -> bool:
+        """Whether the graph can take the gradients itself (see the class); if so, what
+        :meth:`with_gradients` reads is set up once: the parameters (``params``, ``values``
+        by name) and the step's declared output."""
+        if self.params is not None:
+            return True
+        # (a module shared by both encoders is one module: one name reaches it)
+        if self.combine is None or not enabled("gradients") or \
+                tied_across_modules(self.eager.__self__):
+            return False
+        self.as_module = _Step(self.eager)
+        self.values = {name: p for name, p in self.as_module.named_parameters()
+                       if p.requires_grad}
+        self.params = list(self.values.values())
+        self.output = declared_output(typing.get_type_hints(self.eager)["return"])
+        return True
 
     def with_gradients(self, params, src_tokens, *args):
         """The gradients of the criterion's loss (``combine``), one per parameter of

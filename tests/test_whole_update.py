@@ -1,0 +1,153 @@
+"""The whole update compiled as one function (speed/whole_update.py) against fairseq's eager
+update (the plugin's ElectraAdam without speed/'s parts: fairseq's multiply_grads, clip and
+Adam) over a warm-up and decay of the lr, an overflowed update and two micro-batches per
+update."""
+
+import functools
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from electra_plugin.criterions.electra import ElectraCriterion
+from electra_plugin.data.masking import prediction_slots
+from electra_plugin.optim.layer_decay import ElectraAdam
+from electra_plugin.profiling.host_work import HostWork
+from electra_plugin.speed.capturable_adam import CapturableAdam
+from electra_plugin.speed.compile import GraphedStep
+from electra_plugin.speed.whole_update import WholeUpdate
+from electra_plugin.user_io.errors import ElectraUsageError
+from helpers import electra_adam_cfg, masked_batch, tiny_model
+
+UPDATES = 10
+OVERFLOW = 5  # this update's first micro-batch has an infinite weight: its norm is not finite
+READ = 7  # after this update the host reads the skips (until then it counts the skipped one)
+CLIP = 1.0
+SLOTS = 10  # prediction slots per row: one shape for every batch
+
+
+def lr_at(count):
+    """fairseq's polynomial_decay (power 1) at fairseq's update count: 3 updates of warm-up
+    to 1e-2, then linear decay to 0 at 12."""
+    return 1e-2 * (count + 1) / 3 if count < 3 else 1e-2 * (12 - count) / 9
+
+
+def batches(task, update):
+    """The update's two micro-batches (src_tokens, target, masked_positions, masked_weights)."""
+    made = []
+    for seed in (2 * update, 2 * update + 1):
+        src, target, _, picked = masked_batch(task, rows=3, length=20, seed=seed)
+        positions, weights = prediction_slots(picked, SLOTS)
+        if update == OVERFLOW and not made:
+            weights[0] = float("inf")
+        made.append((src, target, positions, weights))
+    return made
+
+
+def built():
+    model, task = tiny_model(dropout=0.0, attention_dropout=0.0)
+    model.train()
+    return model, task, ElectraCriterion(task, disc_weight=50.0)
+
+
+def eager_update(model, criterion, optimizer, micro_batches):
+    """fairseq's trainer: each micro-batch's loss backward, multiply_grads by 1 / sample_size,
+    the clip, the step unless the norm is not finite -> (each micro-batch's loss, the norm,
+    whether it stepped)."""
+    optimizer.zero_grad()
+    losses = []
+    for src, target, positions, weights in micro_batches:
+        sample = {"net_input": {"src_tokens": src, "masked_positions": positions,
+                                "masked_weights": weights, "has_padding": True},
+                  "target": target, "ntokens": src.numel(), "nsentences": len(src),
+                  "nmasked": len(positions)}  # (the FLOPs count's, read on the host)
+        loss, _, _ = criterion(model, sample)
+        loss.backward()
+        losses.append(loss.detach())
+    optimizer.multiply_grads(1.0 / len(micro_batches))
+    norm = optimizer.clip_grad_norm(CLIP)
+    if not torch.isfinite(norm):
+        return losses, norm, False
+    optimizer.step()
+    return losses, norm, True
+
+
+@pytest.mark.slow  # (dynamo's compile of the whole update: ~15 s on 2 cores)
+def test_the_whole_update_is_fairseqs_eager_update_without_a_host_sync():
+    """Weights, Adam's moments, step counts and lrs equal to fairseq's after each update (the
+    skipped one moves nothing); every kernel of an update issued by the compiled code, none a
+    host sync (HostWork counts each aten operator at the dispatcher, ``.item()``, ``bool()``
+    and ``.tolist()`` included: their ``_local_scalar_dense``); no recompile for a new lr,
+    count or overflow.
+
+    Tolerance: the graph's backward (torch.func's) sums the same products in another order
+    than autograd's, so gradients differ in their last bits, and Adam's m / sqrt(v) passes
+    that on at the lr's scale: weights within 1e-6 absolute (a few fp32 ulps at their size,
+    1e-4 of one update's move at lr 1e-2), moments within 1e-5 of the model's largest."""
+    eager_model, task, eager_criterion = built()
+    model, _, criterion = built()
+    cfg = OmegaConf.merge(electra_adam_cfg(weight_decay=0.01), {"adam_eps": 1e-6})  # ELECTRA's
+    eager = ElectraAdam(cfg, list(eager_model.parameters()))
+    assert type(eager.optimizer).__name__ == "Adam"  # fairseq's own (no apex on a CPU)
+    adam = CapturableAdam(ElectraAdam.groups(list(model.parameters()), cfg),
+                          **eager.optimizer_config)
+    step = GraphedStep(model.electra_step, "aot_eager")
+    step.combine = functools.partial(criterion.combine, model)
+    update = WholeUpdate(step, adam, CLIP, backend="aot_eager", window=4)
+
+    fairseq_count = host_count = 0
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for number in range(UPDATES):
+            micro_batches = batches(task, number)
+            before = [p.detach().clone() for p in model.parameters()]
+            eager.set_lr(lr_at(fairseq_count))
+            torch.manual_seed(100 + number)  # fairseq's seed before each update
+            losses, eager_norm, stepped = eager_update(eager_model, eager_criterion, eager,
+                                                       micro_batches)
+            fairseq_count += stepped
+            # the host sets the lr at its own count: one ahead after the skip until READ
+            update.set_lr(host_count, [lr_at(host_count) * g["lr_scale"]
+                                       for g in adam.param_groups])
+            torch.manual_seed(100 + number)
+            with HostWork() as work:
+                fields, norm, found_inf = update(micro_batches)
+            host_count += 1
+            assert work.syncs == 0 and work.kernels == work.graph_kernels > 0
+            assert float(found_inf) == (not stepped) == (number == OVERFLOW)
+            if stepped:
+                torch.testing.assert_close(norm, eager_norm, rtol=1e-5, atol=0)
+                torch.testing.assert_close(torch.stack([f["loss"] for f in fields]),
+                                           torch.stack(losses), rtol=1e-5, atol=0)
+                assert adam.lr.tolist() == [g["lr"] for g in eager.param_groups]
+            else:  # nothing moved
+                assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
+            if number == READ:
+                assert update.read() == 1
+                host_count -= 1
+            for p, q in zip(model.parameters(), eager_model.parameters()):
+                torch.testing.assert_close(p, q, rtol=0, atol=1e-6, msg=lambda m: f"{number}: {m}")
+
+    assert fairseq_count == host_count == UPDATES - 1
+    assert adam.steps.tolist() == [fairseq_count] * len(adam.groups)
+    states = [(adam.state[p], eager.optimizer.state[q])
+              for p, q in zip(model.parameters(), eager_model.parameters())]
+    for key in ("exp_avg", "exp_avg_sq"):
+        # judged against the model's largest: a tensor whose exact gradient is 0 (the key
+        # bias: softmax ignores it) holds rounding noise in both
+        scale = max(theirs[key].abs().max().item() for _, theirs in states)
+        for mine, theirs in states:
+            torch.testing.assert_close(mine[key], theirs[key], rtol=0, atol=1e-5 * scale)
+    for mine, theirs in states:
+        assert int(mine["step"]) == theirs["step"] == fairseq_count
+    start, _, _ = built()
+    assert max((p - q).abs().max().item()
+               for p, q in zip(model.parameters(), start.parameters())) > 1e-2  # (it trained)
+
+
+def test_an_adam_without_every_trained_parameter_is_refused():
+    model, _, criterion = built()
+    step = GraphedStep(model.electra_step, "aot_eager")
+    step.combine = functools.partial(criterion.combine, model)
+    adam = CapturableAdam(list(model.parameters())[1:], lr=1e-3)
+    with pytest.raises(ElectraUsageError, match="exactly the parameters the step trains"):
+        WholeUpdate(step, adam, CLIP, backend="aot_eager", window=2)
