@@ -114,18 +114,25 @@ class ElectraCriterion(FairseqCriterion):
         wrapper in distributed training); this combines its losses and logs around it."""
         out = model(**sample["net_input"], target=sample["target"])
         loss = self.combine(model, out) if out.loss is None else out.loss
-        logging_output = {"ntokens": sample["ntokens"], "nsentences": sample["nsentences"],
-                          "sample_size": 1, **out.logs, "loss": loss.detach()}
+        logging_output = self.logging_output(model, sample, out.logs, loss, out.masked_weights)
         if not model.training and out.disc_hidden is not None:
             logging_output.update(pooled_feature_sums(out.disc_hidden, out.padding_mask))
+        return loss, 1, logging_output
+
+    @staticmethod
+    def logging_output(model, sample, logs, loss, masked_weights) -> dict:
+        """What one batch logs (the whole update, speed/whole_update.py, logs its batches
+        so too): its counts, the step's ``logs``, the loss and, in training, its FLOPs."""
+        logging_output = {"ntokens": sample["ntokens"], "nsentences": sample["nsentences"],
+                          "sample_size": 1, **logs, "loss": loss.detach()}
         if model.training and getattr(model, "flops_counter", None) is not None:
             tokens = sample["net_input"]["src_tokens"]
             predicted = sample.get("nmasked")  # the collater's host count (else a sync)
             if predicted is None:
-                predicted = int(out.masked_weights.sum())
+                predicted = int(masked_weights.sum())
             logging_output["flops"] = model.train_flops(tokens.size(1), tokens.size(0),
                                                         predicted)
-        return loss, 1, logging_output
+        return logging_output
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:

@@ -170,10 +170,14 @@ def settle(trainer) -> bool:
         else:
             log_update(trainer, update)
             trainer.electra_last_finite_loss = (number, update)  # read if the run stops
+    whole = trainer.__dict__.get("electra_whole_update")
+    if whole:  # (speed/whole_update.py) its Adam's counts are right; its skips are read
+        whole.update.late.zero_()
     if skipped:
         trainer.set_num_updates(trainer.get_num_updates() - skipped)
-        for state in trainer.optimizer.optimizer.state.values():
-            state["step"] -= skipped
+        if not whole:
+            for state in trainer.optimizer.optimizer.state.values():
+                state["step"] -= skipped
     return not bad[-1]
 
 

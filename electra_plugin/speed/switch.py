@@ -66,6 +66,9 @@ PARTS = {
                   "speed/compile.py", default=False),
     "unpad": Part("the modern body's position-wise work on the real tokens only",
                   "the padded B x T grid", "speed/unpad.py"),
+    "update": Part("with --graphed-step, the whole update (each micro-batch's forward and "
+                   "backward, clip, Adam) as one compiled graph", "fairseq's update around "
+                   "the graphed step", "speed/whole_update.py"),
     "walks": Part("the training mode set only where a module differs; the update count to "
                   "the modules whose class takes it", "fairseq's walks over every module",
                   "speed/module_walks.py"),

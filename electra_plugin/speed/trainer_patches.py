@@ -4,7 +4,9 @@
 - ``clip_grad_norm``, ``_reduce_and_log_stats``, ``train_step``, ``save_checkpoint`` and
   ``metrics.get_smoothed_values``: an update's checks and logs kept on the device until
   ``--log-interval`` (:mod:`.deferred`);
-- ``_set_seed``: fairseq's per-step seed without torch's lazy seeds (:mod:`.seed`).
+- ``_set_seed``: fairseq's per-step seed without torch's lazy seeds (:mod:`.seed`);
+- ``train_step`` (inside the deferred wrap): the whole update as one graph
+  (:mod:`.whole_update`).
 """
 
 from fairseq.logging import metrics
@@ -13,6 +15,7 @@ from fairseq.trainer import Trainer
 from ..environment.wrapping import wrap_function, wrap_method
 from . import deferred
 from .seed import seed_drawing_devices
+from .whole_update import whole_update_step
 
 
 def install(on_nonfinite, skips_left) -> None:
@@ -25,6 +28,7 @@ def install(on_nonfinite, skips_left) -> None:
         return
     wrap_method(Trainer, "clip_grad_norm", deferred.norm_on_device)
     wrap_method(Trainer, "_reduce_and_log_stats", deferred.hold_logs)
+    wrap_method(Trainer, "train_step", whole_update_step)  # (its logs settled outside it)
     wrap_method(Trainer, "train_step", deferred.settle_at_log_interval)
     wrap_method(Trainer, "save_checkpoint", deferred.settle_before_saving)
     wrap_function(metrics, "get_smoothed_values", deferred.settle_before_reading)

@@ -1,4 +1,5 @@
-"""The whole training update as one compiled function; part of :mod:`electra_plugin.speed`.
+"""The whole training update as one compiled function; part of :mod:`electra_plugin.speed`
+(``ELECTRA_SPEED`` part ``update``).
 
 fairseq's update runs the task's forward and backward once per micro-batch of
 ``--update-freq``, then in Python: ``multiply_grads`` by 1 / sample_size, the clip (norm and
@@ -19,15 +20,27 @@ update (:meth:`WholeUpdate.set_lr`: the lrs fairseq's scheduler set at the host'
 The host counts an update skipped on the device until it reads the flags; the graph picks
 the row of fairseq's count, the host's less the skips not yet read (``late``), as
 speed/deferred.py does for the eager update.
+
+Through fairseq-train (:func:`whole_update_step`, a wrap of ``Trainer.train_step``) it runs
+where the run has ``--graphed-step`` with its gradients inside, ``electra_adam`` and the
+deferred checks (fp32 or ``--autocast-bf16``, one worker, on a CPU until its CUDA graph is
+tested on a GPU); otherwise fairseq's update, said in one log line. The host keeps fairseq's
+bookkeeping (seed, update count, lr schedule); the logs wait for ``--log-interval``.
 """
 
 import logging
+import os
 
 import torch
+from fairseq.logging import metrics
 
+from ..models.generators.base import GeneratorKind
 from ..user_io.errors import ElectraUsageError
+from .capturable_adam import CapturableAdam
 from .clip import _total_norm
-from .compile import own_code, unguarded_structure
+from .compile import STRICT, first_line, own_code, unguarded_structure
+from .deferred import DeviceNorm, deferrable
+from .switch import VARIABLE, enabled
 
 logger = logging.getLogger(__name__)
 
@@ -88,9 +101,9 @@ class WholeUpdate:
         if shapes != self.shapes:
             run = self.update
             if not self.said_eager:
-                logger.info(f"the whole update: micro-batches of other shapes than the "
-                            f"graph's ({len(batches)} of {batches[0][0].shape[0]} rows) "
-                            f"run eager")
+                logger.info(f"the whole update: {len(batches)} micro-batches of other "
+                            f"shapes than the graph's (the first {tuple(batches[0][0].shape)})"
+                            f" run eager")
                 self.said_eager = True
         with torch.no_grad():  # the graph takes the gradients: no autograd around it
             return run(self.step.values, batches)
@@ -121,3 +134,129 @@ class WholeUpdate:
         self.late.add_(found_inf.long())
         return fields, norm, found_inf
 
+
+# the trainer's attribute holding its TrainerUpdate (False: fairseq's update; unset: not
+# decided yet, before its first update)
+KEY = "electra_whole_update"
+
+
+def whole_update_step(original, trainer, samples, *args, **kwargs):
+    """``Trainer.train_step``: the whole update (:class:`TrainerUpdate`) where the run can
+    take it (:func:`why_not`), decided at the run's first update; fairseq's otherwise."""
+    if KEY not in trainer.__dict__:
+        trainer.__dict__[KEY] = take_over(trainer)
+    runner = trainer.__dict__[KEY]
+    if runner:
+        output = runner(trainer, samples)
+        if output is not FELL_BACK:
+            return output
+    return original(trainer, samples, *args, **kwargs)
+
+
+def why_not(trainer, step):
+    """Why this run cannot take the whole update around its graphed ``step``, or None."""
+    if not enabled("update"):
+        return f"{VARIABLE}=-update"
+    trainer.task.before_first_update(trainer.model, trainer.optimizer)
+    if not step.takes_gradients():
+        return "the graphed step cannot take its gradients inside its graph (--fp16, --amp, " \
+               f"{VARIABLE}=-gradients or a parameter registered in two modules)"
+    if not deferrable(trainer):
+        return f"it needs electra_adam, one worker, fp32 or --autocast-bf16 and {VARIABLE}'s " \
+               f"deferred part"
+    if trainer.cuda:  # (a graph whose inputs it updates in place: not yet run on a GPU)
+        return "on a GPU it is not yet captured as a CUDA graph; the graphed step's own are"
+    kind = type(getattr(trainer.model, "generator_kind", None))
+    if getattr(kind, "resting_parameters", None) not in (None, GeneratorKind.resting_parameters):
+        return "this generator rests parameters between updates (two-stage training)"
+    if trainer.cfg.ema.store_ema:
+        return "--ema"
+    return None
+
+
+def take_over(trainer):
+    """The run's :class:`TrainerUpdate`, its Adam's state moved into a
+    :class:`~.capturable_adam.CapturableAdam` that the trainer's optimizer then holds (its
+    checkpoints are fairseq's Adam's); False where the run cannot (said in one line where
+    it has a graphed step)."""
+    step = getattr(getattr(trainer.task, "speed", None), "step", None)
+    if step is None:  # (not the electra task's --graphed-step)
+        return False
+    reason = why_not(trainer, step)
+    if reason is None:
+        fast = trainer.optimizer
+        adam = CapturableAdam(fast.optimizer.param_groups, **fast.optimizer_config)
+        adam.load_state_dict(fast.optimizer.state_dict())
+        try:
+            update = WholeUpdate(step, adam, trainer.cfg.optimization.clip_norm, step.backend,
+                                 window=trainer.cfg.common.log_interval + 1)
+        except ElectraUsageError as error:
+            reason = str(error)
+    if reason is not None:
+        logger.info(f"the whole update as one graph is off: {reason}; fairseq's update runs")
+        return False
+    runner = TrainerUpdate(update, fast.optimizer)
+    fast._optimizer = adam
+    return runner
+
+
+# what TrainerUpdate returns where the update cannot compile whole: fairseq's runs instead
+FELL_BACK = object()
+
+
+class TrainerUpdate:
+    """What fairseq's ``train_step`` does for one update, with the update itself one
+    :class:`WholeUpdate` call and its logs kept pending (:mod:`.deferred`); ``fairseqs``:
+    the optimizer that fairseq's update steps, given back where the first update cannot
+    compile whole."""
+
+    def __init__(self, update: WholeUpdate, fairseqs):
+        self.update, self.fairseqs = update, fairseqs
+
+    def __call__(self, trainer, samples):
+        trainer._set_seed()
+        model, criterion = trainer.model, trainer.criterion
+        model.train()
+        criterion.train()
+        metrics.log_start_time("train_wall", priority=800, round=0)
+        samples = [sample for sample, dummy in map(trainer._prepare_sample, samples)
+                   if not dummy]
+        model.set_num_updates(trainer.get_num_updates())
+        if model.generator_kind is not None:
+            model.generator_kind.before_step(model)
+        adam = self.update.adam
+        self.update.set_lr(trainer.get_num_updates(), [g["lr"] for g in adam.param_groups])
+        batches = [(s["net_input"]["src_tokens"], s["target"], s["net_input"]["masked_positions"],
+                    s["net_input"]["masked_weights"]) for s in samples]
+        try:
+            with trainer.task.autocast(model):
+                fields, norm, _ = self.update(batches)
+        except Exception as error:  # as GraphedStep's: the compiler's errors have no one class
+            if self.fairseqs is None:
+                raise
+            return self.fall_back(trainer, error)
+        if self.fairseqs is not None:
+            logger.info(f"the whole update (each micro-batch's forward and backward, the "
+                        f"clip, Adam) runs as one compiled graph ({self.update.step.backend})")
+            self.fairseqs = None
+        logging_outputs = [criterion.logging_output(model, s, f["logs"], f["loss"],
+                                                    s["net_input"]["masked_weights"])
+                           for s, f in zip(samples, fields)]
+        trainer.set_num_updates(trainer.get_num_updates() + 1)
+        output = trainer._reduce_and_log_stats(logging_outputs, float(len(samples)),
+                                               DeviceNorm(norm))
+        metrics.log_stop_time("train_wall")
+        return output
+
+    def fall_back(self, trainer, error):
+        """The first update could not compile whole: fairseq's update from now on, with its
+        optimizer back (nothing has stepped); with ELECTRA_GRAPHED_STRICT=1 an error."""
+        reason = first_line(error)
+        if os.environ.get(STRICT) == "1":
+            raise ElectraUsageError(f"the whole update cannot be compiled whole ({reason}); "
+                                    f"{STRICT}=1 refuses fairseq's update instead") from error
+        logger.warning(f"the whole update cannot be compiled whole ({reason}); fairseq's "
+                       f"update runs ({STRICT}=1: an error)")
+        trainer.optimizer._optimizer = self.fairseqs
+        trainer.__dict__[KEY] = False
+        return FELL_BACK

@@ -221,11 +221,7 @@ class ElectraPretrainingTask(FairseqTask):
         return self.cfg.tokens_per_sample
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
-        if not self.device_set:
-            self.device_set = True
-            device_type = next(model.parameters()).device.type
-            self.set_up_device(device_type)
-            self.speed.first_update(model, optimizer, device_type)
+        self.before_first_update(model, optimizer)
         if not self.cfg.autocast_bf16:
             return super().train_step(sample, model, criterion, optimizer, update_num,
                                       ignore_grad)
@@ -246,6 +242,15 @@ class ElectraPretrainingTask(FairseqTask):
         with record_function("backward"):  # fairseq's labels, for profiles
             optimizer.backward(loss)
         return loss, sample_size, logging_output
+
+    def before_first_update(self, model, optimizer):
+        """The device's settings and speed/'s once the optimizer and device are known; once
+        (the whole update, speed/whole_update.py, calls it before it takes the step)."""
+        if not self.device_set:
+            self.device_set = True
+            device_type = next(model.parameters()).device.type
+            self.set_up_device(device_type)
+            self.speed.first_update(model, optimizer, device_type)
 
     def set_up_device(self, device_type):
         """Process-wide settings for training on ``device_type``, made once."""
