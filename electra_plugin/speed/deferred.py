@@ -172,7 +172,7 @@ def settle(trainer) -> bool:
             trainer.electra_last_finite_loss = (number, update)  # read if the run stops
     whole = trainer.__dict__.get("electra_whole_update")
     if whole:  # (speed/whole_update.py) its Adam's counts are right; its skips are read
-        whole.update.late.zero_()
+        whole.update.skips_read()
     if skipped:
         trainer.set_num_updates(trainer.get_num_updates() - skipped)
         if not whole:

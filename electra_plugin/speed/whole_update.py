@@ -54,7 +54,8 @@ class WholeUpdate:
     inside its graph; ``adam``: a :class:`~.capturable_adam.CapturableAdam` over the
     parameters the step takes gradients of (all of them); ``clip_norm``: fairseq's
     ``--clip-norm`` (0: the norm alone); ``window``: how many updates the host may run
-    before it reads the skip flags (:meth:`read`), at most ``window - 1`` of them skipped.
+    before it reads the skip flags (:meth:`skips_read`), at most ``window - 1`` of them
+    skipped.
     """
 
     def __init__(self, step, adam, clip_norm: float, backend: str, window: int):
@@ -108,14 +109,13 @@ class WholeUpdate:
         with torch.no_grad():  # the graph takes the gradients: no autograd around it
             return run(self.step.values, batches)
 
-    def read(self) -> int:
-        """The host's read of the skips since the last one (one sync): the number
-        skipped; the device count of them starts again at 0."""
-        late = int(self.late)
+    def skips_read(self) -> None:
+        """The host has read the updates' skip flags and taken the skipped ones back from
+        its count (speed/deferred.py's ``settle``): the graph's count of them restarts."""
         self.late.zero_()
-        return late
 
     def update(self, values, batches):
+        """The function compiled whole (see the module); ``values``: the parameters by name."""
         grads, fields = None, []
         for src_tokens, *args in batches:
             own, out = self.step.with_gradients(values, src_tokens, *args, True)
