@@ -1011,10 +1011,13 @@ NEAR_ZERO = ("--hidden-size", "16", "--num-heads", "4", "--ffn-size", "16",
 
 
 def graph_call_clock(runner) -> list:
-    """A one-item list that sums the host seconds spent in the calls of ``runner``'s graphed
-    step (dynamo's guards and the compiled code: what a CUDA graph's replay stands in for on
-    a GPU) from now on; an empty list for a row without a graph."""
-    step = getattr(getattr(runner, "model", None), "electra_step", None)
+    """A one-item list that sums the host seconds spent in the calls of ``runner``'s graph,
+    the whole update's or else the graphed step's (dynamo's guards and the compiled code:
+    what a CUDA graph's replay stands in for on a GPU) from now on; an empty list for a row
+    without a graph."""
+    whole = vars(getattr(runner, "trainer", None) or runner).get("electra_whole_update")
+    step = whole.update if whole else getattr(getattr(runner, "model", None), "electra_step",
+                                              None)
     compiled = getattr(step, "compiled", None)
     if compiled is None:
         return []
@@ -1038,7 +1041,9 @@ def count_rows(args, device, root, batch_size=2, length=16, vocab=64):
     those compiled code issued (one CUDA graph replay on a GPU), host-device syncs, and ms
     per update (median of ``args.repeats`` runs of ``args.steps``), for the plugin as of
     ``--baseline`` (with fairseq's per-update checks, as it ran), the plugin eager, the
-    plugin with --graphed-step and the transformers peer."""
+    plugin with --graphed-step around fairseq's update and as the whole update
+    (speed/whole_update.py; on a GPU fairseq's update, said in its log) and the
+    transformers peer."""
     from omegaconf import OmegaConf
 
     from electra_plugin.models.core.config import complete_config
@@ -1055,7 +1060,8 @@ def count_rows(args, device, root, batch_size=2, length=16, vocab=64):
     graphed = ["--graphed-step", "--torch-compile", args.compile or "inductor"]
     specs = ([("baseline", f"plugin@{args.baseline}", [], "-deferred")] if args.baseline
              else []) + [("plugin", "plugin", [], "1"),
-                         ("plugin", "plugin --graphed-step", graphed, "1"),
+                         ("plugin", "plugin --graphed-step", graphed, "-update"),
+                         ("plugin", "plugin, the whole update", graphed, "1"),
                          ("peer", "peer", [], "1")]
     rows = []
     for impl, name, flags, switch in specs:
