@@ -16,6 +16,7 @@ from electra_plugin.data.masking import prediction_slots
 from electra_plugin.optim.layer_decay import ElectraAdam
 from electra_plugin.profiling.host_work import HostWork
 from electra_plugin.speed.capturable_adam import CapturableAdam
+from electra_plugin.speed import compile as compile_module
 from electra_plugin.speed.compile import GraphedStep
 from electra_plugin.speed.switch import VARIABLE
 from electra_plugin.speed.whole_update import WholeUpdate
@@ -77,7 +78,7 @@ def eager_update(model, criterion, optimizer, micro_batches):
 
 
 @pytest.mark.slow  # (dynamo's compile of the whole update: ~15 s on 2 cores)
-def test_the_whole_update_is_fairseqs_eager_update_without_a_host_sync():
+def test_the_whole_update_is_fairseqs_eager_update_without_a_host_sync(monkeypatch):
     """Weights, Adam's moments, step counts and lrs equal to fairseq's after each update (the
     skipped one moves nothing); every kernel of an update issued by the compiled code, none a
     host sync (HostWork counts each aten operator at the dispatcher, ``.item()``, ``bool()``
@@ -87,7 +88,9 @@ def test_the_whole_update_is_fairseqs_eager_update_without_a_host_sync():
     Tolerance: the graph's backward (torch.func's) sums the same products in another order
     than autograd's, so gradients differ in their last bits, and Adam's m / sqrt(v) passes
     that on at the lr's scale: weights within 1e-6 absolute (a few fp32 ulps at their size,
-    1e-4 of one update's move at lr 1e-2), moments within 1e-5 of the model's largest."""
+    1e-4 of one update's move at lr 1e-2), moments within 1e-5 of the model's largest.
+    A model changed after the capture is refused at the next check, as the graphed step's."""
+    monkeypatch.setattr(compile_module, "CHECK_EVERY", UPDATES + 1)
     eager_model, task, eager_criterion = built()
     model, _, criterion = built()
     cfg = OmegaConf.merge(electra_adam_cfg(weight_decay=0.01), {"adam_eps": 1e-6})  # ELECTRA's
@@ -144,6 +147,9 @@ def test_the_whole_update_is_fairseqs_eager_update_without_a_host_sync():
             torch.testing.assert_close(mine[key], theirs[key], rtol=0, atol=1e-5 * scale)
     for mine, theirs in states:
         assert int(mine["step"]) == theirs["step"] == fairseq_count
+    model.discriminator.embeddings.register_forward_hook(lambda *args: None)
+    with pytest.raises(ElectraUsageError, match="hooks changed after its step was captured"):
+        update(batches(task, UPDATES))
     start, _, _ = built()
     assert max((p - q).abs().max().item()
                for p, q in zip(model.parameters(), start.parameters())) > 1e-2  # (it trained)

@@ -99,13 +99,7 @@ class GraphedStep:
         first = self.compiled is None
         if first:
             self.compile(src_tokens.is_cuda)
-            self.structure = structure(self.eager.__self__)
-        self.calls += 1
-        if self.calls % CHECK_EVERY == 0 and structure(self.eager.__self__) != self.structure:
-            raise ElectraUsageError(
-                "--graphed-step: the model's modules, parameters or hooks changed after its "
-                "step was captured, and the graph keeps those of its first batch; make the "
-                "change before training starts, or train without --graphed-step")
+        self.check_unchanged()
         rows, length = src_tokens.shape  # a graph holds one shape
         most = self.rows.setdefault(length, rows)
         if rows < most:  # an epoch's short last batch: eager, rather than minutes of
@@ -152,6 +146,19 @@ class GraphedStep:
             out = out._replace(logs={k: v.clone() if torch.is_tensor(v) else v
                                      for k, v in out.logs.items()})
         return out
+
+    def check_unchanged(self):
+        """Counts a call; every ``CHECK_EVERY`` calls, checks that the model is the one of
+        the first call, which a graph (this step's or the whole update's) captured."""
+        model = self.eager.__self__
+        if self.structure is None:
+            self.structure = structure(model)
+        self.calls += 1
+        if self.calls % CHECK_EVERY == 0 and structure(model) != self.structure:
+            raise ElectraUsageError(
+                "--graphed-step: the model's modules, parameters or hooks changed after its "
+                "step was captured, and the graph keeps those of its first batch; make the "
+                "change before training starts, or train without --graphed-step")
 
     def compile(self, on_cuda: bool):
         self.cudagraphs = on_cuda and self.backend == "inductor" and enabled("cudagraphs")

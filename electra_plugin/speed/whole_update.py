@@ -95,6 +95,7 @@ class WholeUpdate:
         """One update of ``batches`` (tuples ``(src_tokens, target, masked_positions,
         masked_weights)``) -> (each micro-batch's training fields and loss, the gradient
         norm, found_inf: 1.0 where the update was skipped), all on the device."""
+        self.step.check_unchanged()
         batches = tuple(tuple(b) for b in batches)
         shapes = tuple(tuple(t.shape) for b in batches for t in b)
         self.shapes = self.shapes or shapes
