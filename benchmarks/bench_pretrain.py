@@ -532,17 +532,22 @@ def build_runner(spec, args, c):
         package = plugin_at_revision(args.baseline, c.ref_dir) if impl == "baseline" else None
         return PluginStep(c.data_dir, c.arch, c.length, args.batch_size, c.device, flags,
                           extra=args.plugin_args, package=package, name=name)
-    return PeerStep(arch_config(c.arch), c.vocab, c.pad, c.device, c.precision,
+    return PeerStep(arch_config(c.arch, args.plugin_args), c.vocab, c.pad, c.device, c.precision,
                     retains_memory=impl == "peer-retained")
 
 
-def arch_config(arch):
-    """The plugin's model config of ``arch`` (sizes, dropout, positions)."""
+def arch_config(arch, options=()):
+    """The plugin's model config of ``arch`` (sizes, dropout, positions), with the model's
+    own ``--option VALUE`` pairs of ``options`` (``--plugin-args``: the plugin's rows get
+    them, so the peer and the FLOPs take them too; the others are fairseq's to read)."""
     from omegaconf import OmegaConf
 
-    from electra_plugin.models.core.config import complete_config
+    from electra_plugin.models.core.config import ElectraConfig, complete_config
 
-    return complete_config(OmegaConf.create({"_name": arch}))
+    fields = ElectraConfig.__dataclass_fields__
+    given = {key[2:].replace("-", "_"): value for key, value in zip(options, options[1:])
+             if key.startswith("--") and key[2:].replace("-", "_") in fields}
+    return complete_config(OmegaConf.create({"_name": arch, **given}))
 
 
 def quiet():
@@ -631,7 +636,7 @@ def run_config(args, arch, length, precision, device, data_root):
     data_dir = write_dictionary(data_root / f"dict{args.vocab}", args.vocab)
     task = electra_task(data_dir, arch, length)
     vocab, pad = len(task.dictionary), task.dictionary.pad()
-    cfg = arch_config(arch)
+    cfg = arch_config(arch, args.plugin_args)
     batches = make_batches(task, args.steps, batch_size, length, seed=0)  # moved by workers
     config = SimpleNamespace(arch=arch, length=length, precision=precision, device=device,
                              data_dir=data_dir, ref_dir=Path(tempfile.mkdtemp(dir=data_root)),
@@ -1044,9 +1049,6 @@ def count_rows(args, device, root, batch_size=2, length=16, vocab=64):
     plugin with --graphed-step around fairseq's update and as the whole update
     (speed/whole_update.py; on a GPU fairseq's update, said in its log) and the
     transformers peer."""
-    from omegaconf import OmegaConf
-
-    from electra_plugin.models.core.config import complete_config
     from electra_plugin.profiling.host_work import HostWork
 
     model = [*NEAR_ZERO, *args.plugin_args]
@@ -1056,7 +1058,7 @@ def count_rows(args, device, root, batch_size=2, length=16, vocab=64):
     batches = make_batches(task, args.warmup + 1 + updates, batch_size, length)
     batches = [(src.to(device), target.to(device)) for src, target in batches]
     widths = {k[2:].replace("-", "_"): int(v) for k, v in zip(model[::2], model[1::2])}
-    cfg = complete_config(OmegaConf.create({"_name": "electra_small", **widths}))
+    cfg = arch_config("electra_small", model)
     graphed = ["--graphed-step", "--torch-compile", args.compile or "inductor"]
     specs = ([("baseline", f"plugin@{args.baseline}", [], "-deferred")] if args.baseline
              else []) + [("plugin", "plugin", [], "1"),

@@ -75,3 +75,18 @@ def test_harness_times_plugin_command_lines_and_peers_in_their_own_processes(tmp
         assert advice.startswith("advice: ") and "train in fp32" in advice
     else:
         assert "bf16 pays here" in advice
+
+
+def test_the_peer_and_the_flops_take_the_plugins_model_options():
+    """``--plugin-args`` shapes the plugin's rows; its model options shape the peer and the
+    FLOPs too (a tiny plugin against a full-size peer would be no comparison), and what is
+    not a model option is left to fairseq."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import bench_pretrain
+
+    options = ["--num-layers", "2", "--hidden-size", "16", "--num-heads", "4",
+               "--generator-size", "0.25", "--clip-norm", "1", "--autocast-bf16"]
+    disc, gen = bench_pretrain.model_sizes(bench_pretrain.arch_config("electra_base", options))
+    assert (disc.layers, disc.hidden, disc.heads, gen.hidden) == (2, 16, 4, 4)
+    full, _ = bench_pretrain.model_sizes(bench_pretrain.arch_config("electra_base"))
+    assert (full.layers, full.hidden) == (12, 768)
