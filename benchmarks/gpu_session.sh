@@ -92,17 +92,17 @@ pack() {  # $OUT as one file in $BACK, rewritten whole after each stage (a cut r
 if [ "$TINY" = 1 ]; then  # the CPU rehearsal: tiny sizes, this environment's Python
     py=${PYTHON:-python3}; device=cpu; backend=aot_eager; graphed_backend=aot_eager; scratch=$OUT/scratch
     small="--batch-size 2 --lengths 16 --steps 1 --warmup 1 --repeats 1 --vocab 64 --data-batch-size 8 --data-batches 1"
-    base="$small"; arch=electra_tiny; updates=4; seeds="1"; jobs=1
+    base="$small"; arch=electra_tiny; updates=4; seeds="1"; jobs=1; trials="--max-update 2"
     bodies="--sizes small --lengths 16 --batch-size 2 --steps 1 --warmup 1 --repeats 1 --vocab 64"
-    count="--steps 1 --warmup 1 --repeats 1 --plugin-args --num-layers 2"  # compiles fast
+    count="--steps 1 --warmup 1 --repeats 1 --plugin-args --num-layers 1"  # compiles fast
     pretrain="task.tokens_per_sample=32 dataset.batch_size=8 task.global_batch_size=8"
-    pretrain="$pretrain ++model.num_layers=2"  # two layers: the graphed step compiles fast
-    tiny_model="--plugin-args --num-layers 2 --hidden-size 16 --num-heads 4 --ffn-size 16"
-    tiny_model="$tiny_model --embedding-size 16"  # two layers: the graphed row compiles fast
+    pretrain="$pretrain ++model.num_layers=1"  # one layer: the graphed step compiles fast
+    tiny_model="--plugin-args --num-layers 1 --hidden-size 16 --num-heads 4 --ffn-size 16"
+    tiny_model="$tiny_model --embedding-size 16"  # one layer: the graphed row compiles fast
     tiny_base="$tiny_model --generator-size 0.25"
-    compare="--cpu --arch electra_tiny --updates 4 --batch 8 --length 32 --finetune-updates 3"
+    compare="--cpu --arch electra_tiny --updates 4 --batch 8 --length 32 --finetune-updates 1"
     compare="$compare --log-interval 1 --graphed --override ++task.torch_compile=aot_eager"
-    compare="$compare --override ++model.num_layers=2"
+    compare="$compare --override ++model.num_layers=1"
     # a clock shorter than the compile: each arm stops after its first update
     compare="$compare --jobs 2 --pretrain-minutes 0.01"; reserve=0; compile=0
 else
@@ -111,7 +111,7 @@ else
     export PYTHONPATH=/tmp/site:$PWD
     py=python3; device=cuda; backend=inductor; graphed_backend=""; scratch=/tmp
     small="--batch-size 128 --lengths 128"; base="--batch-size 32 --lengths 512"
-    arch=electra_small; updates=4000; seeds="1 2 3 4 5"; jobs=5; count=""; pretrain=""
+    arch=electra_small; updates=4000; seeds="1 2 3 4 5"; jobs=5; count=""; pretrain=""; trials=""
     bodies="--sizes small base --lengths 128 512 --batch-size 32"; tiny_model=""; tiny_base=""
     compare="--flops 1e16"; reserve=200; compile=1  # seconds kept for the fine-tuning of three
     # arms; minutes for each arm's start-up and compile
@@ -171,7 +171,7 @@ for arm in "--checkpoint $scratch/pretrain/checkpoint_last.pt" "--arch $arch"; d
     name=trials${arm%% *}  # each arm in a folder of its own
     stage $name $py -m electra_plugin.cli.finetune trials $arm \
         --task sentiment=$data/sentiment-bin --seeds $seeds --jobs $jobs \
-        --out-dir $scratch/$name $([ $device = cpu ] && echo --cpu)
+        --out-dir $scratch/$name $trials $([ $device = cpu ] && echo --cpu)
 done
 stage bench_bodies $py benchmarks/bench_bodies.py --device $device --precision bf16 $bodies \
     --json "$OUT/bench_bodies.json" $tiny_model
