@@ -195,9 +195,9 @@ def test_through_fairseq_train_the_checkpoint_is_the_eager_runs_and_resumes(
         data_bin, tmp_path, monkeypatch, caplog):
     """fairseq-train with --graphed-step and electra_adam (--update-freq 2, a warm-up and
     decay, the clip, an overflow skipped by --skip-nonfinite-updates 1) takes the whole
-    update; its checkpoint holds the eager run's weights, Adam moments, step counts, lr and
-    update count (fairseq's Adam's state), and a run resumed from it at update 4 ends where
-    the uninterrupted one does, bit for bit. Tolerances (measured 6e-8 on the weights, 7e-8
+    update (with fairseq's adam it says in one line why not); its checkpoint holds the eager
+    run's weights, Adam moments, step counts, lr and update count (fairseq's Adam's state),
+    and a run resumed from it at update 4 ends where the uninterrupted one does, bit for bit. Tolerances (measured 6e-8 on the weights, 7e-8
     of the largest moment): the eager run's backward and its Adam (torch's fused kernel on a
     CPU, eps placed after the bias correction) round differently from the graph's."""
     monkeypatch.setenv(VARIABLE, "-dropout")  # both draw dropout from torch's generator
@@ -236,6 +236,12 @@ def test_through_fairseq_train_the_checkpoint_is_the_eager_runs_and_resumes(
             assert ours["state"][index]["step"] == state["step"] == 8
             torch.testing.assert_close(ours["state"][index][key], state[key], rtol=0,
                                        atol=1e-6 * scale)
+
+    plain_adam = cmd("plain", 1, *graphed)
+    plain_adam[plain_adam.index("--optimizer") + 1] = "adam"
+    log = poisoned_run(plain_adam, monkeypatch, caplog)
+    assert log.count("the whole update as one graph is off: it needs electra_adam") == 1
+    assert "runs as one compiled graph (aot_eager" in log  # the graphed step's own
 
     for updates in (4, 8):
         poisoned_run(cmd("resumed", updates, *graphed), monkeypatch, caplog)
