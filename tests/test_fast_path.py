@@ -449,10 +449,10 @@ def test_the_switch_turns_off_the_parts_it_names_and_refuses_other_words(monkeyp
     from electra_plugin.user_io.errors import ElectraUsageError
 
     default_off = {part for part, p in PARTS.items() if not p.default}
-    assert default_off == {"trees"}
+    assert default_off == {"trees", "replay"}
     for value, off in (("1", default_off), ("0", set(PARTS)),
                        ("-window, -dropout", {"window", "dropout"} | default_off),
-                       ("+trees,-seed", {"seed"}), ("0,+trees", set(PARTS))):
+                       ("+trees,-seed", {"seed", "replay"}), ("0,+trees", set(PARTS))):
         monkeypatch.setenv("ELECTRA_SPEED", value)
         assert {part for part in PARTS if not enabled(part)} == off, value
         assert enabled() is (not value.startswith("0"))

@@ -1,7 +1,7 @@
 """The whole update compiled as one function (speed/whole_update.py) against fairseq's eager
 update (the plugin's ElectraAdam without speed/'s parts: fairseq's multiply_grads, clip and
 Adam) over a warm-up and decay of the lr, an overflowed update and two micro-batches per
-update."""
+update; on a CPU, and on a GPU (``pytest -m gpu``) replayed as one CUDA graph."""
 
 import functools
 import logging
@@ -37,7 +37,7 @@ def lr_at(count):
     return 1e-2 * (count + 1) / 3 if count < 3 else 1e-2 * (12 - count) / 9
 
 
-def batches(task, update):
+def batches(task, update, device="cpu"):
     """The update's two micro-batches (src_tokens, target, masked_positions, masked_weights)."""
     made = []
     for seed in (2 * update, 2 * update + 1):
@@ -45,13 +45,13 @@ def batches(task, update):
         positions, weights = prediction_slots(picked, SLOTS)
         if update == OVERFLOW and not made:
             weights[0] = float("inf")
-        made.append((src, target, positions, weights))
+        made.append(tuple(t.to(device) for t in (src, target, positions, weights)))
     return made
 
 
-def built():
+def built(device="cpu"):
     model, task = tiny_model(dropout=0.0, attention_dropout=0.0)
-    model.train()
+    model.to(device).train()
     return model, task, ElectraCriterion(task, disc_weight=50.0)
 
 
@@ -77,35 +77,37 @@ def eager_update(model, criterion, optimizer, micro_batches):
     return losses, norm, True
 
 
-@pytest.mark.slow  # (dynamo's compile of the whole update: ~15 s on 2 cores)
-def test_the_whole_update_is_fairseqs_eager_update_without_a_host_sync(monkeypatch):
-    """Weights, Adam's moments, step counts and lrs equal to fairseq's after each update (the
-    skipped one moves nothing); every kernel of an update issued by the compiled code, none a
-    host sync (HostWork counts each aten operator at the dispatcher, ``.item()``, ``bool()``
-    and ``.tolist()`` included: their ``_local_scalar_dense``); no recompile for a new lr,
-    count or overflow.
+# how far the whole update may sit from fairseq's eager update: the weights (absolute), the
+# moments (of the model's largest) and the norm and losses (relative). On a CPU: the graph's
+# backward (torch.func's) sums the same products in another order than autograd's, so
+# gradients differ in their last bits, and Adam's m / sqrt(v) passes that on at the lr's
+# scale (1e-6: a few fp32 ulps at the weights' size, 1e-4 of one update's move at lr 1e-2).
+# On a GPU inductor's fused kernels also sum in their own order: ten times that, a guess
+# until the first GPU run measures it (an update applied twice or lost moves by the lr).
+TOLERANCE = {"cpu": dict(weights=1e-6, moments=1e-5, rtol=1e-5),
+             "cuda": dict(weights=1e-5, moments=1e-4, rtol=1e-4)}
 
-    Tolerance: the graph's backward (torch.func's) sums the same products in another order
-    than autograd's, so gradients differ in their last bits, and Adam's m / sqrt(v) passes
-    that on at the lr's scale: weights within 1e-6 absolute (a few fp32 ulps at their size,
-    1e-4 of one update's move at lr 1e-2), moments within 1e-5 of the model's largest.
-    A model changed after the capture is refused at the next check, as the graphed step's."""
+
+def check_against_eager(monkeypatch, device, backend):
+    """The whole update on ``device`` against fairseq's eager update there, update by
+    update (see the tests)."""
+    tolerance = TOLERANCE[device]
     monkeypatch.setattr(compile_module, "CHECK_EVERY", UPDATES + 1)
-    eager_model, task, eager_criterion = built()
-    model, _, criterion = built()
+    eager_model, task, eager_criterion = built(device)
+    model, _, criterion = built(device)
     cfg = OmegaConf.merge(electra_adam_cfg(weight_decay=0.01), {"adam_eps": 1e-6})  # ELECTRA's
     eager = ElectraAdam(cfg, list(eager_model.parameters()))
     assert type(eager.optimizer).__name__ == "Adam"  # fairseq's own (no apex on a CPU)
     adam = CapturableAdam(ElectraAdam.groups(list(model.parameters()), cfg),
                           **eager.optimizer_config)
-    step = GraphedStep(model.electra_step, "aot_eager")
+    step = GraphedStep(model.electra_step, backend)
     step.combine = functools.partial(criterion.combine, model)
-    update = WholeUpdate(step, adam, CLIP, backend="aot_eager", window=4)
+    update = WholeUpdate(step, adam, CLIP, backend=backend, window=4)
 
     fairseq_count = host_count = 0
     with torch._dynamo.config.patch(error_on_recompile=True):
         for number in range(UPDATES):
-            micro_batches = batches(task, number)
+            micro_batches = batches(task, number, device)
             before = [p.detach().clone() for p in model.parameters()]
             eager.set_lr(lr_at(fairseq_count))
             torch.manual_seed(100 + number)  # fairseq's seed before each update
@@ -119,12 +121,17 @@ def test_the_whole_update_is_fairseqs_eager_update_without_a_host_sync(monkeypat
             with HostWork() as work:
                 fields, norm, found_inf = update(micro_batches)
             host_count += 1
-            assert work.syncs == 0 and work.kernels == work.graph_kernels > 0
+            assert work.syncs == 0
+            if device == "cpu":  # every kernel issued by the compiled code
+                assert work.kernels == work.graph_kernels > 0
+            elif number > 1:  # (0: the warm-up, 1: the capture) replayed: the compiled code
+                # issues nothing; the host copies the batch in and the outputs out
+                assert work.graph_kernels == 0 < work.kernels
             assert float(found_inf) == (not stepped) == (number == OVERFLOW)
             if stepped:
-                torch.testing.assert_close(norm, eager_norm, rtol=1e-5, atol=0)
+                torch.testing.assert_close(norm, eager_norm, rtol=tolerance["rtol"], atol=0)
                 torch.testing.assert_close(torch.stack([f["loss"] for f in fields]),
-                                           torch.stack(losses), rtol=1e-5, atol=0)
+                                           torch.stack(losses), rtol=tolerance["rtol"], atol=0)
                 assert adam.lr.tolist() == [g["lr"] for g in eager.param_groups]
             else:  # nothing moved
                 assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
@@ -133,7 +140,8 @@ def test_the_whole_update_is_fairseqs_eager_update_without_a_host_sync(monkeypat
                 update.skips_read()
                 host_count -= 1
             for p, q in zip(model.parameters(), eager_model.parameters()):
-                torch.testing.assert_close(p, q, rtol=0, atol=1e-6, msg=lambda m: f"{number}: {m}")
+                torch.testing.assert_close(p, q, rtol=0, atol=tolerance["weights"],
+                                           msg=lambda m: f"{number}: {m}")
 
     assert fairseq_count == host_count == UPDATES - 1
     assert adam.steps.tolist() == [fairseq_count] * len(adam.groups)
@@ -144,15 +152,43 @@ def test_the_whole_update_is_fairseqs_eager_update_without_a_host_sync(monkeypat
         # bias: softmax ignores it) holds rounding noise in both
         scale = max(theirs[key].abs().max().item() for _, theirs in states)
         for mine, theirs in states:
-            torch.testing.assert_close(mine[key], theirs[key], rtol=0, atol=1e-5 * scale)
+            torch.testing.assert_close(mine[key], theirs[key], rtol=0,
+                                       atol=tolerance["moments"] * scale)
     for mine, theirs in states:
         assert int(mine["step"]) == theirs["step"] == fairseq_count
     model.discriminator.embeddings.register_forward_hook(lambda *args: None)
     with pytest.raises(ElectraUsageError, match="hooks changed after its step was captured"):
-        update(batches(task, UPDATES))
-    start, _, _ = built()
+        update(batches(task, UPDATES, device))
+    start, _, _ = built(device)
     assert max((p - q).abs().max().item()
                for p, q in zip(model.parameters(), start.parameters())) > 1e-2  # (it trained)
+
+
+@pytest.mark.slow  # (dynamo's compile of the whole update: ~15 s on 2 cores)
+def test_the_whole_update_is_fairseqs_eager_update_without_a_host_sync(monkeypatch):
+    """Weights, Adam's moments, step counts and lrs equal to fairseq's after each update (the
+    skipped one moves nothing, within ``TOLERANCE``); every kernel of an update issued by the
+    compiled code, none a host sync (HostWork counts each aten operator at the dispatcher,
+    ``.item()``, ``bool()`` and ``.tolist()`` included: their ``_local_scalar_dense``); no
+    recompile for a new lr, count or overflow. A model changed after the capture is refused
+    at the next check, as the graphed step's."""
+    check_against_eager(monkeypatch, "cpu", "aot_eager")
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_the_whole_update_replays_one_cuda_graph_equal_to_fairseqs_update(
+        monkeypatch):
+    """As on the CPU, with inductor's code replayed as one CUDA graph (update 1 the warm-up,
+    2 captured, 3-10 replayed, the overflow among them): each replay moves the weights,
+    moments and counts once, at the lr of its row, without a host sync (the capture
+    synchronizes once, outside aten: HostWork does not count it). Inductor draws with aten's
+    random ops (``fallback_random``), so that the generator samples what the eager step
+    samples at the same seed, replay after replay."""
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)  # (a GPU run's)
+    with torch._inductor.config.patch(fallback_random=True):
+        check_against_eager(monkeypatch, "cuda", "inductor")
 
 
 def test_an_adam_without_every_trained_parameter_is_refused():
@@ -162,6 +198,19 @@ def test_an_adam_without_every_trained_parameter_is_refused():
     adam = CapturableAdam(list(model.parameters())[1:], lr=1e-3)
     with pytest.raises(ElectraUsageError, match="exactly the parameters the step trains"):
         WholeUpdate(step, adam, CLIP, backend="aot_eager", window=2)
+
+
+def whole_update_cmd(data_bin, root, name, updates, *extra):
+    """A train_cmd that can take the whole update (with ``--graphed-step`` among ``extra``):
+    electra_adam, --update-freq 2, the clip, the weight decay, a warm-up and decay, an overflow
+    skipped, logs read every 4 updates; its checkpoints in ``root / name``."""
+    line = train_cmd(data_bin, root / name, "--disable-validation", "--no-epoch-checkpoints",
+                     "--train-subset", "valid", "--update-freq", "2", "--max-update",
+                     str(updates), "--clip-norm", "1.0", "--weight-decay", "0.01",
+                     "--adam-eps", "1e-6", "--skip-nonfinite-updates", "1", *extra)
+    line[line.index("--optimizer") + 1] = "electra_adam"
+    line[line.index("--log-interval") + 1] = "4"
+    return line
 
 
 POISONED_AT = 2  # the host's update count whose first micro-batch gets an infinite weight
@@ -201,17 +250,7 @@ def test_through_fairseq_train_the_checkpoint_is_the_eager_runs_and_resumes(
     of the largest moment): the eager run's backward and its Adam (torch's fused kernel on a
     CPU, eps placed after the bias correction) round differently from the graph's."""
     monkeypatch.setenv(VARIABLE, "-dropout")  # both draw dropout from torch's generator
-
-    def cmd(name, updates, *extra):
-        line = train_cmd(data_bin, tmp_path / name, "--disable-validation",
-                         "--no-epoch-checkpoints", "--train-subset", "valid",
-                         "--update-freq", "2", "--max-update", str(updates), "--clip-norm",
-                         "1.0", "--weight-decay", "0.01", "--adam-eps", "1e-6",
-                         "--skip-nonfinite-updates", "1", *extra)
-        line[line.index("--optimizer") + 1] = "electra_adam"
-        line[line.index("--log-interval") + 1] = "4"
-        return line
-
+    cmd = functools.partial(whole_update_cmd, data_bin, tmp_path)
     graphed = ("--graphed-step", "--torch-compile", "aot_eager")
     log = poisoned_run(cmd("whole", 8, *graphed), monkeypatch, caplog)
     assert "the whole update (each micro-batch's forward and backward, the clip, Adam) " \
@@ -249,3 +288,34 @@ def test_through_fairseq_train_the_checkpoint_is_the_eager_runs_and_resumes(
     assert resumed["optimizer_history"][-1]["num_updates"] == 8
     for name, tensor in whole["model"].items():
         assert torch.equal(resumed["model"][name], tensor), name
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_fairseq_train_with_the_replay_part_replays_the_whole_update(
+        data_bin, tmp_path, monkeypatch, caplog):
+    """fairseq-train on a GPU with --graphed-step and ELECTRA_SPEED=+replay takes the whole
+    update and captures it as one CUDA graph at its second update; the skipped overflow is
+    logged and the checkpoint holds 8 updates of finite weights. Without the part the run
+    keeps fairseq's update and says why in one line. (aot_eager: seconds of compiling; the
+    capture takes its aten ops as it takes inductor's kernels, which the test above runs.)"""
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)  # (restored after)
+    monkeypatch.setenv(VARIABLE, "+replay")
+    graphed = ("--graphed-step", "--torch-compile", "aot_eager")
+    cmd = [c for c in whole_update_cmd(data_bin, tmp_path, "replayed", 8, *graphed)
+           if c != "--cpu"]
+    log = poisoned_run(cmd, monkeypatch, caplog)
+    assert "the whole update (each micro-batch's forward and backward, the clip, Adam) " \
+           "runs as one compiled graph (aot_eager, replayed as one CUDA graph)" in log, log
+    assert log.count("the whole update is captured as one CUDA graph") == 1, log
+    assert "skipped update 3" in log, log
+    state = checkpoint(tmp_path / "replayed" / "checkpoint_last.pt")
+    assert state["optimizer_history"][-1]["num_updates"] == 8
+    assert all(torch.isfinite(v).all() for v in state["model"].values())
+
+    monkeypatch.setenv(VARIABLE, "1")
+    log = poisoned_run([c for c in whole_update_cmd(data_bin, tmp_path, "off", 1, *graphed)
+                        if c != "--cpu"], monkeypatch, caplog)
+    assert log.count("the whole update as one graph is off: on a GPU its CUDA graph has not "
+                     "yet run (ELECTRA_SPEED=+replay tries it)") == 1, log

@@ -21,11 +21,14 @@ The host counts an update skipped on the device until it reads the flags; the gr
 the row of fairseq's count, the host's less the skips not yet read (``late``), as
 speed/deferred.py does for the eager update.
 
+On a GPU the compiled function is replayed as one CUDA graph (:class:`Replay`).
+
 Through fairseq-train (:func:`whole_update_step`, a wrap of ``Trainer.train_step``) it runs
 where the run has ``--graphed-step`` with its gradients inside, ``electra_adam`` and the
-deferred checks (fp32 or ``--autocast-bf16``, one worker, on a CPU until its CUDA graph is
-tested on a GPU); otherwise fairseq's update, said in one log line. The host keeps fairseq's
-bookkeeping (seed, update count, lr schedule); the logs wait for ``--log-interval``.
+deferred checks (fp32 or ``--autocast-bf16``, one worker; on a GPU only with
+``ELECTRA_SPEED=+replay`` until its CUDA graph has run on one); otherwise fairseq's update,
+said in one log line. The host keeps fairseq's bookkeeping (seed, update count, lr
+schedule); the logs wait for ``--log-interval``.
 """
 
 import logging
@@ -33,8 +36,8 @@ import os
 
 import torch
 from fairseq.logging import metrics
+from torch.utils._pytree import tree_map_only
 
-from ..models.generators.base import GeneratorKind
 from ..user_io.errors import ElectraUsageError
 from .capturable_adam import CapturableAdam
 from .clip import _total_norm
@@ -48,7 +51,8 @@ logger = logging.getLogger(__name__)
 class WholeUpdate:
     """One update of micro-batches, compiled whole at its first call; a call whose
     micro-batches differ from the first call's in number or shape (an epoch's short last
-    batch or update) runs the same function eager rather than compiling again.
+    batch or update) runs the same function eager rather than compiling again. On a GPU
+    the compiled function is replayed as one CUDA graph (:class:`Replay`).
 
     ``step``: the model's :class:`~.compile.GraphedStep`, which must take the gradients
     inside its graph; ``adam``: a :class:`~.capturable_adam.CapturableAdam` over the
@@ -82,6 +86,9 @@ class WholeUpdate:
         self.compiled = torch.compile(own_code(self.update), backend=backend, fullgraph=True,
                                       dynamic=False,
                                       options={"guard_filter_fn": unguarded_structure})
+        self.replayed = device.type == "cuda"
+        if self.replayed:
+            self.compiled = Replay(self.compiled)
 
     def set_lr(self, count: int, lrs) -> None:
         """Before the update that follows ``count`` updates (as the host counts them):
@@ -136,6 +143,51 @@ class WholeUpdate:
         return fields, norm, found_inf
 
 
+class Replay:
+    """The compiled update replayed as one CUDA graph; awaits its first GPU run
+    (tests/test_whole_update.py's ``gpu`` tests).
+
+    Captured here, not by inductor's ``triton.cudagraphs``: without cudagraph trees inductor
+    runs a graph once before recording it, which would apply the first update twice, and
+    copies each input not marked static into a buffer of its own, where an in-place update is
+    lost (pytorch/pytorch#103985). Here the first call is a real update, run by the compiled
+    code on the capture's stream (the warm-up a capture needs); the second is captured, which
+    runs nothing, then replayed, as every later call is. Each batch is copied into the first
+    one's tensors; the outputs are copied out of the graph's memory, which the next replay
+    overwrites while the logs wait for ``--log-interval``."""
+
+    def __init__(self, compiled):
+        self.compiled, self.stream = compiled, torch.cuda.Stream()
+        self.batches = self.graph = self.outputs = None
+
+    def __call__(self, values, batches):
+        if self.batches is None:  # the warm-up: a real update, from the tensors kept
+            self.batches = [[t.clone() for t in batch] for batch in batches]
+            self.stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self.stream):
+                outputs = self.compiled(values, self.batches)
+            torch.cuda.current_stream().wait_stream(self.stream)
+            return outputs
+        for kept, batch in zip(self.batches, batches):
+            torch._foreach_copy_(kept, list(batch))
+        if self.graph is None:
+            self.graph = torch.cuda.CUDAGraph()
+            try:
+                # (thread_local: another thread's CUDA calls, a loader's pinning, are no
+                # error, as in inductor's own capture)
+                with torch.cuda.graph(self.graph, stream=self.stream,
+                                      capture_error_mode="thread_local"):
+                    self.outputs = self.compiled(values, self.batches)
+            except Exception as error:  # (torch's capture errors have no one class)
+                raise ElectraUsageError(
+                    f"the whole update cannot be captured as one CUDA graph "
+                    f"({first_line(error)}); train without {VARIABLE}=+replay") from error
+            logger.info("the whole update is captured as one CUDA graph: each update from "
+                        "now on is one replay")
+        self.graph.replay()
+        return tree_map_only(torch.Tensor, torch.clone, self.outputs)
+
+
 # the trainer's attribute holding its TrainerUpdate (False: fairseq's update; unset: not
 # decided yet, before its first update)
 KEY = "electra_whole_update"
@@ -165,10 +217,11 @@ def why_not(trainer, step):
     if not deferrable(trainer):
         return f"it needs electra_adam, one worker, fp32 or --autocast-bf16 and {VARIABLE}'s " \
                f"deferred part"
-    if trainer.cuda:  # (a graph whose inputs it updates in place: not yet run on a GPU)
-        return "on a GPU it is not yet captured as a CUDA graph; the graphed step's own are"
+    if trainer.cuda and not enabled("replay"):
+        return f"on a GPU its CUDA graph has not yet run ({VARIABLE}=+replay tries it)"
+    # a generator kind whose resting_parameters overrides its base's (which rests none)
     kind = type(getattr(trainer.model, "generator_kind", None))
-    if getattr(kind, "resting_parameters", None) not in (None, GeneratorKind.resting_parameters):
+    if sum("resting_parameters" in vars(c) for c in kind.__mro__) > 1:
         return "this generator rests parameters between updates (two-stage training)"
     if trainer.cfg.ema.store_ema:
         return "--ema"
@@ -237,8 +290,10 @@ class TrainerUpdate:
                 raise
             return self.fall_back(trainer, error)
         if self.fairseqs is not None:
+            replayed = ", replayed as one CUDA graph" if self.update.replayed else ""
             logger.info(f"the whole update (each micro-batch's forward and backward, the "
-                        f"clip, Adam) runs as one compiled graph ({self.update.step.backend})")
+                        f"clip, Adam) runs as one compiled graph ({self.update.step.backend}"
+                        f"{replayed})")
             self.fairseqs = None
         logging_outputs = [criterion.logging_output(model, s, f["logs"], f["loss"],
                                                     s["net_input"]["masked_weights"])
