@@ -1047,8 +1047,8 @@ def count_rows(args, device, root, batch_size=2, length=16, vocab=64):
     per update (median of ``args.repeats`` runs of ``args.steps``), for the plugin as of
     ``--baseline`` (with fairseq's per-update checks, as it ran), the plugin eager, the
     plugin with --graphed-step around fairseq's update and as the whole update
-    (speed/whole_update.py; on a GPU fairseq's update, said in its log) and the
-    transformers peer."""
+    (speed/whole_update.py; on a GPU replayed as one CUDA graph, ELECTRA_SPEED=+replay) and
+    the transformers peer."""
     from electra_plugin.profiling.host_work import HostWork
 
     model = [*NEAR_ZERO, *args.plugin_args]
@@ -1063,7 +1063,8 @@ def count_rows(args, device, root, batch_size=2, length=16, vocab=64):
     specs = ([("baseline", f"plugin@{args.baseline}", [], "-deferred")] if args.baseline
              else []) + [("plugin", "plugin", [], "1"),
                          ("plugin", "plugin --graphed-step", graphed, "-update"),
-                         ("plugin", "plugin, the whole update", graphed, "1"),
+                         ("plugin", "plugin, the whole update", graphed,
+                          "+replay" if device.type == "cuda" else "1"),
                          ("peer", "peer", [], "1")]
     rows = []
     for impl, name, flags, switch in specs:
@@ -1185,9 +1186,11 @@ def main(argv=None):
                    help="also time each precision's first plugin command line with "
                         "--graphed-step (the whole step as one graph; BACKEND, else "
                         "--compile's when given, else the plugin's default)")
-    p.add_argument("--graphed-speed", nargs="+", default=[], metavar="SWITCH",
+    p.add_argument("--graphed-speed", nargs="+", action="extend", default=[],
+                   metavar="SWITCH",
                    help="with --graphed: the graphed row once more under each ELECTRA_SPEED "
-                        "value (e.g. -gradients: the backward by autograd), in the same run")
+                        "value (e.g. -gradients: the backward by autograd), in the same run; "
+                        "repeatable (--graphed-speed=-gradients --graphed-speed +replay)")
     p.add_argument("--clip", action="store_true",
                    help="only time fairseq's gradient scaling and clipping over each model's "
                         "parameters, ELECTRA_SPEED on and off")
