@@ -99,7 +99,7 @@ if [ "$TINY" = 1 ]; then  # the CPU rehearsal: tiny sizes, this environment's Py
     pretrain="$pretrain ++model.num_layers=1"  # one layer: the graphed step compiles fast
     tiny_model="--plugin-args --num-layers 1 --hidden-size 16 --num-heads 4 --ffn-size 16"
     tiny_model="$tiny_model --embedding-size 16"  # one layer: the graphed row compiles fast
-    tiny_base="$tiny_model --generator-size 0.25"; replay=""  # (a CUDA graph's part)
+    tiny_base="$tiny_model --generator-size 0.25"
     compare="--cpu --arch electra_tiny --updates 4 --batch 8 --length 32 --finetune-updates 1"
     compare="$compare --log-interval 1 --graphed --override ++task.torch_compile=aot_eager"
     compare="$compare --override ++model.num_layers=1"
@@ -113,7 +113,6 @@ else
     small="--batch-size 128 --lengths 128"; base="--batch-size 32 --lengths 512"
     arch=electra_small; updates=4000; seeds="1 2 3 4 5"; jobs=5; count=""; pretrain=""; trials=""
     bodies="--sizes small base --lengths 128 512 --batch-size 32"; tiny_model=""; tiny_base=""
-    replay="--graphed-speed +replay"  # the whole update as one CUDA graph, weighed
     compare="--flops 1e16"; reserve=200; compile=1  # seconds kept for the fine-tuning of three
     # arms; minutes for each arm's start-up and compile
 fi
@@ -148,12 +147,12 @@ stage compare $py scripts/electra_vs_mlm.py --data $data/data-bin $tasks --seeds
 stage count $py benchmarks/bench_pretrain.py --count --device $device --compile $backend \
     --json "$OUT/count.json" $count
 # the paper's batches: eager (--autocast-bf16 and --bf16), graphed (small: also with its
-# backward by autograd, ELECTRA_SPEED=-gradients, and on a GPU as the whole update replayed
-# as one CUDA graph, +replay), the transformers peer; each row profiled once more: the GPU's
-# busy time per update and the host's top operators
+# backward by autograd, ELECTRA_SPEED=-gradients, and with the whole update replayed as one
+# CUDA graph, +replay: on a CPU the whole update, rehearsing the flags), the transformers
+# peer; each row profiled once more: the GPU's busy time per update, the host's top operators
 stage bench_small $py benchmarks/bench_pretrain.py --device $device --precisions bf16 \
     --models electra_small $small --impls plugin peer --graphed $graphed_backend \
-    --graphed-speed=-gradients $replay --profile --json "$OUT/bench_small.json" $tiny_model
+    --graphed-speed=-gradients --graphed-speed +replay --profile --json "$OUT/bench_small.json" $tiny_model
 stage bench_base $py benchmarks/bench_pretrain.py --device $device --precisions bf16 \
     --models electra_base $base --impls plugin peer --graphed $graphed_backend --profile \
     --json "$OUT/bench_base.json" $tiny_base

@@ -48,8 +48,11 @@ def test_every_stage_ends_well_with_its_markers(session):
     assert "skipped" not in stages and stages.count("rc=0 ") == len(STAGES), stages
     count = (session / "count.txt").read_text()
     assert "plugin --graphed-step" in count and "peer" in count, count
-    for row in json.loads((session / "bench_small.json").read_text())["rows"]:  # --profile
+    rows = json.loads((session / "bench_small.json").read_text())["rows"]
+    for row in rows:  # --profile
         assert row["device_busy_ms_per_update"] == 0 and row["top_host_ops"], row  # (a CPU)
+    speeds = {row["impl"].split("ELECTRA_SPEED=")[-1] for row in rows if "SPEED=" in row["impl"]}
+    assert speeds == {"-gradients", "+replay"}, rows  # the GPU's flags, rehearsed
     # the graphed pre-training compiled: on a CPU the whole update (speed/whole_update.py), on
     # a GPU the graphed step around fairseq's update
     assert "the whole update (each micro-batch's forward and backward, the clip, Adam) runs " \
