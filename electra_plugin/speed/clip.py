@@ -35,17 +35,23 @@ def clip_grad_norm_(params, max_norm, aggregate_norm_fn=None, optimizer=None) ->
     grads = [p.grad for p in with_grad if not hasattr(p, "expert")]  # norms: no detach
     if not enabled("clip") or len(grads) < 2:  # (0 or 1 gradient: fairseq's takes no loop)
         return utils.clip_grad_norm_(params, max_norm, aggregate_norm_fn)
-    total_norm = _total_norm(grads)
+    total_norm = grad_norm(grads)
     if aggregate_norm_fn is not None:
         total_norm = aggregate_norm_fn(total_norm)
     if max_norm > 0 and isinstance(optimizer, MultiTensorAdam):
-        optimizer.clip_coef = (max_norm / (total_norm + 1e-6)).clamp(max=1.0)  # (torch's)
+        optimizer.clip_coef = clip_coefficient(total_norm, max_norm)
     elif max_norm > 0:
         torch.nn.utils.clip_grads_with_norm_(with_grad, max_norm, total_norm)
     return total_norm
 
 
-def _total_norm(grads):
+def clip_coefficient(norm, max_norm):
+    """What the gradients are scaled by: ``min(1, max_norm / (norm + 1e-6))``, on the
+    norm's device (fairseq's and torch's rule)."""
+    return (max_norm / (norm + 1e-6)).clamp(max=1.0)
+
+
+def grad_norm(grads):
     """fp32 2-norm of all ``grads``: one ``_foreach_norm`` per device and dtype (in fp32, as
     fairseq's ``torch.norm(g, dtype=torch.float32)``: fp16 gradients' norms would overflow)."""
     by_device_dtype = defaultdict(list)

@@ -40,7 +40,7 @@ from torch.utils._pytree import tree_map_only
 
 from ..user_io.errors import ElectraUsageError
 from .capturable_adam import CapturableAdam
-from .clip import _total_norm
+from .clip import grad_norm, clip_coefficient
 from .compile import STRICT, first_line, own_code, unguarded_structure
 from .deferred import DeviceNorm, deferrable
 from .switch import VARIABLE, enabled
@@ -131,8 +131,8 @@ class WholeUpdate:
             fields.append(out)
         if len(batches) > 1:  # fairseq's multiply_grads by 1 / sample_size (1 per batch)
             torch._foreach_mul_(grads, 1.0 / len(batches))
-        norm = _total_norm(grads)
-        clip = (self.clip_norm / (norm + 1e-6)).clamp(max=1.0) if self.clip_norm > 0 else \
+        norm = grad_norm(grads)
+        clip = clip_coefficient(norm, self.clip_norm) if self.clip_norm > 0 else \
             torch.ones_like(norm)
         found_inf = (~torch.isfinite(norm)).float()
         # the lr at fairseq's count: the host's less the skips it has not read
