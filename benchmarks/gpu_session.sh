@@ -42,8 +42,8 @@ weight() {  # each stage's relative share of the time left
                pretrain) echo 80;; pytest_gpu) echo 110;;
                trials*) echo 40;; bench_bodies) echo 30;; esac; }
 pending=""  # the chosen stages not yet run, in order
-for name in compare count bench_small bench_base pretrain pytest_gpu trials--checkpoint \
-            trials--arch bench_bodies; do
+for name in compare count bench_small bench_base pretrain pytest_gpu trials--arch \
+            trials--checkpoint bench_bodies; do
     [[ " $STAGES " == *" ${name%%--*} "* ]] && pending="$pending $name "
 done
 share() {  # share NAME: NAME's seconds, its weight over those of the stages still to run
@@ -168,9 +168,10 @@ stage pretrain $py -m fairseq_cli.hydra_train --config-dir examples/pretraining/
     checkpoint.no_epoch_checkpoints=true dataset.disable_validation=true \
     hydra.run.dir=$scratch/pretrain-hydra $pretrain
 stage pytest_gpu $py -m pytest -m gpu -n 0 -q -p no:cacheprovider --timeout 150 -rA tests
-[ -n "${pid_pretrain:-}" ] && wait "$pid_pretrain"  # its checkpoint is the first trials' start
-for arm in "--checkpoint $scratch/pretrain/checkpoint_last.pt" "--arch $arch"; do
+for arm in "--arch $arch" "--checkpoint $scratch/pretrain/checkpoint_last.pt"; do
     name=trials${arm%% *}  # each arm in a folder of its own
+    # the pre-training's checkpoint is the second trials' start (the first runs beside it)
+    [ "$name" = trials--checkpoint ] && [ -n "${pid_pretrain:-}" ] && wait "$pid_pretrain"
     stage $name $py -m electra_plugin.cli.finetune trials $arm \
         --task sentiment=$data/sentiment-bin --seeds $seeds --jobs $jobs \
         --out-dir $scratch/$name $trials $([ $device = cpu ] && echo --cpu)
