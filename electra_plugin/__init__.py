@@ -9,13 +9,14 @@ from fairseq.optim import register_optimizer
 from . import criterions, tasks  # noqa: F401
 from .models import electra  # noqa: F401  (registers the model and its archs)
 from .optim.layer_decay import ElectraAdam, ElectraAdamConfig
-from .run import command_line, divergence, safety_wrappers, scale_out
+from .run import command_line, divergence, loader_workers, safety_wrappers, scale_out
 from .speed import optimizer, trainer_patches
 
 # layer-wise decay (optim/) with the speed parts of fairseq's Adam wrapper (speed/)
 register_optimizer("electra_adam", dataclass=ElectraAdamConfig)(optimizer.fast(ElectraAdam))
 
 safety_wrappers.install()
+loader_workers.install()
 scale_out.install()
 trainer_patches.install(on_nonfinite=divergence.skip_or_stop,
                         skips_left=divergence.skips_left)
