@@ -119,8 +119,8 @@ fi
 export PYTHONUNBUFFERED=1
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
   $py -c "import torch, fairseq, transformers, electra_plugin; print('torch', torch.__version__, 'fairseq', fairseq.__version__, 'transformers', transformers.__version__)"
-  $py -c "import flash_attn" 2>&1 | tail -1; } > "$OUT/machine.txt" 2>&1
-cat "$OUT/machine.txt"
+  $py -c "import flash_attn" 2>&1 | tail -1; } > "$OUT/machine.txt" 2>&1 &
+# (beside the first stage: its imports take seconds; printed at the end)
 # inductor's compiled graphs (on a GPU with Triton's kernels) in one folder for every stage;
 # $data/inductor-cache.tar.gz, this script's own output of an earlier session on the same
 # torch and GPU, fills it first: a graph found there is loaded, not compiled again
@@ -139,8 +139,12 @@ tasks="--task sentiment=$data/sentiment-bin"
 window=$(( $(share compare) - reserve ))
 clock=$($py -c "print(f'--pretrain-minutes {max($window - 60 * $compile - 30, 30) / 60:.3g}' \
                       f' --deadline-minutes {max($window, 60) / 60:.3g}')")
-stage compare $py scripts/electra_vs_mlm.py --data $data/data-bin $tasks --seeds $seeds \
-    --out-dir "$OUT/compare" --work-dir $scratch/compare --compile-minutes $compile $clock $compare
+# ELECTRA_SPEED=-gradients: the arms' graphed step as two graphs (forward, autograd's
+# backward), the form measured on an H200 (docs/benchmarks.md, "GPU"), whose encoder layers
+# are traced once (speed/layers.py): the compile that starts each arm's clock is the shorter
+stage compare env ELECTRA_SPEED=-gradients $py scripts/electra_vs_mlm.py --data $data/data-bin \
+    $tasks --seeds $seeds --out-dir "$OUT/compare" --work-dir $scratch/compare \
+    --compile-minutes $compile $clock $compare
 
 # per update at electra_small's depth, near-zero widths: operators, syncs, host ms (on a
 # GPU the whole update's row replays it as one CUDA graph, ELECTRA_SPEED=+replay)
@@ -188,5 +192,6 @@ tar czf "$BACK/inductor-cache.tar.gz" -C "$TORCHINDUCTOR_CACHE_DIR" .
 [ "$(stat -c %s "$BACK/inductor-cache.tar.gz")" -gt $(( 16 << 20 )) ] && \
     mv "$BACK/inductor-cache.tar.gz" "$scratch/" && echo "inductor cache over 16 MiB: kept in $scratch" \
     | tee -a "$OUT/stages.txt"
+cat "$OUT/machine.txt"
 echo "total $(( SECONDS - start ))s" | tee -a "$OUT/stages.txt"
 pack

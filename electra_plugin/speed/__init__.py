@@ -15,10 +15,11 @@ from .attention import attention, project_qkv
 from .compile import BACKENDS as COMPILE_BACKENDS
 from .compile import compile_encoders
 from .dropout import Dropout
+from .layers import run_layer
 from .pretraining import PretrainingSpeed
 from .sampling import sample
 from . import module_walks
 
 __all__ = ["Dropout", "project_qkv", "attention", "MultiTensorAdam", "retain_freed_memory",
            "compile_encoders", "COMPILE_BACKENDS", "pad_to_bucket", "module_walks", "sample",
-           "PretrainingSpeed"]
+           "PretrainingSpeed", "run_layer"]

@@ -38,6 +38,7 @@ import typing
 import torch
 
 from ..user_io.errors import ElectraUsageError
+from .layers import trace_layers_once
 from .switch import enabled
 
 logger = logging.getLogger(__name__)
@@ -54,11 +55,18 @@ def compile_encoders(model, backend: str) -> bool:
     (``off``, ``ELECTRA_SPEED=0`` or a model without encoders leave it eager)."""
     if backend == "off" or not enabled():
         return False
-    encoders = {id(e): e for e in (getattr(model, "generator", None),
-                                   getattr(model, "discriminator", None)) if e is not None}
-    for encoder in encoders.values():  # a tied generator is the discriminator: once
+    encoders = encoders_of(model)
+    for encoder in encoders:
         encoder.encode = torch.compile(encoder.encode, backend=str(backend), dynamic=True)
     return bool(encoders)
+
+
+def encoders_of(model) -> list:
+    """The generator's and the discriminator's encoders (a tied generator is the
+    discriminator: once)."""
+    encoders = {id(e): e for e in (getattr(model, "generator", None),
+                                   getattr(model, "discriminator", None)) if e is not None}
+    return list(encoders.values())
 
 
 def compile_step(model, backend: str) -> bool:
@@ -164,7 +172,9 @@ class GraphedStep:
         self.cudagraphs = on_cuda and self.backend == "inductor" and enabled("cudagraphs")
         replay = {"triton.cudagraphs": True, "triton.cudagraph_trees": enabled("trees")}
         step = self.eager
-        if self.takes_gradients():
+        gradients = self.takes_gradients()
+        trace_layers_once(encoders_of(self.eager.__self__), allowed=not gradients)
+        if gradients:
             if self.cudagraphs:  # the weights stay where they are: no copy per replay
                 for p in self.params:
                     torch._dynamo.mark_static_address(p)

@@ -49,6 +49,9 @@ PARTS = {
                       "autograd runs the backward as a second graph", "speed/compile.py"),
     "guards": Part("dynamo's guards on the model's structure dropped from the graphed step",
                    "every guard kept", "speed/compile.py"),
+    "layers": Part("the graphed step with a second graph for its backward (-gradients) traces "
+                   "each kind of encoder layer once and reuses its graph",
+                   "every layer traced on its own", "speed/layers.py"),
     "launch": Part("each trial's fairseq-train forked from a warm server",
                    "a new interpreter per trial", "speed/launch.py"),
     "multiply": Part("fairseq's multiply_grads skipped when its factor is exactly 1",

@@ -21,7 +21,7 @@ from typing import List, Optional
 import torch
 import torch.nn as nn
 
-from ...speed import Dropout
+from ...speed import Dropout, run_layer
 from ..core.config import EncoderSize
 from ..core.contract import BatchLayout, Encoder
 from ..core.encoder import ElectraIntermediate, ElectraResidualOutput
@@ -190,7 +190,7 @@ class DebertaTransformer(Encoder):
         layers = self.layers()
         decoder = self.position_embeddings is not None
         for layer in layers[:-1] if decoder else layers:
-            x = layer(x, attn_mask, rel_pos, rel_embeddings)
+            x = run_layer(self, layer, x, attn_mask, rel_pos, rel_embeddings)
             if return_all_hiddens:
                 states.append(x)
         if decoder:

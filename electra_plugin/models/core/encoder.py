@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ...speed import Dropout, attention, project_qkv
+from ...speed import Dropout, attention, project_qkv, run_layer
 from .config import EncoderSize
 from .contract import BatchLayout, Encoder
 
@@ -171,7 +171,7 @@ class ElectraTransformer(Encoder):
             x = self.embeddings_project(x)
         states: List[torch.Tensor] = [x] if return_all_hiddens else []
         for layer in self.layers():
-            x = layer(x, layout.attn_mask)
+            x = run_layer(self, layer, x, layout.attn_mask)
             if return_all_hiddens:
                 states.append(x)
         return x, states
