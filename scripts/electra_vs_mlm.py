@@ -387,8 +387,10 @@ def comparison(args, pretrained, finetuned, wall):
                     lines.append(f"| {name} | {a} - {b} | {flops[a]} / {flops[b]} | "
                                  f"{c.mean_difference:+.2f} | {c.low:+.2f}..{c.high:+.2f} | "
                                  f"{p} |")
+    speed = os.environ.get("ELECTRA_SPEED")  # the speed parts the arms ran with
     lines += ["", f"wall time so far: {wall:.0f} s; seeds {args.seeds}; final model of each "
-              f"fine-tuning run (none picked on dev)"]
+              f"fine-tuning run (none picked on dev); "
+              f"{'ELECTRA_SPEED unset' if speed is None else f'ELECTRA_SPEED={speed}'}"]
     return "\n".join(lines) + "\n"
 
 
