@@ -67,7 +67,8 @@ def test_the_graphed_step_trains_like_the_eager_step(switch, fp32_run, data_bin,
     """--graphed-step on CUDA (inductor, its forward and backward one graph replayed as a
     CUDA graph: update 1 compiles and captures, 2-4 replay; with ELECTRA_SPEED=-cudagraphs
     inductor's kernels launched one by one; with -gradients autograd's backward, a second
-    graph) logs what the eager step logs."""
+    graph, each kind of layer traced once: the comparison's form) logs what the eager step
+    logs."""
     monkeypatch.setenv("ELECTRA_SPEED", switch)
     out = gpu_train(data_bin, tmp_path, "--graphed-step")
     assert "the step runs as one compiled graph" in out, out[-3000:]
