@@ -74,6 +74,7 @@ def test_the_graphed_step_trains_like_the_eager_step(switch, fp32_run, data_bin,
     assert "the step runs as one compiled graph" in out, out[-3000:]
     assert ("CUDA graphs" in out) == ("-cudagraphs" not in switch)
     assert ("gradients inside" in out) == ("-gradients" not in switch)
+    assert ("each kind of layer traced once" in out) == ("-gradients" in switch)
     logs = records(out)
     assert [r["num_updates"] for r in logs] == [r["num_updates"] for r in fp32_run]
     for graphed, eager in zip(logs, fp32_run):

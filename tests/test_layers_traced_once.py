@@ -62,12 +62,16 @@ def graphed_twin(gradients_inside=False, body="bert"):
 
 
 @pytest.mark.parametrize("body", ["bert", "deberta"])
-def test_the_graphed_step_traces_each_kind_of_layer_once_and_steps_as_eager(body, monkeypatch):
+def test_the_graphed_step_traces_each_kind_of_layer_once_and_steps_as_eager(body, monkeypatch,
+                                                                            caplog):
     """With autograd's backward (the graph without its gradients, ELECTRA_SPEED=-gradients'
-    two graphs); and with the part off, no region."""
+    two graphs), said in its log line; and with the part off, no region."""
     monkeypatch.setenv("ELECTRA_GRAPHED_STRICT", "1")
     plain, graphed, batch = graphed_twin(body=body)
-    (loss, grads), (graphed_loss, graphed_grads) = (step(m, batch) for m in (plain, graphed))
+    with caplog.at_level("INFO", logger="electra_plugin.speed.compile"):
+        (loss, grads), (graphed_loss, graphed_grads) = (step(m, batch) for m in (plain, graphed))
+    assert "one compiled graph (recording_aot_eager, each kind of layer traced once)" in \
+        caplog.text
     assert graphed.electra_step.params is None and len(GRAPHS) == 1
     calls, kinds = regions(GRAPHS[0])
     # every layer of both encoders through a region; the generator's layers (a quarter of

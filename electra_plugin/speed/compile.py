@@ -93,7 +93,7 @@ class GraphedStep:
 
     def __init__(self, eager, backend: str):
         self.eager, self.backend = eager, backend
-        self.compiled = self.fell_back = self.cudagraphs = None
+        self.compiled = self.fell_back = self.cudagraphs = self.layers_once = None
         self.combine, self.params, self.accumulates = None, None, False
         self.rows, self.said_short = {}, False  # length -> the most rows captured at it
         self.calls, self.structure = 0, None  # the model's fingerprint at the capture
@@ -148,7 +148,8 @@ class GraphedStep:
         if first:
             logger.info(f"--graphed-step: the step runs as one compiled graph "
                         f"({self.backend}{', CUDA graphs' if self.cudagraphs else ''}"
-                        f"{', gradients inside' if self.params is not None else ''})")
+                        f"{', gradients inside' if self.params is not None else ''}"
+                        f"{', each kind of layer traced once' if self.layers_once else ''})")
         if self.cudagraphs:  # a CUDA graph's outputs are overwritten by its next replay;
             # the logs wait for --log-interval (speed/deferred.py), so they get their own copy
             out = out._replace(logs={k: v.clone() if torch.is_tensor(v) else v
@@ -173,7 +174,8 @@ class GraphedStep:
         replay = {"triton.cudagraphs": True, "triton.cudagraph_trees": enabled("trees")}
         step = self.eager
         gradients = self.takes_gradients()
-        trace_layers_once(encoders_of(self.eager.__self__), allowed=not gradients)
+        self.layers_once = trace_layers_once(encoders_of(self.eager.__self__),
+                                             allowed=not gradients)
         if gradients:
             if self.cudagraphs:  # the weights stay where they are: no copy per replay
                 for p in self.params:

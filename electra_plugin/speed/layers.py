@@ -40,9 +40,10 @@ def run_layer(encoder, layer, *args):
     return layer(*args)
 
 
-def trace_layers_once(encoders, allowed: bool = True) -> None:
+def trace_layers_once(encoders, allowed: bool = True) -> bool:
     """Whether the coming compile of each of ``encoders`` traces its layers once (where
-    ``allowed``, the part is on and this torch has the region)."""
+    ``allowed``, the part is on and this torch has the region); returns it."""
     on = allowed and enabled("layers") and _REGION is not None
     for encoder in encoders:
         setattr(encoder, FLAG, on)
+    return on
