@@ -10,25 +10,36 @@ command module, so each command imports and registers the plugin as a new proces
 Tests of a fresh interpreter itself (the installed console scripts, import-time behaviour)
 start real processes (:func:`helpers.run` with ``fresh=True``).
 
+A command is ``python -m MODULE ...``, ``python -c CODE ...`` or ``python SCRIPT.py ...``.
+
 Protocol, one JSON object per line: the client writes ``{"argv", "env", "cwd", "stdout",
 "stderr", "file_modes"}`` (output file paths; whether root's power over file modes is dropped)
 on the server's stdin and reads ``{"pid"}`` back, then
 ``{"exit": pid, "code": ...}`` when that child ends (``code`` as Popen's returncode). The
 server ends when its stdin closes.
+
+Commands that a shell script starts reach the server through :func:`warm_python`: an
+executable that the script runs as its ``python``. It hands its argv, environment, working
+directory and its own stdin, stdout and stderr to the server over a Unix socket, passes the
+signals it gets on to the child and exits as the child did; a command the server cannot start
+as a new interpreter would (another form, other start-up variables) runs as itself.
 """
 
 import ast
 import atexit
+import contextlib
 import ctypes
 import importlib
 import json
 import logging
 import os
 import random
+import re
 import runpy
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -95,22 +106,23 @@ def obey_file_modes() -> None:
         raise OSError(ctypes.get_errno(), "cannot drop CAP_DAC_OVERRIDE")
 
 
-def child(request) -> None:
-    """Become the command: its files as stdout and stderr, its cwd and environment, its
-    module or code run as __main__; never returns."""
+def streams_of(request) -> list:
+    """A request's stdin, stdout and stderr as open descriptors: its output files."""
+    output = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    errors = output if request["stderr"] is None else \
+        os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    return [os.open(os.devnull, os.O_RDONLY), output, errors]
+
+
+def child(request, streams) -> None:
+    """Become the command: ``streams`` (descriptors) as its stdin, stdout and stderr, its cwd
+    and environment, its module, code or script run as __main__; never returns."""
     code = 1
     try:
-        output = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        errors = output if request["stderr"] is None else \
-            os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        for target, fd in ((output, 1), (errors, 2)):
+        for fd, target in enumerate(streams):
             os.dup2(target, fd)
-        os.close(output)
-        if errors != output:
-            os.close(errors)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
+        for target in set(streams) - {0, 1, 2}:
+            os.close(target)
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
@@ -124,14 +136,22 @@ def child(request) -> None:
             torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
         random.seed()  # a new process's seeds, not the server's state
         numpy.random.seed()
-        flag, target, args = request["argv"][1:3] + [request["argv"][3:]]
+        argv = request["argv"][1:]
+        flag, target, args = (argv[0], argv[1], argv[2:]) if argv[0] in ("-m", "-c") else \
+            ("", argv[0], argv[1:])  # a script
         try:
             if request.get("file_modes"):
                 obey_file_modes()
-            if (target if flag == "-m" else first_import(target)) in LOGGING_BEFORE_IMPORTS:
+            first = target if flag == "-m" else \
+                first_import(Path(target).read_text() if not flag else target)
+            if first in LOGGING_BEFORE_IMPORTS:
                 logging.root.handlers.clear()
                 logging.root.setLevel(logging.WARNING)
-            if flag == "-m":
+            if not flag:
+                sys.path[0] = os.path.dirname(os.path.realpath(target))  # the script's folder
+                sys.argv = [target, *args]
+                runpy.run_path(target, run_name="__main__")
+            elif flag == "-m":
                 sys.modules.pop(target, None)
                 sys.path[0] = os.getcwd()  # where ``-m`` looks first (the server's: its folder)
                 sys.argv = [target, *args]
@@ -157,13 +177,31 @@ def child(request) -> None:
         os._exit(code)
 
 
-def serve() -> None:
+def receive(connection):
+    """A request from :func:`run_warm` on ``connection`` -> (request, its three streams)."""
+    data, streams, _, _ = socket.recv_fds(connection, 1 << 16, 3)
+    while not data.endswith(b"\n"):
+        more = connection.recv(1 << 16)
+        if not more:
+            raise EOFError("the request ended early")
+        data += more
+    return json.loads(data), streams
+
+
+def serve(path=None) -> None:
+    """Fork the commands asked for on stdin and, with ``path``, on a Unix socket there."""
+    listener = None
+    if path:  # bound before the imports: a client may connect at once and wait
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(path)
+        listener.listen(64)
     preload()
     requests, replies = sys.stdin.fileno(), os.fdopen(os.dup(1), "w", buffering=1)
-    pending, children = b"", set()
+    pending, children, connections = b"", set(), {}  # connections: pid -> its client's socket
     while True:
-        ready, _, _ = select.select([requests], [], [], 0.02)
-        if ready:
+        ready, _, _ = select.select([requests] + [listener] * bool(listener), [], [], 0.02)
+        started = []  # (request, streams, the client's socket or None)
+        if requests in ready:
             chunk = os.read(requests, 65536)
             if not chunk:
                 return
@@ -171,18 +209,98 @@ def serve() -> None:
             while b"\n" in pending:
                 line, pending = pending.split(b"\n", 1)
                 request = json.loads(line)
-                pid = os.fork()
-                if pid == 0:
-                    replies.close()
-                    child(request)
+                started.append((request, streams_of(request), None))
+        if listener in ready:
+            connection = listener.accept()[0]
+            request, streams = receive(connection)
+            if interpreter_settings(request["env"]) == interpreter_settings(os.environ):
+                started.append((request, streams, connection))
+            else:  # it runs as itself
+                connection.sendall(b'{"fresh": true}\n')
+                connection.close()
+                for fd in streams:
+                    os.close(fd)
+        for request, streams, connection in started:
+            pid = os.fork()
+            if pid == 0:
+                replies.close()
+                for other in [listener, *connections.values(), *(c for *_, c in started)]:
+                    if other is not None:
+                        other.close()
+                child(request, streams)
+            for fd in set(streams):
+                os.close(fd)
+            if connection is None:
                 children.add(pid)
                 replies.write(json.dumps({"pid": pid}) + "\n")
-        for pid in list(children):
+            else:
+                connections[pid] = connection
+                connection.sendall((json.dumps({"pid": pid}) + "\n").encode())
+        for pid in children | set(connections):
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
-                children.discard(pid)
-                replies.write(json.dumps({"exit": pid,
-                                          "code": os.waitstatus_to_exitcode(status)}) + "\n")
+                reply = {"exit": pid, "code": os.waitstatus_to_exitcode(status)}
+                if pid in children:
+                    children.discard(pid)
+                    replies.write(json.dumps(reply) + "\n")
+                else:
+                    with contextlib.suppress(OSError):  # a client killed outright
+                        connections[pid].sendall((json.dumps(reply) + "\n").encode())
+                    connections.pop(pid).close()
+
+
+def warm_form(argv) -> bool:
+    """Whether the interpreter's arguments ``argv`` run a module, code or a script."""
+    return len(argv) > 1 and argv[0] in ("-m", "-c") or \
+        len(argv) > 0 and argv[0].endswith(".py") and os.path.isfile(argv[0])
+
+
+def run_warm(path, interpreter, argv) -> None:
+    """``interpreter argv`` (this process's streams, environment and cwd) run by the server at
+    ``path`` and waited for, the signals this process gets passed on to it: this process then
+    exits as it did. A command the server cannot start (or no server) runs as itself."""
+    reply = {"fresh": True}
+    if warm_form(argv):
+        with contextlib.suppress(OSError):
+            connection = socket.socket(socket.AF_UNIX)
+            connection.connect(path)
+            request = {"argv": [interpreter, *argv], "env": dict(os.environ),
+                       "cwd": os.getcwd()}
+            socket.send_fds(connection, [json.dumps(request).encode() + b"\n"], [0, 1, 2])
+            answers = connection.makefile()
+            reply = json.loads(answers.readline())
+    if reply.get("fresh"):
+        os.execv(interpreter, [interpreter, *argv])
+    pid = reply["pid"]
+    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(number, lambda number, _: os.kill(pid, number))
+    line = answers.readline()
+    code = json.loads(line)["code"] if line else 1  # (no line: the server is gone)
+    if code < 0:  # killed by a signal: so is this process
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    sys.exit(code)
+
+
+@contextlib.contextmanager
+def warm_python(folder: Path):
+    """A fork server listening in ``folder`` -> the path of an executable that a shell script
+    can run as its ``python`` (:func:`run_warm`); the server ends with the block."""
+    path = folder / "warm-python.sock"
+    server = subprocess.Popen([sys.executable, __file__, str(path)], stdin=subprocess.PIPE)
+    python = folder / "python"
+    python.write_text(f"#!/bin/sh\nexec '{sys.executable}' -S -E '{__file__}' --run "
+                      f"'{path}' '{sys.executable}' \"$@\"\n")
+    python.chmod(0o755)
+    try:
+        deadline = time.monotonic() + 60
+        while not path.exists() and server.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        yield python
+    finally:
+        server.stdin.close()
+        server.wait()
+        path.unlink(missing_ok=True)
 
 
 # ------------------------------------------------------------------- the client's side
@@ -191,8 +309,9 @@ _server = None  # this process's Server, started by its first ForkedProcess
 
 def interpreter_settings(env) -> dict:
     """The variables an interpreter reads as it starts (PYTHONPATH, PYTHONWARNINGS, ...),
-    except PYTHONUNBUFFERED, which a child applies."""
-    return {k: v for k, v in env.items() if k.startswith("PYTHON") and k != "PYTHONUNBUFFERED"}
+    except PYTHONUNBUFFERED, which a child applies (not a script's own, such as PYTHON)."""
+    return {k: v for k, v in env.items()
+            if re.fullmatch("PYTHON[A-Z0-9]+", k) and k != "PYTHONUNBUFFERED"}
 
 
 def forkable(cmd, env) -> bool:
@@ -200,7 +319,7 @@ def forkable(cmd, env) -> bool:
     interpreter running a module or code, with the start-up settings the server started
     with."""
     started_with = os.environ if _server is None else _server.env
-    return len(cmd) > 2 and str(cmd[0]) == sys.executable and cmd[1] in ("-m", "-c") and \
+    return str(cmd[0]) == sys.executable and warm_form([str(c) for c in cmd[1:]]) and \
         interpreter_settings(env) == interpreter_settings(started_with)
 
 
@@ -319,4 +438,6 @@ class ForkedProcess:
 
 
 if __name__ == "__main__":
-    serve()
+    if sys.argv[1:2] == ["--run"]:  # warm_python's executable
+        run_warm(sys.argv[2], sys.argv[3], sys.argv[4:])
+    serve(*sys.argv[1:2])

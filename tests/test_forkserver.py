@@ -1,16 +1,19 @@
-"""The fork server starts a ``python -m`` or ``python -c`` command as a new interpreter would:
-the same argv, cwd, import path, environment, logging, exit status and streams; a pid to
-signal; its own random seeds (tests/forkserver.py)."""
+"""The fork server starts a ``python -m``, ``python -c`` or ``python SCRIPT.py`` command as a
+new interpreter would: the same argv, cwd, import path, environment, logging, exit status and
+streams; a pid to signal; its own random seeds; and so does the executable a shell script runs
+as its ``python`` (warm_python), signals passed on (tests/forkserver.py)."""
 
 import json
 import os
 import signal
+import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
-from forkserver import ForkedProcess
+from forkserver import ForkedProcess, warm_python
 from helpers import run
 
 pytestmark = pytest.mark.slow  # a server's start-up: its imports
@@ -36,12 +39,19 @@ PROBE = textwrap.dedent("""
 FIRST = {"fairseq": "", "fairseq_cli.train": "import sys, torch\nfrom fairseq_cli import train\n"}
 
 
-@pytest.mark.parametrize("flag, first", [("-m", "fairseq"), ("-c", "fairseq"),
-                                         ("-c", "fairseq_cli.train")])
-def test_a_forked_command_is_a_new_process_of_that_command(tmp_path, flag, first):
+def probe_command(tmp_path, flag, first):
+    """The probe as ``python -m``, ``-c`` or a script (flag ""), run from ``tmp_path``."""
     (tmp_path / "probe_module.py").write_text(FIRST[first] + PROBE)
-    target = "probe_module" if flag == "-m" else FIRST[first] + PROBE
-    cmd = [sys.executable, flag, target, "a", "b c"]
+    target = {"-m": "probe_module", "-c": FIRST[first] + PROBE}.get(flag)
+    return [sys.executable, *((flag, target) if flag else ("probe_module.py",)), "a", "b c"]
+
+
+@pytest.mark.parametrize("flag, first", [("-m", "fairseq"), ("-c", "fairseq"),
+                                         ("-c", "fairseq_cli.train"), ("", "fairseq_cli.train")],
+                         ids=["-m-fairseq", "-c-fairseq", "-c-fairseq_cli.train",
+                              "script-fairseq_cli.train"])
+def test_a_forked_command_is_a_new_process_of_that_command(tmp_path, flag, first):
+    cmd = probe_command(tmp_path, flag, first)
     fresh = run(cmd, cwd=tmp_path, env={"PROBE_VARIABLE": "1"}, fresh=True)
     forked = [run(cmd, cwd=tmp_path, env={"PROBE_VARIABLE": "1"}) for _ in range(2)]
     assert fresh.returncode == forked[0].returncode == 3
@@ -49,7 +59,7 @@ def test_a_forked_command_is_a_new_process_of_that_command(tmp_path, flag, first
     seen = [json.loads(p.stdout.splitlines()[-1]) for p in (fresh, *forked)]
     randoms = [s.pop("random") for s in seen]
     assert seen[0] == seen[1] == seen[2], seen
-    argv0 = str(tmp_path / "probe_module.py") if flag == "-m" else "-c"
+    argv0 = {"-m": str(tmp_path / "probe_module.py"), "-c": "-c"}.get(flag, "probe_module.py")
     assert seen[0]["argv"] == [argv0, "a", "b c"]
     assert seen[0]["name"] == "__main__" and seen[0]["variable"] == "1"
     assert len(set(randoms)) == 3  # each its own seed, as new processes
@@ -83,3 +93,38 @@ def test_a_command_can_leave_roots_power_over_file_modes(tmp_path):
     proc = run(cmd)
     assert proc.returncode == 0 and proc.stdout == "0\n", proc.stderr
     assert sorted(p.name for p in locked.iterdir()) == ["here", "started"]
+
+
+def test_a_shell_scripts_python_runs_warm_as_a_new_interpreter_would(tmp_path):
+    """warm_python's executable: a script's streams (stdin included), argv, cwd, environment
+    and exit status, as the interpreter's own; a signal it gets ends the command (timeout's
+    124); the forms the server cannot start (``-V``, other start-up variables) run as
+    themselves."""
+    script = ("set -u; cd {dir}; echo $$ > shell.pid; "
+              "echo input | $PY probe_module.py a 'b c' > forked.json 2> err; "
+              "echo $? > status; timeout 5 $PY probe_module.py sleep > /dev/null; echo $? >> status; "
+              "$PY -V >> status; PYTHONPATH=/nowhere $PY -c 'import sys; print(sys.path[1])' >> status")
+    (tmp_path / "probe_module.py").write_text(  # its parent's pid and its own, in files
+        "import os, pathlib, sys\npathlib.Path(sys.argv[1] + '.pids').write_text("
+        "f'{os.getppid()} {os.getpid()}')\n"
+        "if sys.argv[1] == 'a':\n    assert input() == 'input'\n" + PROBE)
+    env = dict(os.environ, PROBE_VARIABLE="1")
+    fresh = subprocess.run([sys.executable, "probe_module.py", "a", "b c"], cwd=tmp_path,
+                           env=env, input="input\n", capture_output=True, text=True)
+    with warm_python(tmp_path) as python:
+        env["PY"] = str(python)
+        started = time.monotonic()
+        done = subprocess.run(["bash", "-c", script.format(dir=tmp_path)], env=env, timeout=120)
+        waited = time.monotonic() - started
+    assert done.returncode == 0
+    forked = json.loads((tmp_path / "forked.json").read_text().splitlines()[-1])
+    expected = json.loads(fresh.stdout.splitlines()[-1])
+    assert forked.pop("random") != expected.pop("random")
+    assert forked == expected and (tmp_path / "err").read_text() == "to stderr\n"
+    status = (tmp_path / "status").read_text().splitlines()
+    assert status[:2] == ["3", "124"] and waited < 60, (status, waited)  # killed at 5 s
+    # forked by the server, not started by the shell; the one killed is gone
+    assert (tmp_path / "a.pids").read_text().split()[0] != (tmp_path / "shell.pid").read_text().strip()
+    with pytest.raises(ProcessLookupError):
+        os.kill(int((tmp_path / "sleep.pids").read_text().split()[1]), 0)
+    assert status[2] == f"Python {sys.version.split()[0]}" and status[3] == "/nowhere", status
