@@ -144,7 +144,7 @@ def child(request, streams) -> None:
                 obey_file_modes()
             first = target if flag == "-m" else \
                 first_import(Path(target).read_text() if not flag else target)
-            if first in LOGGING_BEFORE_IMPORTS:
+            if any(f"{first}.".startswith(f"{name}.") for name in LOGGING_BEFORE_IMPORTS):
                 logging.root.handlers.clear()
                 logging.root.setLevel(logging.WARNING)
             if not flag:
@@ -252,7 +252,7 @@ def serve(path=None) -> None:
 def warm_form(argv) -> bool:
     """Whether the interpreter's arguments ``argv`` run a module, code or a script."""
     return len(argv) > 1 and argv[0] in ("-m", "-c") or \
-        len(argv) > 0 and argv[0].endswith(".py") and os.path.isfile(argv[0])
+        len(argv) > 0 and not argv[0].startswith("-") and os.path.isfile(argv[0])
 
 
 def run_warm(path, interpreter, argv) -> None:
@@ -282,16 +282,23 @@ def run_warm(path, interpreter, argv) -> None:
     sys.exit(code)
 
 
+def executable(path: Path, command: str) -> None:
+    path.write_text(f"#!/bin/sh\nexec {command} \"$@\"\n")
+    path.chmod(0o755)
+
+
 @contextlib.contextmanager
-def warm_python(folder: Path):
-    """A fork server listening in ``folder`` -> the path of an executable that a shell script
-    can run as its ``python`` (:func:`run_warm`); the server ends with the block."""
+def warm_python(folder: Path, commands=()):
+    """A fork server listening in ``folder`` -> the path of an executable there that a shell
+    script can run as its ``python`` (:func:`run_warm`), and beside it the console scripts
+    named in ``commands``, each its installed script run by that python; the server ends with
+    the block."""
     path = folder / "warm-python.sock"
     server = subprocess.Popen([sys.executable, __file__, str(path)], stdin=subprocess.PIPE)
     python = folder / "python"
-    python.write_text(f"#!/bin/sh\nexec '{sys.executable}' -S -E '{__file__}' --run "
-                      f"'{path}' '{sys.executable}' \"$@\"\n")
-    python.chmod(0o755)
+    executable(python, f"'{sys.executable}' -S -E '{__file__}' --run '{path}' '{sys.executable}'")
+    for name in commands:  # the installed script, run by that python
+        executable(folder / name, f"'{python}' '{Path(sys.executable).with_name(name)}'")
     try:
         deadline = time.monotonic() + 60
         while not path.exists() and server.poll() is None and time.monotonic() < deadline:
