@@ -36,11 +36,11 @@ def pytest_configure(config):
 # a file cut since: scaled by its CPU time alone after/before the cut), handed out longest
 # first, then the rest by their number of tests: pytest.ini turns off xdist's own order (most
 # tests first), which left a long file to run alone at the end while the other worker sat idle.
-FILE_SECONDS = {"test_compile.py": 210, "test_gpu_session.py": 165, "test_whole_update.py": 70,
+FILE_SECONDS = {"test_compile.py": 210, "test_gpu_session.py": 140, "test_whole_update.py": 70,
                 "test_electra_vs_mlm.py": 20, "test_graphed_checks.py": 59, "test_training.py": 57,
                 "test_readme.py": 50, "test_modern_graphed.py": 49, "test_kinds.py": 48,
                 "test_bodies.py": 45, "test_full_disk.py": 42, "test_save_dir_lock.py": 41,
-                "test_benchmark.py": 40, "test_new_language.py": 62, "test_trials.py": 36,
+                "test_benchmark.py": 40, "test_new_language.py": 43, "test_trials.py": 36,
                 "test_read_only.py": 35, "test_installed.py": 35, "test_glue.py": 30,
                 "test_scale_out.py": 26, "test_crash_safety.py": 25,
                 "test_multiple_choice.py": 25, "test_squad.py": 24, "test_errors.py": 23,
