@@ -2,12 +2,11 @@
 rows set up from the command lines users type for each precision."""
 
 import json
-import subprocess
 import sys
 
 import pytest
 
-from helpers import REPO
+from helpers import REPO, run
 
 pytest.importorskip("transformers")  # the peer
 
@@ -15,13 +14,13 @@ pytest.importorskip("transformers")  # the peer
 @pytest.mark.slow
 def test_harness_times_plugin_command_lines_and_peers_in_their_own_processes(tmp_path):
     out = tmp_path / "bench.json"
-    proc = subprocess.run(
+    proc = run(
         [sys.executable, str(REPO / "benchmarks" / "bench_pretrain.py"), "--models",
          "electra_tiny", "--lengths", "32", "--batch-size", "4", "--vocab", "500",
          "--precisions", "fp32", "bf16", "--steps", "2", "--warmup", "1", "--repeats", "2",
          "--threads", "1", "--data-batch-size", "8", "--data-batches", "2",
          "--json", str(out)],
-        capture_output=True, text=True, cwd=REPO)
+        cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
     rows = {(r["precision"], r["impl"]): r for r in result["rows"]}

@@ -2,22 +2,21 @@
 process, split into the compiler's phases as dynamo times them."""
 
 import json
-import subprocess
 import sys
 
 import pytest
 
-from helpers import REPO
+from helpers import REPO, run
 
 
 @pytest.mark.slow
 def test_the_first_graphed_update_is_timed_and_split_by_phase(tmp_path):
     out = tmp_path / "compile.json"
-    proc = subprocess.run(
+    proc = run(
         [sys.executable, str(REPO / "benchmarks" / "compile_time.py"), "--arch", "electra_tiny",
          "--batch-size", "2", "--length", "16", "--vocab", "64", "--backends", "aot_eager",
          "--json", str(out), "--plugin-args", "--num-layers", "1"],
-        capture_output=True, text=True, cwd=REPO, timeout=600)
+        cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (row,) = json.loads(out.read_text())["rows"]
     assert row["row"] == "aot_eager" and row["graphs"] == 1 and not row["eager"], row

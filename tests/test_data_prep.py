@@ -3,7 +3,6 @@
 import json
 import os
 import random
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from electra_plugin.data import documents
 from electra_plugin.data import tokenizer as tokmod
 from electra_plugin.data.wordpiece import load_vocab, vocab_to_fairseq_indices, write_fairseq_dict
 from electra_plugin.user_io.errors import ElectraUsageError
-from helpers import SPECIALS, VARIED, python_docs_paragraphs, vocab_for
+from helpers import SPECIALS, VARIED, python_docs_paragraphs, start, vocab_for
 
 REPO = Path(__file__).resolve().parents[1]
 PREPARE = ["-m", "electra_plugin.cli.prepare"]  # electra-prepare, installed or not
@@ -172,9 +171,7 @@ def write_corpus(path, n_docs, seed, lines_per_doc=(3, 9)):
 
 
 def run_script(command, *args):
-    return subprocess.Popen([sys.executable, *map(str, command), *map(str, args)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    return start([sys.executable, *command, *args], cwd=REPO)
 
 
 def finish(proc, timeout=300):
