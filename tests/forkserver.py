@@ -46,11 +46,12 @@ import tempfile
 import threading
 import time
 import traceback
+import warnings
 from pathlib import Path
 
 
 # what every command imports; not the command modules themselves
-PRELOADED = ("numpy", "scipy.stats", "sklearn.metrics", "torch", "torch.optim",
+PRELOADED = ("torch", "numpy", "scipy.stats", "sklearn.metrics", "torch.optim",
              "fairseq.checkpoint_utils", "fairseq.dataclass.utils", "fairseq.options",
              "fairseq.tasks", "fairseq.trainer")
 # Importing fairseq configures logging (wav2vec2_classification's basicConfig: DEBUG, stderr),
@@ -76,9 +77,29 @@ def first_import(code: str):
     return None
 
 
+_startup_filters = 0  # how many warning filters the server's interpreter started with
+
+
 def preload():
+    global _startup_filters
+    _startup_filters = len(warnings.filters)
     for name in PRELOADED:
         importlib.import_module(name)
+
+
+def warn_as_started(value: str) -> None:
+    """The warning filters and options that a new interpreter makes of PYTHONWARNINGS
+    ``value`` (the server starts without it): after those the libraries added since, before
+    the interpreter's own."""
+    options = [option for option in value.split(",") if option]
+    sys.warnoptions[:0] = options
+    libraries = warnings.filters[:len(warnings.filters) - _startup_filters]
+    interpreters = warnings.filters[len(libraries):]
+    warnings.filters[:] = []
+    warnings._processoptions(options)  # noqa: SLF001 - the interpreter's own parsing
+    warnings.filters[:0] = libraries
+    warnings.filters.extend(interpreters)
+    warnings._filters_mutated()  # noqa: SLF001
 
 
 def exit_code(error: SystemExit) -> int:
@@ -126,6 +147,7 @@ def child(request, streams) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        warn_as_started(os.environ.get("PYTHONWARNINGS", ""))
         unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
         for stream in (sys.stdout, sys.stderr):
             stream.reconfigure(line_buffering=unbuffered or stream is sys.stderr,
@@ -294,7 +316,8 @@ def warm_python(folder: Path, commands=()):
     named in ``commands``, each its installed script run by that python; the server ends with
     the block."""
     path = folder / "warm-python.sock"
-    server = subprocess.Popen([sys.executable, __file__, str(path)], stdin=subprocess.PIPE)
+    server = subprocess.Popen([sys.executable, __file__, str(path)], stdin=subprocess.PIPE,
+                              env=server_environment())
     python = folder / "python"
     executable(python, f"'{sys.executable}' -S -E '{__file__}' --run '{path}' '{sys.executable}'")
     for name in commands:  # the installed script, run by that python
@@ -314,11 +337,18 @@ def warm_python(folder: Path, commands=()):
 
 _server = None  # this process's Server, started by its first ForkedProcess
 
+APPLIED = ("PYTHONUNBUFFERED", "PYTHONWARNINGS")  # start-up variables a child applies itself
+
+
 def interpreter_settings(env) -> dict:
-    """The variables an interpreter reads as it starts (PYTHONPATH, PYTHONWARNINGS, ...),
-    except PYTHONUNBUFFERED, which a child applies (not a script's own, such as PYTHON)."""
-    return {k: v for k, v in env.items()
-            if re.fullmatch("PYTHON[A-Z0-9]+", k) and k != "PYTHONUNBUFFERED"}
+    """The variables an interpreter reads as it starts (PYTHONPATH, PYTHONHASHSEED, ...), but
+    those a child applies (APPLIED; not a script's own variables, such as PYTHON). fairseq's
+    loader sets PYTHONWARNINGS in the process that trains, so the tests' later commands have it."""
+    return {k: v for k, v in env.items() if re.fullmatch("PYTHON[A-Z0-9]+", k) and k not in APPLIED}
+
+
+def server_environment() -> dict:
+    return {k: v for k, v in os.environ.items() if k not in APPLIED}
 
 
 def forkable(cmd, env) -> bool:
@@ -336,6 +366,7 @@ class Server:
     def __init__(self):
         self.env = dict(os.environ)
         self.process = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE,
+                                        env=server_environment(),
                                          stdout=subprocess.PIPE, text=True, bufsize=1)
         self.started, self.codes = [], {}
         self.changed = threading.Condition()

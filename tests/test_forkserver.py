@@ -19,7 +19,7 @@ from helpers import run
 pytestmark = pytest.mark.slow  # a server's start-up: its imports
 
 PROBE = textwrap.dedent("""
-    import json, logging, os, random, sys, time
+    import json, logging, os, random, sys, time, warnings
     import fairseq  # a command imports it before it configures logging (but fairseq_cli.train)
     if sys.argv[1:] == ["sleep"]:
         print("ready", flush=True)
@@ -28,6 +28,10 @@ PROBE = textwrap.dedent("""
         "argv": sys.argv, "cwd": os.getcwd(), "path0": sys.path[0],
         "variable": os.environ.get("PROBE_VARIABLE"), "name": __name__,
         "root": [logging.root.level, [type(h).__name__ for h in logging.root.handlers]],
+        "warnings": [[action, getattr(message, "pattern", message), category.__name__,
+                      getattr(module, "pattern", module), line]
+                     for action, message, category, module, line in warnings.filters],
+        "warnoptions": sys.warnoptions,
         "random": random.random()}))
     print("to stderr", file=sys.stderr)
     sys.exit(3)
@@ -52,8 +56,12 @@ def probe_command(tmp_path, flag, first):
                               "script-fairseq_cli.train"])
 def test_a_forked_command_is_a_new_process_of_that_command(tmp_path, flag, first):
     cmd = probe_command(tmp_path, flag, first)
-    fresh = run(cmd, cwd=tmp_path, env={"PROBE_VARIABLE": "1"}, fresh=True)
-    forked = [run(cmd, cwd=tmp_path, env={"PROBE_VARIABLE": "1"}) for _ in range(2)]
+    # PYTHONWARNINGS as fairseq's loader sets it, and one more: their filters where a new
+    # interpreter puts them
+    env = {"PROBE_VARIABLE": "1",
+           "PYTHONWARNINGS": "ignore:semaphore_tracker:UserWarning,error::ResourceWarning"}
+    fresh = run(cmd, cwd=tmp_path, env=env, fresh=True)
+    forked = [run(cmd, cwd=tmp_path, env=env) for _ in range(2)]
     assert fresh.returncode == forked[0].returncode == 3
     assert fresh.stderr == forked[0].stderr == "to stderr\n"
     seen = [json.loads(p.stdout.splitlines()[-1]) for p in (fresh, *forked)]
@@ -62,6 +70,7 @@ def test_a_forked_command_is_a_new_process_of_that_command(tmp_path, flag, first
     argv0 = {"-m": str(tmp_path / "probe_module.py"), "-c": "-c"}.get(flag, "probe_module.py")
     assert seen[0]["argv"] == [argv0, "a", "b c"]
     assert seen[0]["name"] == "__main__" and seen[0]["variable"] == "1"
+    assert seen[0]["warnoptions"] == env["PYTHONWARNINGS"].split(",")
     assert len(set(randoms)) == 3  # each its own seed, as new processes
 
 
