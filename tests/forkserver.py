@@ -210,13 +210,15 @@ def receive(connection):
     return json.loads(data), streams
 
 
-def serve(path=None) -> None:
-    """Fork the commands asked for on stdin and, with ``path``, on a Unix socket there."""
+def serve(name=None) -> None:
+    """Fork the commands asked for on stdin and, with ``name``, on the Unix socket of that
+    name (Linux's abstract namespace: no file, no limit on the folder's path)."""
     listener = None
-    if path:  # bound before the imports: a client may connect at once and wait
+    if name:  # bound before the imports: a client may connect at once and wait
         listener = socket.socket(socket.AF_UNIX)
-        listener.bind(path)
+        listener.bind("\0" + name)
         listener.listen(64)
+        os.write(1, b"listening\n")
     preload()
     requests, replies = sys.stdin.fileno(), os.fdopen(os.dup(1), "w", buffering=1)
     pending, children, connections = b"", set(), {}  # connections: pid -> its client's socket
@@ -277,15 +279,16 @@ def warm_form(argv) -> bool:
         len(argv) > 0 and not argv[0].startswith("-") and os.path.isfile(argv[0])
 
 
-def run_warm(path, interpreter, argv) -> None:
-    """``interpreter argv`` (this process's streams, environment and cwd) run by the server at
-    ``path`` and waited for, the signals this process gets passed on to it: this process then
-    exits as it did. A command the server cannot start (or no server) runs as itself."""
+def run_warm(name, interpreter, argv) -> None:
+    """``interpreter argv`` (this process's streams, environment and cwd) run by the server
+    listening as ``name`` and waited for, the signals this process gets passed on to it: this
+    process then exits as it did. A command the server cannot start (or no server) runs as
+    itself."""
     reply = {"fresh": True}
     if warm_form(argv):
         with contextlib.suppress(OSError):
             connection = socket.socket(socket.AF_UNIX)
-            connection.connect(path)
+            connection.connect("\0" + name)
             request = {"argv": [interpreter, *argv], "env": dict(os.environ),
                        "cwd": os.getcwd()}
             socket.send_fds(connection, [json.dumps(request).encode() + b"\n"], [0, 1, 2])
@@ -315,22 +318,21 @@ def warm_python(folder: Path, commands=()):
     script can run as its ``python`` (:func:`run_warm`), and beside it the console scripts
     named in ``commands``, each its installed script run by that python; the server ends with
     the block."""
-    path = folder / "warm-python.sock"
-    server = subprocess.Popen([sys.executable, __file__, str(path)], stdin=subprocess.PIPE,
-                              env=server_environment())
+    name = f"electra-warm-python-{os.getpid()}-{random.getrandbits(64):016x}"
+    server = subprocess.Popen([sys.executable, __file__, name], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, env=server_environment())
     python = folder / "python"
-    executable(python, f"'{sys.executable}' -S -E '{__file__}' --run '{path}' '{sys.executable}'")
-    for name in commands:  # the installed script, run by that python
-        executable(folder / name, f"'{python}' '{Path(sys.executable).with_name(name)}'")
+    executable(python, f"'{sys.executable}' -S -E '{__file__}' --run {name} '{sys.executable}'")
+    for command in commands:  # the installed script, run by that python
+        executable(folder / command, f"'{python}' '{Path(sys.executable).with_name(command)}'")
     try:
-        deadline = time.monotonic() + 60
-        while not path.exists() and server.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
+        if server.stdout.readline() != b"listening\n":
+            raise RuntimeError(f"the fork server for {python} did not start")
         yield python
     finally:
         server.stdin.close()
         server.wait()
-        path.unlink(missing_ok=True)
+        server.stdout.close()
 
 
 # ------------------------------------------------------------------- the client's side
@@ -478,4 +480,4 @@ class ForkedProcess:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--run"]:  # warm_python's executable
         run_warm(sys.argv[2], sys.argv[3], sys.argv[4:])
-    serve(*sys.argv[1:2])
+    serve(*sys.argv[1:2])  # (with a socket's name: warm_python's server)
