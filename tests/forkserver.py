@@ -10,7 +10,7 @@ command module, so each command imports and registers the plugin as a new proces
 Tests of a fresh interpreter itself (the installed console scripts, import-time behaviour)
 start real processes (:func:`helpers.run` with ``fresh=True``).
 
-A command is ``python -m MODULE ...``, ``python -c CODE ...`` or ``python SCRIPT.py ...``.
+A command is ``python -m MODULE ...``, ``python -c CODE ...`` or ``python SCRIPT ...``.
 
 Protocol, one JSON object per line: the client writes ``{"argv", "env", "cwd", "stdout",
 "stderr", "file_modes"}`` (output file paths; whether root's power over file modes is dropped)
@@ -314,10 +314,10 @@ def executable(path: Path, command: str) -> None:
 
 @contextlib.contextmanager
 def warm_python(folder: Path, commands=()):
-    """A fork server listening in ``folder`` -> the path of an executable there that a shell
-    script can run as its ``python`` (:func:`run_warm`), and beside it the console scripts
-    named in ``commands``, each its installed script run by that python; the server ends with
-    the block."""
+    """A fork server on a socket of its own -> the path of an executable in ``folder`` that a
+    shell script can run as its ``python`` (:func:`run_warm`), and beside it the console
+    scripts named in ``commands``, each its installed script run by that python; the server
+    ends with the block."""
     name = f"electra-warm-python-{os.getpid()}-{random.getrandbits(64):016x}"
     server = subprocess.Popen([sys.executable, __file__, name], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, env=server_environment())
@@ -346,17 +346,19 @@ def interpreter_settings(env) -> dict:
     """The variables an interpreter reads as it starts (PYTHONPATH, PYTHONHASHSEED, ...), but
     those a child applies (APPLIED; not a script's own variables, such as PYTHON). fairseq's
     loader sets PYTHONWARNINGS in the process that trains, so the tests' later commands have it."""
-    return {k: v for k, v in env.items() if re.fullmatch("PYTHON[A-Z0-9]+", k) and k not in APPLIED}
+    return {k: v for k, v in env.items()
+            if re.fullmatch("PYTHON[A-Z0-9]+", k) and k not in APPLIED}
 
 
 def server_environment() -> dict:
+    """This environment without the variables a child applies: the server takes any value."""
     return {k: v for k, v in os.environ.items() if k not in APPLIED}
 
 
 def forkable(cmd, env) -> bool:
     """Whether the server can start ``cmd`` in ``env`` as a new interpreter would: this
-    interpreter running a module or code, with the start-up settings the server started
-    with."""
+    interpreter running a module, code or a script, with the start-up settings the server
+    started with."""
     started_with = os.environ if _server is None else _server.env
     return str(cmd[0]) == sys.executable and warm_form([str(c) for c in cmd[1:]]) and \
         interpreter_settings(env) == interpreter_settings(started_with)
@@ -368,8 +370,8 @@ class Server:
     def __init__(self):
         self.env = dict(os.environ)
         self.process = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE,
-                                        env=server_environment(),
-                                         stdout=subprocess.PIPE, text=True, bufsize=1)
+                                        stdout=subprocess.PIPE, text=True, bufsize=1,
+                                        env=server_environment())
         self.started, self.codes = [], {}
         self.changed = threading.Condition()
         threading.Thread(target=self.read_replies, daemon=True).start()

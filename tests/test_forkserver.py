@@ -113,7 +113,8 @@ def test_a_shell_scripts_python_runs_warm_as_a_new_interpreter_would(tmp_path):
         "set -u", "cd {dir}", "echo $$ > shell.pid",
         "echo input | $PY probe_module.py a 'b c' > forked.json 2> err", "echo $? > status",
         "timeout 2 $PY probe_module.py sleep > /dev/null", "echo $? >> status",
-        "$PY -V >> status", "PYTHONPATH=/nowhere $PY -c 'import sys; print(sys.path[1])' >> status"])
+        "$PY -V >> status",
+        "PYTHONPATH=/nowhere $PY -c 'import sys; print(sys.path[1])' >> status"])
     (tmp_path / "probe_module.py").write_text(  # its parent's pid and its own, in files
         "import os, pathlib, sys\npathlib.Path(sys.argv[1] + '.pids').write_text("
         "f'{os.getppid()} {os.getpid()}')\n"
