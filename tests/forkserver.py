@@ -221,7 +221,17 @@ def serve(name=None) -> None:
         os.write(1, b"listening\n")
     preload()
     requests, replies = sys.stdin.fileno(), os.fdopen(os.dup(1), "w", buffering=1)
-    pending, children, connections = b"", set(), {}  # connections: pid -> its client's socket
+
+    def tell(connection, reply):
+        """A reply to the test process (stdin's requests: ``connection`` None) or a client."""
+        line = json.dumps(reply) + "\n"
+        if connection is None:
+            replies.write(line)
+        else:
+            with contextlib.suppress(OSError):  # a client killed outright
+                connection.sendall(line.encode())
+
+    pending, owners = b"", {}  # owners: pid -> its client's socket, or None (stdin's)
     while True:
         ready, _, _ = select.select([requests] + [listener] * bool(listener), [], [], 0.02)
         started = []  # (request, streams, the client's socket or None)
@@ -240,7 +250,7 @@ def serve(name=None) -> None:
             if interpreter_settings(request["env"]) == interpreter_settings(os.environ):
                 started.append((request, streams, connection))
             else:  # it runs as itself
-                connection.sendall(b'{"fresh": true}\n')
+                tell(connection, {"fresh": True})
                 connection.close()
                 for fd in streams:
                     os.close(fd)
@@ -248,29 +258,21 @@ def serve(name=None) -> None:
             pid = os.fork()
             if pid == 0:
                 replies.close()
-                for other in [listener, *connections.values(), *(c for *_, c in started)]:
+                for other in [listener, *owners.values(), *(c for *_, c in started)]:
                     if other is not None:
                         other.close()
                 child(request, streams)
             for fd in set(streams):
                 os.close(fd)
-            if connection is None:
-                children.add(pid)
-                replies.write(json.dumps({"pid": pid}) + "\n")
-            else:
-                connections[pid] = connection
-                connection.sendall((json.dumps({"pid": pid}) + "\n").encode())
-        for pid in children | set(connections):
+            owners[pid] = connection
+            tell(connection, {"pid": pid})
+        for pid in list(owners):
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
-                reply = {"exit": pid, "code": os.waitstatus_to_exitcode(status)}
-                if pid in children:
-                    children.discard(pid)
-                    replies.write(json.dumps(reply) + "\n")
-                else:
-                    with contextlib.suppress(OSError):  # a client killed outright
-                        connections[pid].sendall((json.dumps(reply) + "\n").encode())
-                    connections.pop(pid).close()
+                connection = owners.pop(pid)
+                tell(connection, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+                if connection is not None:
+                    connection.close()
 
 
 def warm_form(argv) -> bool:
