@@ -7,6 +7,9 @@ those libraries once and forks a child per command, so a command is still a proc
 own (its exit status, its stderr, its pid to kill, its loader workers, its locks released at
 its exit) that starts with the libraries loaded. It imports no module of the plugin and no
 command module, so each command imports and registers the plugin as a new process does.
+One difference is left on purpose: the server imports torch._dynamo (0.7 s), which torch
+imports when a command builds its first optimizer. A forked command that never does has two
+library warning filters (sympy's deprecations, torch's TracerWarning) that a new one lacks.
 Tests of a fresh interpreter itself (the installed console scripts, import-time behaviour)
 start real processes (:func:`helpers.run` with ``fresh=True``).
 
@@ -23,6 +26,9 @@ executable that the script runs as its ``python``. It hands its argv, environmen
 directory and its own stdin, stdout and stderr to the server over a Unix socket, passes the
 signals it gets on to the child and exits as the child did; a command the server cannot start
 as a new interpreter would (another form, other start-up variables) runs as itself.
+
+``electra-finetune trials`` starts its trials from the standard library's fork server; this
+server starts that one once (:func:`start_trials_server`), and the commands it forks use it.
 """
 
 import ast
@@ -32,6 +38,8 @@ import ctypes
 import importlib
 import json
 import logging
+import multiprocessing.forkserver
+import multiprocessing.resource_tracker
 import os
 import random
 import re
@@ -50,8 +58,9 @@ import warnings
 from pathlib import Path
 
 
-# what every command imports; not the command modules themselves
-PRELOADED = ("torch", "numpy", "scipy.stats", "sklearn.metrics", "torch.optim",
+# what every command imports (torch._dynamo: when torch's first optimizer is built); not the
+# command modules themselves
+PRELOADED = ("torch", "numpy", "scipy.stats", "sklearn.metrics", "torch.optim", "torch._dynamo",
              "fairseq.checkpoint_utils", "fairseq.dataclass.utils", "fairseq.options",
              "fairseq.tasks", "fairseq.trainer")
 # Importing fairseq configures logging (wav2vec2_classification's basicConfig: DEBUG, stderr),
@@ -85,6 +94,27 @@ def preload():
     _startup_filters = len(warnings.filters)
     for name in PRELOADED:
         importlib.import_module(name)
+
+
+def start_trials_server() -> None:
+    """The standard library's fork server that ``electra-finetune trials`` starts its trials
+    from (``PRELOADED`` of electra_plugin/speed/launch.py, read without importing the plugin),
+    started once for every command this server forks: a trials command finds it running, as
+    its later trials find the one its first trial started, and skips its seconds of imports."""
+    source = (Path(__file__).resolve().parents[1] / "electra_plugin" / "speed" / "launch.py")
+    assignment = next(node for node in ast.parse(source.read_text()).body
+                      if isinstance(node, ast.Assign)
+                      and getattr(node.targets[0], "id", None) == "PRELOADED")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(ast.literal_eval(assignment.value))
+    multiprocessing.forkserver.ensure_running()
+
+
+def share_trials_server() -> None:
+    """In a child: the server's fork server for trials counts as running, as it does in the
+    process that started it (the standard library checks for it by waiting on its own child)."""
+    multiprocessing.forkserver._forkserver.ensure_running = \
+        multiprocessing.resource_tracker.ensure_running  # noqa: SLF001
 
 
 def warn_as_started(value: str) -> None:
@@ -147,6 +177,7 @@ def child(request, streams) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        share_trials_server()
         warn_as_started(os.environ.get("PYTHONWARNINGS", ""))
         unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
         for stream in (sys.stdout, sys.stderr):
@@ -220,6 +251,7 @@ def serve(name=None) -> None:
         listener.listen(64)
         os.write(1, b"listening\n")
     preload()
+    start_trials_server()
     requests, replies = sys.stdin.fileno(), os.fdopen(os.dup(1), "w", buffering=1)
 
     def tell(connection, reply):

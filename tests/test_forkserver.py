@@ -21,6 +21,8 @@ pytestmark = pytest.mark.slow  # a server's start-up: its imports
 PROBE = textwrap.dedent("""
     import json, logging, os, random, sys, time, warnings
     import fairseq  # a command imports it before it configures logging (but fairseq_cli.train)
+    import torch  # and builds an optimizer, whose first torch imports torch._dynamo
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
     if sys.argv[1:] == ["sleep"]:
         print("ready", flush=True)
         time.sleep(60)

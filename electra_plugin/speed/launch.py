@@ -14,9 +14,10 @@ import sys
 
 from .switch import enabled
 
-# what fairseq-train imports, without fairseq_cli.train itself (it sets up logging)
-PRELOADED = ["torch", "fairseq.checkpoint_utils", "fairseq.options", "fairseq.tasks",
-             "fairseq.trainer"]
+# what fairseq-train imports, without fairseq_cli.train itself (it sets up logging);
+# torch._dynamo: torch's optimizers import it when the first is built (about 0.7 s)
+PRELOADED = ["torch", "torch._dynamo", "fairseq.checkpoint_utils", "fairseq.options",
+             "fairseq.tasks", "fairseq.trainer"]
 
 
 class ForkedRun:
