@@ -16,8 +16,8 @@ start real processes (:func:`helpers.run` with ``fresh=True``).
 A command is ``python -m MODULE ...``, ``python -c CODE ...`` or ``python SCRIPT ...``.
 
 Protocol, one JSON object per line: the client writes ``{"argv", "env", "cwd", "stdout",
-"stderr", "file_modes"}`` (output file paths; whether root's power over file modes is dropped)
-on the server's stdin and reads ``{"pid"}`` back, then
+"stderr", "file_modes", "limits"}`` (output file paths; whether root's power over file modes
+is dropped; ``[resource, limit]`` pairs for setrlimit) on the server's stdin and reads ``{"pid"}`` back, then
 ``{"exit": pid, "code": ...}`` when that child ends (``code`` as Popen's returncode). The
 server ends when its stdin closes.
 
@@ -43,6 +43,7 @@ import multiprocessing.resource_tracker
 import os
 import random
 import re
+import resource
 import runpy
 import select
 import shutil
@@ -157,6 +158,41 @@ def obey_file_modes() -> None:
         raise OSError(ctypes.get_errno(), "cannot drop CAP_DAC_OVERRIDE")
 
 
+def limit_resources(limits) -> int:
+    """Set ``limits`` (``[resource, limit]`` pairs, soft and hard) on this process, as a
+    ``preexec_fn`` does on a new one. Its stdout and stderr (the files the client reads) then
+    pass through pipes to a relay process outside the limits, as a new process's pipes keep
+    its output out of them. -> the relay's pid, for :func:`release_streams`."""
+    pipes = {fd: os.pipe() for fd in (1, 2)}
+    relay = os.fork()
+    if relay == 0:  # copies each pipe into its file until every writer has closed it
+        targets = {}
+        for fd, (read, write) in pipes.items():
+            os.close(write)
+            targets[read] = fd
+        while targets:
+            for read in select.select(list(targets), [], [])[0]:
+                data = os.read(read, 1 << 16)
+                target = targets[read] if data else targets.pop(read)
+                while data:
+                    data = data[os.write(target, data):]
+        os._exit(0)
+    for fd, (read, write) in pipes.items():
+        os.close(read)
+        os.dup2(write, fd)
+        os.close(write)
+    for number, limit in limits:
+        resource.setrlimit(number, (limit, limit))
+    return relay
+
+
+def release_streams(relay: int) -> None:
+    """At the exit of a process under :func:`limit_resources`: its output all in its files."""
+    os.close(1)
+    os.close(2)
+    os.waitpid(relay, 0)
+
+
 def streams_of(request) -> list:
     """A request's stdin, stdout and stderr as open descriptors: its output files."""
     output = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -168,7 +204,7 @@ def streams_of(request) -> list:
 def child(request, streams) -> None:
     """Become the command: ``streams`` (descriptors) as its stdin, stdout and stderr, its cwd
     and environment, its module, code or script run as __main__; never returns."""
-    code = 1
+    code, relay = 1, None
     try:
         for fd, target in enumerate(streams):
             os.dup2(target, fd)
@@ -195,6 +231,8 @@ def child(request, streams) -> None:
         try:
             if request.get("file_modes"):
                 obey_file_modes()
+            if request.get("limits"):
+                relay = limit_resources(request["limits"])
             first = target if flag == "-m" else \
                 first_import(Path(target).read_text() if not flag else target)
             if any(f"{first}.".startswith(f"{name}.") for name in LOGGING_BEFORE_IMPORTS):
@@ -227,6 +265,8 @@ def child(request, streams) -> None:
                 stream.flush()
             except Exception:  # noqa: BLE001 - the exit must happen
                 pass
+        if relay:
+            release_streams(relay)
         os._exit(code)
 
 
@@ -467,9 +507,11 @@ class ForkedProcess:
     """What the tests use of a Popen (pid, poll, wait, kill, send_signal, communicate,
     returncode, stdout and stderr read line by line) for a command the server started; its
     output is text; ``merge_stderr`` puts stderr into stdout (Popen's stderr=STDOUT);
-    ``file_modes``: run without root's power over file modes (:func:`obey_file_modes`)."""
+    ``file_modes``: run without root's power over file modes (:func:`obey_file_modes`);
+    ``limits``: (resource, limit) pairs set on the command (:func:`limit_resources`)."""
 
-    def __init__(self, cmd, env=None, cwd=None, merge_stderr=False, file_modes=False):
+    def __init__(self, cmd, env=None, cwd=None, merge_stderr=False, file_modes=False,
+                 limits=()):
         global _server
         if _server is None or _server.process.poll() is not None:
             _server = Server()
@@ -484,7 +526,7 @@ class ForkedProcess:
             "argv": self.args, "env": dict(os.environ if env is None else env),
             "cwd": str(cwd or os.getcwd()), "stdout": str(self.folder / "stdout"),
             "stderr": None if merge_stderr else str(self.folder / "stderr"),
-            "file_modes": file_modes})
+            "file_modes": file_modes, "limits": [list(pair) for pair in limits]})
 
     def poll(self):
         if self.returncode is None:

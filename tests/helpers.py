@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import random
+import resource
 import socket
 import subprocess
 import sys
@@ -247,21 +248,28 @@ def assert_main_error(main, argv, *phrases) -> str:
     return assert_usage_line(caught.value, *phrases)
 
 
-def start(cmd, env=None, cwd=None, fresh=False, merge_stderr=False, file_modes=False, **popen):
+def start(cmd, env=None, cwd=None, fresh=False, merge_stderr=False, file_modes=False,
+          limits=None, **popen):
     """``cmd`` started, its output captured as text: a ``python -m MODULE`` or ``python -c
     CODE`` command forked by the fork server (:mod:`forkserver`), unless ``fresh`` or Popen's
-    own options (``preexec_fn``) ask for a new interpreter; ``env``: variables added to this
-    environment; ``merge_stderr``: stderr into stdout; ``file_modes``: as root, without the
-    power to write where file modes say no (a fresh command under ``setpriv``)."""
+    own options (``start_new_session``) ask for a new interpreter; ``env``: variables added to
+    this environment; ``merge_stderr``: stderr into stdout; ``file_modes``: as root, without
+    the power to write where file modes say no (a fresh command under ``setpriv``);
+    ``limits``: {resource: limit} set on the command (its output stays out of them)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **(env or {}))
     cmd = [str(c) for c in cmd]
     for check in BEFORE_START:
         check(cmd)
+    limits = dict(limits or {})
     if forkable(cmd, env) and not fresh and not popen:
         return ForkedProcess(cmd, env=env, cwd=cwd, merge_stderr=merge_stderr,
-                             file_modes=file_modes and os.geteuid() == 0)
+                             file_modes=file_modes and os.geteuid() == 0,
+                             limits=limits.items())
     if file_modes and os.geteuid() == 0:
         cmd = ["setpriv", "--bounding-set=-dac_override", *cmd]
+    if limits:
+        popen["preexec_fn"] = lambda: [resource.setrlimit(number, (limit, limit))
+                                       for number, limit in limits.items()]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=cwd,
                             stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
                             **popen)

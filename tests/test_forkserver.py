@@ -5,6 +5,7 @@ as its ``python`` (warm_python), signals passed on (tests/forkserver.py)."""
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -83,6 +84,39 @@ def test_a_forked_command_can_be_killed_and_read_as_it_writes(tmp_path):
     assert proc.poll() is None
     proc.send_signal(signal.SIGKILL)
     assert proc.wait(timeout=30) == -signal.SIGKILL
+
+
+def test_a_limited_command_is_limited_as_a_new_one_and_its_output_is_not(tmp_path):
+    """``limits`` (a file-size limit here, as ``preexec_fn`` sets it on a new process) hold
+    for the files a command and its children write, not for its stdout and stderr, which
+    reach the test whole, in order, as a new process's pipes bring them."""
+    code = textwrap.dedent("""
+        import os, subprocess, sys
+        print("o" * 5000)
+        print("e" * 5000, file=sys.stderr)
+        for name in ("mine", "childs"):
+            try:
+                if name == "mine":
+                    with open(name, "wb") as f:
+                        f.write(b"z" * 5000)
+                else:
+                    subprocess.run(["dd", "if=/dev/zero", "of=" + name, "bs=5000", "count=1"],
+                                   check=True, capture_output=True)
+            except (OSError, subprocess.CalledProcessError) as error:
+                print(name, "stopped:", type(error).__name__, os.path.getsize(name))
+        print("done", flush=True)
+    """)
+    cmd = [sys.executable, "-c", code]
+    limits = {resource.RLIMIT_FSIZE: 1000}
+    fresh = run(cmd, cwd=tmp_path, limits=limits, fresh=True)
+    for name in ("mine", "childs"):
+        (tmp_path / name).unlink()
+    forked = ForkedProcess(cmd, cwd=tmp_path, limits=limits.items())
+    out, err = forked.communicate(timeout=60)
+    assert forked.returncode == fresh.returncode == 0, (out, err)
+    assert out == fresh.stdout and err == fresh.stderr == "e" * 5000 + "\n"
+    assert out.splitlines() == ["o" * 5000, "mine stopped: OSError 1000",
+                                "childs stopped: CalledProcessError 1000", "done"], out
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the power over file modes is root's")

@@ -18,12 +18,9 @@ FULL = "(File too large); nothing of this run's output was left there"
 def limited(cmd, limit_bytes):
     """Run ``cmd`` with no file of its (or its children's) larger than ``limit_bytes``.
 
-    Real processes, not in process: the limit (RLIMIT_FSIZE, then SIGXFSZ) is set in the child
-    before it starts; set here it would stop pytest's own writes."""
-    def limit():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
-
-    return run(cmd, preexec_fn=limit)
+    Processes, not in process: the limit (RLIMIT_FSIZE, then SIGXFSZ) is set in the command's
+    process before it runs; set here it would stop pytest's own writes."""
+    return run(cmd, limits={resource.RLIMIT_FSIZE: limit_bytes})
 
 
 @pytest.mark.slow

@@ -367,11 +367,9 @@ def test_choice_preprocess_that_fails_half_way_removes_the_directory_it_made(tmp
                     "label": rng.randrange(2)}) + "\n" for _ in range(200)))
     dest = tmp_path / "mc"
 
-    def limit():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (2_000, 2_000))
-
     proc = run(command("choice", "preprocess", "--pretrain-data", spm_data, "--train",
-                       tmp_path / "train.jsonl", "--destdir", dest), preexec_fn=limit)
+                       tmp_path / "train.jsonl", "--destdir", dest),
+               limits={resource.RLIMIT_FSIZE: 2_000})
     assert_one_line_error(proc, f"cannot write into {dest} (File too large)")
     assert not dest.exists()
 
