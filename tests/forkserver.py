@@ -39,6 +39,7 @@ import importlib
 import json
 import logging
 import multiprocessing.forkserver
+import multiprocessing.process
 import multiprocessing.resource_tracker
 import os
 import random
@@ -112,10 +113,24 @@ def start_trials_server() -> None:
 
 
 def share_trials_server() -> None:
-    """In a child: the server's fork server for trials counts as running, as it does in the
-    process that started it (the standard library checks for it by waiting on its own child)."""
-    multiprocessing.forkserver._forkserver.ensure_running = \
-        multiprocessing.resource_tracker.ensure_running  # noqa: SLF001
+    """In a child: the server's fork server for trials serves a command that asks for one with
+    the same imports, as it serves the process that started it (the standard library would
+    look for it by waiting on its own child); a command that asks for other imports (the
+    benchmark harness) starts its own, as a new process does."""
+    server = multiprocessing.forkserver._forkserver  # noqa: SLF001
+    shared, imports, start_own = server._forkserver_pid, list(server._preload_modules), \
+        server.ensure_running
+
+    def ensure_running():
+        if server._forkserver_pid == shared and list(server._preload_modules) != imports:
+            os.close(server._forkserver_alive_fd)
+            server._forkserver_pid = server._forkserver_address = None
+            server._forkserver_alive_fd = None
+        if server._forkserver_pid != shared:
+            return start_own()
+        return multiprocessing.resource_tracker.ensure_running()
+
+    server.ensure_running = ensure_running
 
 
 def warn_as_started(value: str) -> None:
@@ -211,6 +226,7 @@ def child(request, streams) -> None:
         for target in set(streams) - {0, 1, 2}:
             os.close(target)
         os.chdir(request["cwd"])
+        multiprocessing.process.ORIGINAL_DIR = os.getcwd()  # a new interpreter's, at its start
         os.environ.clear()
         os.environ.update(request["env"])
         share_trials_server()
@@ -347,10 +363,11 @@ def serve(name=None) -> None:
                     connection.close()
 
 
-def warm_form(argv) -> bool:
-    """Whether the interpreter's arguments ``argv`` run a module, code or a script."""
-    return len(argv) > 1 and argv[0] in ("-m", "-c") or \
-        len(argv) > 0 and not argv[0].startswith("-") and os.path.isfile(argv[0])
+def warm_form(argv, cwd=None) -> bool:
+    """Whether the interpreter's arguments ``argv`` run a module, code or a script (a path
+    from ``cwd``, the command's working directory)."""
+    return len(argv) > 1 and argv[0] in ("-m", "-c") or len(argv) > 0 and \
+        not argv[0].startswith("-") and os.path.isfile(os.path.join(cwd or "", argv[0]))
 
 
 def run_warm(name, interpreter, argv) -> None:
@@ -429,12 +446,12 @@ def server_environment() -> dict:
     return {k: v for k, v in os.environ.items() if k not in APPLIED}
 
 
-def forkable(cmd, env) -> bool:
-    """Whether the server can start ``cmd`` in ``env`` as a new interpreter would: this
-    interpreter running a module, code or a script, with the start-up settings the server
-    started with."""
+def forkable(cmd, env, cwd=None) -> bool:
+    """Whether the server can start ``cmd`` in ``env`` from ``cwd`` as a new interpreter
+    would: this interpreter running a module, code or a script, with the start-up settings
+    the server started with."""
     started_with = os.environ if _server is None else _server.env
-    return str(cmd[0]) == sys.executable and warm_form([str(c) for c in cmd[1:]]) and \
+    return str(cmd[0]) == sys.executable and warm_form([str(c) for c in cmd[1:]], cwd) and \
         interpreter_settings(env) == interpreter_settings(started_with)
 
 

@@ -261,7 +261,7 @@ def start(cmd, env=None, cwd=None, fresh=False, merge_stderr=False, file_modes=F
     for check in BEFORE_START:
         check(cmd)
     limits = dict(limits or {})
-    if forkable(cmd, env) and not fresh and not popen:
+    if forkable(cmd, env, cwd) and not fresh and not popen:
         return ForkedProcess(cmd, env=env, cwd=cwd, merge_stderr=merge_stderr,
                              file_modes=file_modes and os.geteuid() == 0,
                              limits=limits.items())

@@ -86,6 +86,38 @@ def test_a_forked_command_can_be_killed_and_read_as_it_writes(tmp_path):
     assert proc.wait(timeout=30) == -signal.SIGKILL
 
 
+def test_trials_share_the_servers_fork_server_and_other_imports_start_their_own(tmp_path):
+    """A forked command that starts a process from multiprocessing's fork server with the
+    trials' imports (electra_plugin/speed/launch.py) gets the one the server started, the same
+    for every command; with other imports (the benchmark harness's), its own, as a new
+    process does."""
+    (tmp_path / "probe.py").write_text(textwrap.dedent("""
+        import multiprocessing, os, sys
+        from electra_plugin.speed.launch import PRELOADED
+
+        def report(queue):
+            queue.put(os.getppid())  # the fork server's pid
+
+        if __name__ == "__main__":
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload(PRELOADED if sys.argv[1] == "trials" else ["json"])
+            queue = context.Queue()
+            process = context.Process(target=report, args=(queue,))
+            process.start()
+            process.join()
+            print(queue.get(timeout=60), os.getpid())
+    """))
+    servers = {}
+    for imports in ("trials", "trials", "other", "other"):
+        proc = run([sys.executable, "probe.py", imports], cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        server, command = map(int, proc.stdout.split())
+        servers.setdefault(imports, []).append(server)
+        assert server != command
+    assert servers["trials"][0] == servers["trials"][1], servers
+    assert len(set(servers["other"]) | {servers["trials"][0]}) == 3, servers
+
+
 def test_a_limited_command_is_limited_as_a_new_one_and_its_output_is_not(tmp_path):
     """``limits`` (a file-size limit here, as ``preexec_fn`` sets it on a new process) hold
     for the files a command and its children write, not for its stdout and stderr, which
