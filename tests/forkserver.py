@@ -17,9 +17,9 @@ A command is ``python -m MODULE ...``, ``python -c CODE ...`` or ``python SCRIPT
 
 Protocol, one JSON object per line: the client writes ``{"argv", "env", "cwd", "stdout",
 "stderr", "file_modes", "limits"}`` (output file paths; whether root's power over file modes
-is dropped; ``[resource, limit]`` pairs for setrlimit) on the server's stdin and reads ``{"pid"}`` back, then
-``{"exit": pid, "code": ...}`` when that child ends (``code`` as Popen's returncode). The
-server ends when its stdin closes.
+is dropped; ``[resource, limit]`` pairs for setrlimit) on the server's stdin and reads
+``{"pid"}`` back, then ``{"exit": pid, "code": ...}`` when that child ends (``code`` as
+Popen's returncode). The server ends when its stdin closes.
 
 Commands that a shell script starts reach the server through :func:`warm_python`: an
 executable that the script runs as its ``python``. It hands its argv, environment, working
@@ -173,11 +173,17 @@ def obey_file_modes() -> None:
         raise OSError(ctypes.get_errno(), "cannot drop CAP_DAC_OVERRIDE")
 
 
+def set_limits(limits) -> None:
+    """``limits`` (``(resource, limit)`` pairs) as this process's soft and hard limits."""
+    for number, limit in limits:
+        resource.setrlimit(number, (limit, limit))
+
+
 def limit_resources(limits) -> int:
-    """Set ``limits`` (``[resource, limit]`` pairs, soft and hard) on this process, as a
-    ``preexec_fn`` does on a new one. Its stdout and stderr (the files the client reads) then
-    pass through pipes to a relay process outside the limits, as a new process's pipes keep
-    its output out of them. -> the relay's pid, for :func:`release_streams`."""
+    """:func:`set_limits` on this process, as a ``preexec_fn`` does on a new one. Its stdout
+    and stderr (the files the client reads) then pass through pipes to a relay process
+    outside the limits, as a new process's pipes keep its output out of them. -> the relay's
+    pid, for :func:`release_streams`."""
     pipes = {fd: os.pipe() for fd in (1, 2)}
     relay = os.fork()
     if relay == 0:  # copies each pipe into its file until every writer has closed it
@@ -196,8 +202,7 @@ def limit_resources(limits) -> int:
         os.close(read)
         os.dup2(write, fd)
         os.close(write)
-    for number, limit in limits:
-        resource.setrlimit(number, (limit, limit))
+    set_limits(limits)
     return relay
 
 

@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import random
-import resource
 import socket
 import subprocess
 import sys
@@ -33,7 +32,7 @@ from electra_plugin.optim.layer_decay import ElectraAdamConfig
 from electra_plugin.run.save_dir_lock import release_save_dirs
 from electra_plugin.tasks.electra_pretraining import ElectraPretrainingConfig, ElectraPretrainingTask
 from electra_plugin.user_io.errors import ElectraUsageError, usage_error_in_chain
-from forkserver import ForkedProcess, forkable
+from forkserver import ForkedProcess, forkable, set_limits
 
 # ------------------------------------------------------------- corpus, commands
 
@@ -268,8 +267,7 @@ def start(cmd, env=None, cwd=None, fresh=False, merge_stderr=False, file_modes=F
     if file_modes and os.geteuid() == 0:
         cmd = ["setpriv", "--bounding-set=-dac_override", *cmd]
     if limits:
-        popen["preexec_fn"] = lambda: [resource.setrlimit(number, (limit, limit))
-                                       for number, limit in limits.items()]
+        popen["preexec_fn"] = functools.partial(set_limits, limits.items())
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=cwd,
                             stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
                             **popen)
