@@ -6,6 +6,7 @@ import json
 import random
 import re
 import statistics
+import sys
 
 import pytest
 
@@ -15,7 +16,7 @@ from electra_plugin.data import glue
 from electra_plugin.finetuning import statistics as st
 from electra_plugin.finetuning import report
 from electra_plugin.user_io.errors import ElectraUsageError
-from helpers import assert_main_error, sentence, write_rte
+from helpers import assert_main_error, run, sentence, write_rte
 
 
 # ----------------------------------------------------------------------- statistics
@@ -364,3 +365,27 @@ def test_a_trial_forked_warm_is_the_trial_its_command_runs(tmp_path, rte_data, m
                "--no-such-option; its log: " in line, line
     capsys.readouterr()
     assert runs["1"] == runs["-launch"] and runs["1"][1] and runs["1"][2]
+
+
+# a caller's script without an ``if __name__ == "__main__"`` guard: it notes each run of its
+# top level, then runs trials
+UNGUARDED = """import sys
+from electra_plugin.cli import finetune
+with open(sys.argv[1], "a") as runs:
+    runs.write("top level\\n")
+finetune.main(["trials", *sys.argv[2:]])
+"""
+
+
+@pytest.mark.slow
+def test_trials_from_a_script_without_a_main_guard(tmp_path, rte_data):
+    """multiprocessing would run the caller's script again in each trial; the trials start
+    from the fork server without it, so such a script runs once and its trials end well."""
+    script, runs = tmp_path / "fine_tune.py", tmp_path / "runs.txt"
+    script.write_text(UNGUARDED)
+    result = run([sys.executable, script, runs, "--arch", "electra_tiny", "--task",
+                  f"RTE={rte_data}", "--seeds", "1", "--max-update", "1", "--batch-size", "8",
+                  "--cpu", "--out-dir", tmp_path / "out"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert runs.read_text() == "top level\n"
+    assert (tmp_path / "out" / "RTE" / "seed-1" / "result.json").is_file()

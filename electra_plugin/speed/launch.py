@@ -5,12 +5,14 @@ is still a process of its own, with its log, environment, threads and exit statu
 fairseq-train's logging; the command the trials print is the one it runs.
 ``ELECTRA_SPEED=0`` (or ``-launch``) starts that command as a new interpreter instead."""
 
+import contextlib
 import importlib
 import logging
 import multiprocessing
 import os
 import subprocess
 import sys
+import types
 
 from .switch import enabled
 
@@ -50,8 +52,22 @@ def start_fairseq_train(cmd, log, env):
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOADED)
     process = context.Process(target=fairseq_train, args=(cmd[3:], log.name, env))
-    process.start()
+    with main_module_hidden():
+        process.start()
     return ForkedRun(process)
+
+
+@contextlib.contextmanager
+def main_module_hidden():
+    """multiprocessing runs the caller's ``__main__`` script again in each child, so that
+    names defined there unpickle. A trial needs none of them, and a caller's script without
+    an ``if __name__ == "__main__"`` guard would start its trials again in every trial."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
 
 
 def fairseq_train(argv, log_path: str, env) -> None:
