@@ -311,9 +311,15 @@ def serve(name=None) -> None:
         listener.bind("\0" + name)
         listener.listen(64)
         os.write(1, b"listening\n")
+    requests, replies = os.dup(0), os.fdopen(os.dup(1), "w", buffering=1)
+    # the requests and replies are the server's own: what it and the trials' fork server
+    # (which inherits its descriptors) print goes to its stderr, their stdin is empty
+    empty = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(empty, 0)
+    os.close(empty)
+    os.dup2(2, 1)
     preload()
     start_trials_server()
-    requests, replies = sys.stdin.fileno(), os.fdopen(os.dup(1), "w", buffering=1)
 
     def tell(connection, reply):
         """A reply to the test process (stdin's requests: ``connection`` None) or a client."""
@@ -350,6 +356,7 @@ def serve(name=None) -> None:
         for request, streams, connection in started:
             pid = os.fork()
             if pid == 0:
+                os.close(requests)
                 replies.close()
                 for other in [listener, *owners.values(), *(c for *_, c in started)]:
                     if other is not None:
@@ -564,7 +571,8 @@ class ForkedProcess:
 
     def send_signal(self, sig):
         if self.poll() is None:
-            os.kill(self.pid, sig)
+            with contextlib.suppress(ProcessLookupError):  # ended since, as Popen has it
+                os.kill(self.pid, sig)
 
     def kill(self):
         self.send_signal(signal.SIGKILL)
