@@ -60,11 +60,13 @@ import warnings
 from pathlib import Path
 
 
-# what every command imports (torch._dynamo: when torch's first optimizer is built); not the
-# command modules themselves
+# what every command imports (torch._dynamo: when torch's first optimizer is built), and what
+# torch imports at a command's first compile (0.4 of a tiny graphed run's 3.4 core-seconds);
+# not the command modules themselves
 PRELOADED = ("torch", "numpy", "scipy.stats", "sklearn.metrics", "torch.optim", "torch._dynamo",
-             "fairseq.checkpoint_utils", "fairseq.dataclass.utils", "fairseq.options",
-             "fairseq.tasks", "fairseq.trainer")
+             "torch._functorch.aot_autograd", "torch._dynamo.backends.debugging",
+             "torch._inductor.debug", "fairseq.checkpoint_utils", "fairseq.dataclass.utils",
+             "fairseq.options", "fairseq.tasks", "fairseq.trainer")
 # Importing fairseq configures logging (wav2vec2_classification's basicConfig: DEBUG, stderr),
 # as it does in a new process of every command but one that first imports this module, which
 # configures its own (INFO, stdout) before it imports fairseq; such a command's child starts
