@@ -55,6 +55,7 @@ from electra_plugin.cli.vocabulary import command_parser, renamed
 from electra_plugin.data.binarize import pretraining_data_problem
 from electra_plugin.finetuning import report, trials
 from electra_plugin.finetuning.statistics import compare_paired, format_summary
+from electra_plugin.run.stop_signals import stopped_by_signals
 from electra_plugin.user_io.errors import ElectraUsageError, command_line
 from electra_plugin.user_io.partial_output import written_whole
 
@@ -216,6 +217,7 @@ def stop(proc):
         proc.wait()
 
 
+@stopped_by_signals()
 def pretrain_together(args, arms, say):
     """Run the arms' processes at once (each console in --work-dir), a pace line per arm as
     it starts, as its train_inner lines come (at most every PACE_SECONDS after the first) and
@@ -262,7 +264,7 @@ def pretrain_together(args, arms, say):
                     arm["wall_s"] = round(now - arm["started"], 1)
                     say(f"{arm['name']}: {ended[arm['name']]} after "
                         f"{now - arm['started']:.0f} s")
-    finally:  # an error or an interrupt stops the arms too
+    finally:  # an error, an interrupt or SIGTERM stops the arms too
         for arm in arms:
             if arm["process"].poll() is None:
                 stop(arm["process"])

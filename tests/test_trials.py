@@ -2,11 +2,15 @@
 command (real fairseq-train runs of electra_tiny), GLUE test-set server files and
 double_unordered."""
 
+import contextlib
 import json
+import os
 import random
 import re
+import signal
 import statistics
 import sys
+import time
 
 import pytest
 
@@ -15,8 +19,9 @@ from electra_plugin.cli import glue as glue_cli
 from electra_plugin.data import glue
 from electra_plugin.finetuning import statistics as st
 from electra_plugin.finetuning import report
+from electra_plugin.run.stop_signals import stopped_by_signals
 from electra_plugin.user_io.errors import ElectraUsageError
-from helpers import assert_main_error, run, sentence, write_rte
+from helpers import assert_main_error, run, sentence, start, write_rte
 
 
 # ----------------------------------------------------------------------- statistics
@@ -389,3 +394,59 @@ def test_trials_from_a_script_without_a_main_guard(tmp_path, rte_data):
     assert result.returncode == 0, result.stderr[-3000:]
     assert runs.read_text() == "top level\n"
     assert (tmp_path / "out" / "RTE" / "seed-1" / "result.json").is_file()
+
+
+def holders(paths):
+    """The processes that hold one of ``paths`` open."""
+    wanted, found = {str(p) for p in paths}, set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") in wanted
+                   for fd in os.listdir(f"/proc/{pid}/fd")):
+                found.add(int(pid))
+        except OSError:  # ended meanwhile, or not ours to read
+            pass
+    return found
+
+
+def wait_for(condition, seconds, what):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_sigterm_ends_a_trials_command_and_its_trials(tmp_path, rte_data):
+    """SIGTERM (timeout, kill, a scheduler) ends a trials command as it ends any process, and
+    the trials it started end with it instead of training on alone."""
+    out = tmp_path / "out"
+    proc = start([sys.executable, "-m", "electra_plugin.cli.finetune", "trials", "--arch",
+                  "electra_tiny", "--task", f"RTE={rte_data}", "--seeds", "1", "2", "--jobs", "2",
+                  "--max-update", "100000", "--batch-size", "8", "--cpu", "--out-dir", out])
+    logs = [out / "RTE" / f"seed-{seed}" / "train.log" for seed in (1, 2)]
+    wait_for(lambda: all(log.is_file() and "Start iterating over samples" in log.read_text()
+                         for log in logs), 120, "the trials did not start training")
+    trials = holders(logs)
+    assert len(trials) >= 2, trials  # each trial's process writes its log
+    proc.send_signal(signal.SIGTERM)
+    try:
+        assert proc.wait(timeout=60) == -signal.SIGTERM
+        wait_for(lambda: not holders(logs), 30, f"trials still running: {holders(logs)}")
+    finally:  # (not left training through the rest of the suite)
+        for pid in holders(logs) | ({proc.pid} if proc.poll() is None else set()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_callers_own_sigterm_handler_is_left_as_it_is():
+    """A Python caller that handles SIGTERM itself keeps its handler while trials run."""
+    seen, hangup = [], signal.getsignal(signal.SIGHUP)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
+    try:
+        with stopped_by_signals():
+            os.kill(os.getpid(), signal.SIGTERM)
+        assert seen == [signal.SIGTERM]
+        assert signal.getsignal(signal.SIGHUP) == hangup  # as it was before
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -27,6 +27,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from ..data.binarize import pretraining_data_problem
 from ..data.glue import GLUE_TASKS, data_problem, get_task
 from ..optim.layer_decay import check_layer_decay
+from ..run.stop_signals import stopped_by_signals
 from ..speed.launch import start_fairseq_train
 from ..user_io.errors import PREFIX, ElectraUsageError
 from ..user_io.partial_output import written_whole
@@ -422,6 +423,7 @@ def quiet():
         logging.disable(logging.NOTSET)
 
 
+@stopped_by_signals()
 def run_trials(trials: Sequence[Trial], recipe: Recipe, jobs: int = 1,
                echo: Callable[[str], None] = print) -> List[dict]:
     """Run the trials that have no result yet, ``jobs`` at a time (each with
@@ -460,7 +462,7 @@ def run_trials(trials: Sequence[Trial], recipe: Recipe, jobs: int = 1,
                                   for row, s in result["scores"].items())
                 echo(f"  {trial.arm}, {trial.task.name}, seed {trial.seed}: {shown}")
     finally:
-        for _, _, proc, log in running:  # an error or an interrupt stops the others too
+        for _, _, proc, log in running:  # an error, an interrupt or SIGTERM stops the others
             proc.kill()
             proc.wait()
             log.close()
