@@ -38,8 +38,8 @@ def pytest_configure(config):
 # order (most tests first), which left a long file to run alone at the end while the other
 # worker sat idle.
 FILE_SECONDS = {"test_compile.py": 97, "test_gpu_session.py": 68, "test_graphed_checks.py": 45,
-                "test_forkserver.py": 32, "test_kinds.py": 28, "test_whole_update.py": 25,
-                "test_trials.py": 24, "test_bodies.py": 23, "test_benchmark.py": 22,
+                "test_forkserver.py": 32, "test_trials.py": 30, "test_kinds.py": 28,
+                "test_whole_update.py": 25, "test_bodies.py": 23, "test_benchmark.py": 22,
                 "test_new_language.py": 21, "test_training.py": 20, "test_installed.py": 19,
                 "test_layers_traced_once.py": 18, "test_scale_out.py": 17,
                 "test_crash_safety.py": 16, "test_readme.py": 15, "test_padded_vocab.py": 14,
