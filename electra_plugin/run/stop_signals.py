@@ -40,8 +40,7 @@ def stopped_by_signals():
     try:
         yield
     except Stopped as stopped:
-        for signum in ours:
-            signal.signal(signum, signal.SIG_DFL)
+        signal.signal(stopped.signum, signal.SIG_DFL)
         os.kill(os.getpid(), stopped.signum)
         raise  # (the default action ends the process before this)
     finally:
