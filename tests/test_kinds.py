@@ -316,11 +316,20 @@ def test_sentence_tasks_of_ones_own(tmp_path, spm_data):
     one = tmp_path / "one"
     one.mkdir()
     (one / "train.tsv").write_text("a cat\tx\nthe dog\tx\n")
+    for name, rows in (("lost", "a cat\tx\nthe dog\n"), ("words", "a cat\tx\nthe dog\tnot x\n")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "train.tsv").write_text(rows)
     for glue_dir, argv, phrase in (
             ("nli", ["--text-columns", "one"], "--text-columns 'one' is not column numbers"),
             ("nli", [], "--task nli is not a GLUE task"),
             ("one", ["--text-columns", "0"], "has 1 label(s) in column -1; a classification "
-                                              "task needs two or more (or give --regression)")):
+                                              "task needs two or more (or give --regression)"),
+            # a row that lost its label is not read as a text that is its own label
+            ("lost", ["--text-columns", "0"], "train.tsv:2 has 1 tab-separated columns, nli needs "
+                                              "at least 2; text in column(s) 0, the label in "
+                                              "column -1"),
+            ("words", ["--text-columns", "0"], "train.tsv:2: label 'not x' is more than one "
+                                               "word; write each class as one (e.g. not_x)")):
         with pytest.raises(ElectraUsageError) as caught:
             glue_cli.main(["preprocess", "--task", "nli", "--glue-dir", str(tmp_path / glue_dir),
                            "--pretrain-data", str(spm_data), "--out-dir",

@@ -30,8 +30,8 @@ from electra_plugin.cli.vocabulary import (add_json, command_parser, print_resul
                                            renamed, subcommand)
 from electra_plugin.data.binarize import MAX_SEQ_LEN, fairseq_preprocess
 from electra_plugin.data.dictionary import load_dictionary
-from electra_plugin.data.glue import (GLUE_TASKS, TEST_OUTPUTS, GlueTask, get_task, read_columns,
-                                      read_ids, read_split, score)
+from electra_plugin.data.glue import (GLUE_TASKS, TEST_OUTPUTS, GlueTask, get_task,
+                                      numbered_rows, read_ids, read_split, score)
 from electra_plugin.data.tokenizer import load_tokenizer
 from electra_plugin.finetuning.evaluate import sentence_predictions
 from electra_plugin.finetuning.kinds import read_task_file, record_task
@@ -96,9 +96,19 @@ def own_task(args) -> GlueTask:
                      header=args.header)
     labels = None
     if not args.regression:
-        rows = read_columns(os.path.join(args.glue_dir, "train.tsv"), shape.header)
-        labels = tuple(sorted({row[args.label_column].strip() for row in rows
-                               if len(row) > max(args.label_column, -args.label_column - 1)}))
+        train = os.path.join(args.glue_dir, "train.tsv")
+        labels = set()
+        for number, row in numbered_rows(shape, train):
+            label = row[args.label_column].strip()
+            if not label:
+                raise ElectraUsageError(f"{train}:{number}: the label (column "
+                                        f"{args.label_column}) is empty; every row needs one")
+            if len(label.split()) > 1:  # fairseq's label dictionary holds single tokens
+                raise ElectraUsageError(
+                    f"{train}:{number}: label {label!r} is more than one word; write each "
+                    f"class as one (e.g. {'_'.join(label.split())})")
+            labels.add(label)
+        labels = tuple(sorted(labels))
         if len(labels) < 2:
             raise ElectraUsageError(f"{args.glue_dir}/train.tsv has {len(labels)} label(s) in "
                                     f"column {args.label_column}; a classification task needs "

@@ -135,21 +135,36 @@ def read_columns(path: str, header: bool) -> List[List[str]]:
     return rows[1:] if header and rows else rows
 
 
+def numbered_rows(task: GlueTask, path: str, labelled: bool = True,
+                  test: Optional[TestSplit] = None):
+    """-> [(line number, row)] of a TSV, each row refused in one line unless it holds the
+    text columns and, ``labelled``, a label column of its own: a label counted from the end
+    lies after the text, so a row that lost its label is not read as text and label in one."""
+    columns = task.text_columns if test is None else test.text_columns
+    header = task.header if test is None else test.header
+    need = max(c + 1 if c >= 0 else -c for c in columns)
+    if labelled and task.label_column >= 0:
+        need = max(need, task.label_column + 1)
+    elif labelled:
+        need = max(need, max((c for c in columns if c >= 0), default=-1) + 1 - task.label_column)
+    numbered = list(enumerate(read_columns(path, header), start=2 if header else 1))
+    for number, row in numbered:
+        if len(row) < need:
+            layout = (f"is this the official GLUE file for {task.name}?" if task.name in GLUE_TASKS
+                      else f"text in column(s) {','.join(map(str, columns))}"
+                           + (f", the label in column {task.label_column}" if labelled else ""))
+            raise ElectraUsageError(f"{path}:{number} has {len(row)} tab-separated columns, "
+                                    f"{task.name} needs at least {need}; {layout}")
+    return numbered
+
+
 def read_split(task: GlueTask, path: str, labelled: bool = True,
                test: Optional[TestSplit] = None):
     """-> (list of sentence tuples, list of label strings or None) from an official TSV;
     ``test``: an unlabelled split laid out as it says."""
     columns = task.text_columns if test is None else test.text_columns
-    header = task.header if test is None else test.header
-    rows = read_columns(path, header)
     sentences, labels = [], []
-    label_column = task.label_column if labelled and task.label_column >= 0 else 0
-    need = max(max(c if c >= 0 else -c - 1 for c in columns), label_column) + 1
-    for number, row in enumerate(rows, start=2 if header else 1):
-        if len(row) < need:
-            raise ElectraUsageError(
-                f"{path}:{number} has {len(row)} tab-separated columns, {task.name} needs at "
-                f"least {need}; is this the official GLUE file for {task.name}?")
+    for number, row in numbered_rows(task, path, labelled, test):
         sentences.append(tuple(row[c] for c in columns))
         if labelled:
             label = row[task.label_column].strip()
