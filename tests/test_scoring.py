@@ -4,6 +4,7 @@ not depend on batching, re-ranking with hand-made language scores, fairseq-gener
 
 import json
 import math
+import os
 import sys
 
 import pytest
@@ -290,12 +291,19 @@ def test_bleu_needs_the_references(tmp_path):
 # ------------------------------------------------------------------------------ the command
 
 @pytest.mark.slow  # pretrained: a fairseq-train run
-def test_score_command_on_a_pretrained_checkpoint(tmp_path, pretrained, spm_data, capsys):
+def test_score_command_on_a_pretrained_checkpoint(tmp_path, pretrained, spm_data, capsys,
+                                                  monkeypatch):
     text = tmp_path / "hyps.txt"
     lines = SHORT.split(" . ")[:1] + ["a dog likes the ball .", "ball the likes dog a ."]
     text.write_text("\n".join(lines) + "\n")
     hub = ElectraModel.from_pretrained(str(pretrained.parent), pretrained.name, str(spm_data))
     rows = [hub.encode(line) for line in lines]
+    # a relative data directory is found as fairseq's RoBERTa hub finds it: from the model's
+    # directory when it starts with '.', else from the working directory
+    monkeypatch.chdir(spm_data.parent)
+    for data in (spm_data.name, os.path.relpath(spm_data, pretrained.parent)):
+        relative = ElectraModel.from_pretrained(str(pretrained.parent), pretrained.name, data)
+        assert torch.equal(relative.encode(lines[1]), rows[1]), data
     for kind in scoring.SCORERS:
         out = tmp_path / f"{kind}.tsv"
         score_cli.main(["score", "--checkpoint", str(pretrained), "--data", str(spm_data),

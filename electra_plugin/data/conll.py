@@ -80,7 +80,9 @@ def encode(sentence: Sentence, tokenizer, dictionary, labels: Sequence[str], max
     for word, label in zip(sentence.words, sentence.labels):
         if label not in index:
             raise ElectraUsageError(f"{unknown_label_where}: label {label!r} is not among the "
-                                    f"training labels {list(labels)}")
+                                    f"training labels {list(labels)}; the model learns only the "
+                                    f"training file's classes: relabel it or add examples of "
+                                    f"it to --train")
         pieces = [dictionary.index(p) for p in tokenizer.pieces(word)] or [dictionary.unk()]
         if len(tokens) + len(pieces) > max_seq_len - 1:  # room for </s>
             first.append(0)

@@ -14,16 +14,18 @@ from .core.checkpoint_file import require_checkpoint_file
 
 def from_pretrained(model_dir, checkpoint_file="checkpoint_best.pt", data_name_or_path=".",
                     **overrides):
-    """Load ``model_dir/checkpoint_file`` with its task; ``data_name_or_path`` is relative to
-    ``model_dir`` (or absolute) and must hold the dictionary the model was trained with."""
+    """Load ``model_dir/checkpoint_file`` with its task and the dictionary of the data
+    directory ``data_name_or_path``, found as fairseq's RoBERTa hub finds it: from
+    ``model_dir`` where it starts with '.' (the default: ``model_dir`` itself), else as given."""
     from fairseq import hub_utils
 
     require_checkpoint_file(os.path.join(model_dir, checkpoint_file))
-    data = os.path.join(model_dir, data_name_or_path)
+    data = os.path.abspath(os.path.join(model_dir, data_name_or_path)
+                           if data_name_or_path.startswith(".") else data_name_or_path)
     if not os.path.isdir(data):
         raise ElectraUsageError(f"data directory {data} does not exist; pass the directory "
                                 f"holding the dict.txt the model was trained with")
-    loaded = hub_utils.from_pretrained(model_dir, checkpoint_file, data_name_or_path,
+    loaded = hub_utils.from_pretrained(model_dir, checkpoint_file, data,
                                        archive_map={}, load_checkpoint_heads=True, **overrides)
     return ElectraHubInterface(loaded["args"], loaded["task"], loaded["models"][0])
 
