@@ -64,7 +64,8 @@ def test_pretraining_pair_imports_equal_to_transformers_and_exports_bit_for_bit(
 
     out = tmp_path / "hf"
     exported = to_hf(result.checkpoint, out)
-    assert exported.architecture == prefix + "Model"
+    assert (exported.architecture, exported.generator_architecture) == \
+        (prefix + "Model", prefix + "ForMaskedLM")
     for original, written in ((disc_dir, out), (gen_dir, out / "generator")):
         theirs, ours = load_file(original / "model.safetensors"), load_file(
             written / "model.safetensors")

@@ -8,9 +8,10 @@ Subcommands:
           continued pre-training (--task electra); without it, the discriminator alone (or a
           fine-tuned ElectraFor... head) for fine-tuning.
   export  a checkpoint -> OUT_DIR (the discriminator: ElectraForPreTraining, ElectraModel or
-          a fine-tuned head's class) and OUT_DIR/generator (ElectraForMaskedLM), each with
-          config.json, model.safetensors and the transformers tokenizer files (vocab.txt for
-          WordPiece; tokenizer.json in the model's own ids for sentencepiece)
+          a fine-tuned head's class) and OUT_DIR/generator (ElectraForMaskedLM, or its
+          body's), each with config.json, model.safetensors and the transformers tokenizer
+          files (vocab.txt for WordPiece; tokenizer.json in the model's own ids for
+          sentencepiece)
 
 Both directions need transformers (pip install -e '.[hf]'). Errors (bad directories,
 configs that do not fit, mismatched weights, a non-empty target) are reported in one line
@@ -96,7 +97,7 @@ def main(argv=None):
                        data=args.pretrain_data, vocab=args.vocab, head=args.head)
         print(f"wrote {result.discriminator_dir} ({result.architecture})")
         if result.generator_dir:
-            print(f"wrote {result.generator_dir} (ElectraForMaskedLM)")
+            print(f"wrote {result.generator_dir} ({result.generator_architecture})")
         if not result.hf_tokenizer:
             print("note: no tokenizer description next to this dictionary, so no tokenizer "
                   "files; ids are fairseq dictionary ids (see VOCABULARY.md)")

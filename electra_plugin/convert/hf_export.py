@@ -48,6 +48,7 @@ class ExportResult:
     discriminator_dir: str
     architecture: str
     generator_dir: Optional[str]
+    generator_architecture: Optional[str]  # the generator's class (its body's MaskedLM)
     wordpiece_vocab: bool  # False: rows in fairseq dictionary order, no vocab.txt
     hf_tokenizer: bool  # False: no tokenizer files (see VOCABULARY.md)
 
@@ -343,7 +344,9 @@ def to_hf(checkpoint, out_dir, overwrite: bool = False, *, data: Optional[str] =
                              hf_tok_dir)
     logger.info(f"exported {checkpoint} -> {out_dir} ({architecture})"
                 f"{f' + generator/ ({family.prefix}ForMaskedLM)' if gen_dir else ''}")
-    return ExportResult(out_dir, architecture, gen_dir, vocab_path is not None,
+    return ExportResult(out_dir, architecture, gen_dir,
+                        family.prefix + "ForMaskedLM" if gen_dir else None,
+                        vocab_path is not None,
                         vocab_path is not None or fast is not None or hf_tok_dir is not None)
 
 
