@@ -1,6 +1,7 @@
 """Data preparation: the WordPiece tokenizer, vocab.txt -> dict.txt, electra-prepare."""
 
 import json
+import logging
 import os
 import random
 import sys
@@ -252,6 +253,23 @@ def test_write_splits_keeps_documents(tmp_path):
     documents.write_splits([src], {0, 3, 4}, True, train, valid)  # hold out lines 0, 3 and 4
     assert train.read_text() == "a2\n\nb1 x\n\nc1\nc2\n"
     assert valid.read_text() == "a1\n\nb2\nb3\n"
+
+
+def test_bytes_that_are_not_utf8_read_as_replacement_and_are_named(tmp_path, caplog):
+    """A Latin-1 file's accents become U+FFFD as errors="replace" reads them (an invalid
+    sequence one character, the rest kept), and the split says how many lines, and where."""
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"plain line\ncaf\xe9 au lait\n\n" + "\u00e9t\u00e9 \ufffd is text".encode()
+                    + b"\nna\xefve \xe2\x82 end\n")
+    train = tmp_path / "train.txt"
+    caplog.set_level(logging.WARNING)
+    documents.write_splits([src], set(), False, train, None)
+    assert train.read_text(encoding="utf-8") == ("plain line\ncaf\ufffd au lait\n\n"
+                                                 "\u00e9t\u00e9 \ufffd is text\n"
+                                                 "na\ufffdve \ufffd end\n")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{src}: 2 line(s) hold bytes that are not UTF-8 (the first: line 2), read as U+FFFD; "
+        f"if the file is in another encoding, convert it first (iconv -f latin1 -t utf-8)"]
 
 
 @pytest.mark.slow

@@ -284,6 +284,10 @@ def test_preprocess_errors(tmp_path, spm_data):
     assert "--task NOPE is not a GLUE task" in error("NOPE", rte, tmp_path / "out")
     (rte / "dev.tsv").write_text("index\tsentence1\tsentence2\tlabel\n0\tA\tB\tmaybe\n")
     assert "label 'maybe'" in error("RTE", rte, tmp_path / "out")
+    (rte / "dev.tsv").write_bytes(b"index\tsentence1\tsentence2\tlabel\n0\tA caf\xe9\tB\t"
+                                  b"entailment\n")  # Latin-1
+    assert f"{rte / 'dev.tsv'}:2 is not UTF-8 text (byte 0xe9); convert the file first" in \
+        error("RTE", rte, tmp_path / "out")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("mine")
     line = error("RTE", write_rte(tmp_path / "RTE2", 4, 4), tmp_path / "full")

@@ -85,6 +85,12 @@ def test_reading_and_the_first_piece_rule(tmp_path):
     bad = conll.Sentence(["x"], ["B-XYZ"])
     with pytest.raises(ValueError, match="label 'B-XYZ' is not among the training labels"):
         conll.encode(bad, Pieces(), Vocab(), labels, 64, "dev.conll, sentence 1")
+    (tmp_path / "latin.conll").write_bytes(b"\xef\xbb\xbfthe O\ncaf\xe9 O\n")
+    with pytest.raises(ValueError, match="latin.conll:2 is not UTF-8 text"):
+        conll.read_conll(str(tmp_path / "latin.conll"))
+    (tmp_path / "bom.conll").write_bytes(b"\xef\xbb\xbfthe O\r\ncat B-X\r\n")
+    assert conll.read_conll(str(tmp_path / "bom.conll")) == [
+        conll.Sentence(["the", "cat"], ["O", "B-X"])]  # Excel's byte-order mark dropped
     (tmp_path / "one.conll").write_text("word\n")
     assert_main_error(tag_cli.main, ["preprocess", "--pretrain-data", str(tmp_path),
                                      "--train", str(tmp_path / "one.conll"), "--destdir",

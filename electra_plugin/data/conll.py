@@ -13,6 +13,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..user_io.errors import ElectraUsageError
 from ..user_io.output_dir import lacks
+from ..user_io.text_files import read_text
 
 IGNORE = -1  # target of a piece that is not a word's first (and of <s>, </s>)
 LABELS_FILE = "labels.txt"
@@ -27,11 +28,7 @@ class Sentence:
 
 def read_conll(path: str) -> List[Sentence]:
     """Sentences of a CoNLL file: word in the first column, label in the last."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError as e:
-        raise ElectraUsageError(f"cannot read {path}: {e.strerror or e}") from None
+    lines = read_text(path).splitlines()
     sentences, words, labels = [], [], []
     for number, line in enumerate(lines + [""], start=1):
         columns = line.split()

@@ -1,28 +1,41 @@
 """Plain text as documents (runs of non-blank lines), and the train/valid split that holds
 out whole documents, so that no validation sentence has its neighbours in training."""
 
+import logging
 import math
 import os
 import random
+import re
 
 from ..user_io.errors import ElectraUsageError
 
+logger = logging.getLogger(__name__)
+
 # With fewer documents than this, the validation split is made of single lines.
 MIN_DOCUMENTS_TO_SPLIT = 10
+# bytes that are not UTF-8, as errors="surrogateescape" reads them
+_UNDECODED = re.compile("[\udc80-\udcff]")
 
 
 def open_text(path):
     try:
-        return open(path, "r", encoding="utf-8", errors="replace")
+        return open(path, "r", encoding="utf-8", errors="surrogateescape")
     except OSError as e:
         raise ElectraUsageError(f"cannot read input file {path!r}: {e.strerror or e}")
 
 
-def iter_lines(path):
-    """Lines of a text file, whitespace-normalised ('' for blank lines)."""
+def iter_lines(path, undecodable=None):
+    """Lines of a text file, whitespace-normalised ('' for blank lines). Bytes that are not
+    UTF-8 read as U+FFFD, as errors="replace" reads them; ``undecodable``, a dict, counts
+    their lines ("lines") and keeps the first one's number ("first")."""
     with open_text(path) as f:
         try:
-            for line in f:
+            for number, line in enumerate(f, start=1):
+                if not line.isascii() and _UNDECODED.search(line):
+                    line = line.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+                    if undecodable is not None:
+                        undecodable["lines"] += 1
+                        undecodable.setdefault("first", number)
                 yield " ".join(line.split())
         except OSError as e:
             raise ElectraUsageError(f"cannot read input file {path!r}: {e.strerror or e}")
@@ -87,7 +100,8 @@ def write_splits(paths, valid_units, by_line, train_out, valid_out):
     try:
         for path in paths:
             in_doc = False
-            for line in iter_lines(path):
+            undecodable = {"lines": 0}
+            for line in iter_lines(path, undecodable):
                 if not line:
                     in_doc = False
                     continue
@@ -106,6 +120,11 @@ def write_splits(paths, valid_units, by_line, train_out, valid_out):
                     stats[split][0] += 1
                 outs[split].write(line + "\n")
                 stats[split][1] += 1
+            if undecodable["lines"]:
+                logger.warning(
+                    f"{path}: {undecodable['lines']} line(s) hold bytes that are not UTF-8 "
+                    f"(the first: line {undecodable['first']}), read as U+FFFD; if the file is "
+                    f"in another encoding, convert it first (iconv -f latin1 -t utf-8)")
     finally:
         for f in outs.values():
             if f:

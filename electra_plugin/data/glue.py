@@ -7,6 +7,7 @@ what they restate from this table (classes, checkpoint metric, updates per epoch
 """
 
 import csv
+import io
 import os
 import sys
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from ..user_io.errors import ElectraUsageError
 from ..user_io.output_dir import lacks
+from ..user_io.text_files import read_text
 
 
 # written by electra-glue preprocess beside the test splits: the task, each split's server
@@ -127,11 +129,8 @@ def data_problem(task: GlueTask, directory: str,
 def read_columns(path: str, header: bool) -> List[List[str]]:
     """The rows of a tab-separated file as GLUE's are read (no quoting), without its header."""
     csv.field_size_limit(sys.maxsize)
-    try:
-        with open(path, encoding="utf-8", newline="") as f:
-            rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-    except OSError as e:
-        raise ElectraUsageError(f"cannot read {path}: {e.strerror}") from None
+    text = io.StringIO(read_text(path), newline="")
+    rows = list(csv.reader(text, delimiter="\t", quoting=csv.QUOTE_NONE))
     return rows[1:] if header and rows else rows
 
 
@@ -187,9 +186,7 @@ def read_split(task: GlueTask, path: str, labelled: bool = True,
 
 def read_ids(test: TestSplit, path: str) -> List[str]:
     """The example ids (first column) of an unlabelled split, as its server file names them."""
-    with open(path, encoding="utf-8", newline="") as f:
-        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-    return [row[0] for row in rows[1 if test.header else 0:]]
+    return [row[0] for row in read_columns(path, test.header)]
 
 
 # --- the official metrics: scikit-learn and scipy, as GLUE's own evaluation uses --------

@@ -21,6 +21,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 from ..user_io.errors import ElectraUsageError
 from ..user_io.output_dir import lacks
 from ..user_io.progress import progress
+from ..user_io.text_files import read_text
 from .tokenizer import normalize_whitespace
 
 FORMATS = ("swag", "race", "jsonl")
@@ -49,14 +50,6 @@ def _label(value, choices: int, where: str) -> int:
                                 f"{choices - 1}")
     return label
 
-
-def _read_text(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ElectraUsageError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") \
-            from None
 
 
 def read_swag(path: str) -> List[Example]:
@@ -106,7 +99,7 @@ def _race_documents(path: str) -> Iterator[Tuple[str, object]]:
                            for name in names if not name.startswith(".")):
             yield from _race_documents(file)
         return
-    text = _read_text(path)
+    text = read_text(path)
     try:
         document = json.loads(text)
     except json.JSONDecodeError as e:
@@ -170,7 +163,7 @@ def read_jsonl(path: str) -> List[Example]:
     """One JSON object a line: {"context": text, "choices": [texts], "label": index}
     (label absent: an unlabelled split)."""
     examples = []
-    for where, obj in _json_lines(path, _read_text(path)):
+    for where, obj in _json_lines(path, read_text(path)):
         if not isinstance(obj, dict) or not isinstance(obj.get("context"), str) or \
                 not isinstance(obj.get("choices"), list) or \
                 not all(isinstance(c, str) for c in obj["choices"]):

@@ -28,6 +28,7 @@ from ..environment.optional import require
 from ..models.generators.fast_electra import MASKED_LM_PARTS
 from ..user_io.errors import ElectraUsageError
 from ..user_io.progress import progress
+from ..user_io.text_files import read_text
 from .checkpoint_kind import PRETRAINING, read_kind
 
 logger = logging.getLogger(__name__)
@@ -222,20 +223,10 @@ class NBest:
 GENERATE_LINE = re.compile(r"H-\d+\t")
 
 
-def _read_lines(path) -> List[str]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read().splitlines()
-    except OSError as error:
-        raise ElectraUsageError(f"cannot read {path}: {error.strerror or error}") from None
-    except UnicodeDecodeError:
-        raise ElectraUsageError(f"{path} is not UTF-8 text") from None
-
-
 def read_input(path, fmt: str = "auto") -> NBest:
     """Plain text (a sentence per line) or fairseq-generate output; ``auto``: the latter
     when a line starts with ``H-<id><tab>``."""
-    lines = _read_lines(path)
+    lines = read_text(path).splitlines()
     if fmt == "auto":
         fmt = "generate" if any(GENERATE_LINE.match(line) for line in lines) else "text"
     if fmt == "text":
@@ -287,7 +278,7 @@ def write_scores(f, nbest: NBest, language_scores: Sequence[float]) -> None:
 
 def read_scores(path, nbest: NBest) -> List[float]:
     """The language scores of a file :func:`write_scores` wrote for ``nbest``."""
-    lines = _read_lines(path)
+    lines = read_text(path).splitlines()
     if not lines or lines[0] != HEADER_LINE:
         raise ElectraUsageError(f"{path} is not a score file of electra-score score (its "
                                 f"header is {HEADER_LINE!r})")
