@@ -28,6 +28,7 @@ import numpy as np
 
 from ..user_io.errors import ElectraUsageError
 from ..user_io.output_dir import lacks
+from ..user_io.text_files import read_text
 from .binarize import MAX_SEQ_LEN as LONGEST
 
 logger = logging.getLogger(__name__)
@@ -96,13 +97,13 @@ def read_squad(path: str, version: Optional[str] = None, realign: bool = False,
     SQuAD dev sets have a few answers whose start is off by one) and only an answer whose text
     is nowhere in the context is an error.
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            raw = json.load(f)
-    except FileNotFoundError:
+    if not os.path.exists(path):
         raise ElectraUsageError(f"SQuAD file {path} does not exist")
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ElectraUsageError(f"cannot read SQuAD file {path}: {e}")
+    text = read_text(path)
+    try:
+        raw = json.loads(text)
+    except ValueError as e:
+        raise ElectraUsageError(f"cannot read SQuAD file {path}: {e}") from None
     articles = _require(raw, "data", list, "the top level", path)
     if labelled is None:
         labelled = any(isinstance(qa, dict) and (qa.get("answers") or "is_impossible" in qa)
