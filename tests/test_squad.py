@@ -654,7 +654,6 @@ def test_squad_11_head_served_by_transformers_and_back(tmp_path, squad_bin, pret
     from electra_plugin.cli import convert
     from electra_plugin.data.evaluation import squad_window_logits
     from electra_plugin.finetuning.evaluate import load_finetuned, squad_predictions
-    from electra_plugin.tasks.squad import SquadTask
 
     data = squad_bin["1.1"]
     proc = run_here(finetune_cmd(data, tmp_path / "ck", pretrained))
@@ -664,7 +663,7 @@ def test_squad_11_head_served_by_transformers_and_back(tmp_path, squad_bin, pret
     hf = transformers.AutoModelForQuestionAnswering.from_pretrained(tmp_path / "hf").eval()
     assert type(hf).__name__ == "ElectraForQuestionAnswering"
 
-    model, task = load_finetuned(str(ck), str(data), SquadTask, "squad")
+    model, task = load_finetuned(str(ck), str(data), "squad")
     dataset = task.load_dataset("valid")
     ours = squad_window_logits(model, task, dataset, 8, torch.device("cpu"))
     theirs, largest = {}, 0.0

@@ -306,6 +306,25 @@ def test_test_outputs_checks_the_checkpoint_before_the_data(tmp_path, checkpoint
     assert not out.exists()
 
 
+@pytest.mark.parametrize("main, command", [
+    (glue_cli.main, ["evaluate", "--task", "RTE"]), (tag_cli.main, ["predict"]),
+    (squad_cli.main, ["predict", "--out-dir", "out"]), (choice_cli.main, ["evaluate"])])
+def test_evaluations_check_the_checkpoint_before_the_data(tmp_path, spm_data, checkpoints,
+                                                          main, command):
+    """A pre-training checkpoint, or a discriminator imported alone, is named as what it is,
+    not reported as the data's missing dict.txt (or a traceback from fairseq's task)."""
+    task = {glue_cli.main: "sentence_prediction", tag_cli.main: "token_tagging",
+            squad_cli.main: "squad", choice_cli.main: "sentence_ranking"}[main]
+    for kind, what in (("pre-training", "a pre-training checkpoint (task electra)"),
+                       ("discriminator", "a discriminator alone (task masked_lm")):
+        line = assert_main_error(main, [*command, "--checkpoint", checkpoints[kind], "--data",
+                                        spm_data, "--cpu"],
+                                 f"--checkpoint {checkpoints[kind]} is {what}",
+                                 f"this needs one fine-tuned with --task {task} (a trial's "
+                                 f"checkpoint_last.pt)")
+        assert str(spm_data) not in line
+
+
 @pytest.mark.parametrize("scorer, kind, what", [
     ("mlm", "fine-tuned", "is a checkpoint fine-tuned with --task sentence_prediction; "
                           "--scorer mlm needs a pre-training checkpoint (task electra)"),

@@ -77,18 +77,14 @@ def preprocess(args):
 
 def evaluate(args):
     """Prints the split's accuracy (labelled) as JSON and returns it (None: unlabelled)."""
-    from fairseq.tasks.sentence_ranking import SentenceRankingTask
-
     from electra_plugin.data.evaluation import inference_device
-    from electra_plugin.finetuning.evaluate import load_finetuned
-    from electra_plugin.models.core.checkpoint_file import require_checkpoint_file
+    from electra_plugin.finetuning.evaluate import load_finetuned, require_finetuned
 
-    require_checkpoint_file(args.checkpoint)
+    require_finetuned(args.checkpoint, "sentence_ranking")  # named before the data is blamed
     if args.data and not os.path.isfile(os.path.join(args.data, "input0", "dict.txt")):
         raise ElectraUsageError(f"{args.data} has no input0/dict.txt; pass a directory "
                                 f"that electra-choice preprocess wrote")
-    model, task = load_finetuned(args.checkpoint, args.data, SentenceRankingTask,
-                                 "sentence_ranking")
+    model, task = load_finetuned(args.checkpoint, args.data, "sentence_ranking")
     if task.args.num_classes is None:  # an imported ElectraForMultipleChoice: the data's
         task.args.num_classes = mc.choices_in(task.args.data)
     if not mc.check_split(task.args.data, args.split, task.args.num_classes) and \

@@ -16,9 +16,23 @@ from ..user_io.progress import progress
 logger = logging.getLogger(__name__)
 
 
+def require_finetuned(checkpoint, task_name):
+    """A checkpoint not fine-tuned with ``--task task_name`` (a pre-training one, or a
+    discriminator imported alone) refused in one line before its task is built, which would
+    fail on data that task reads (its dict.txt) with fairseq's traceback."""
+    from .checkpoint_kind import read_kind
+
+    require_checkpoint_file(checkpoint)
+    kind = read_kind(checkpoint)
+    if kind.task != task_name:
+        raise kind.refusal(f"this needs one fine-tuned with --task {task_name} (a trial's "
+                           f"checkpoint_last.pt)")
+
+
 def sentence_predictions(checkpoint, data, splits=("valid",), cpu=False):
     """-> {split: (predictions, gold labels or None for an unlabelled split)}: class
     indices, or floats for regression, in each split's file order; the model is loaded once."""
+    require_finetuned(checkpoint, "sentence_prediction")
     hub = from_pretrained(os.path.dirname(os.path.abspath(checkpoint)),
                           os.path.basename(checkpoint), os.path.abspath(data))
     device = inference_device(cpu)
@@ -27,19 +41,17 @@ def sentence_predictions(checkpoint, data, splits=("valid",), cpu=False):
     return {split: predict_split(model, hub.task, split) for split in splits}
 
 
-def load_finetuned(checkpoint, data, task_class, task_name):
+def load_finetuned(checkpoint, data, task_name):
     """-> (the model in eval mode, its task) of a checkpoint fine-tuned with ``--task
     task_name``, its data directory replaced by ``data`` when given."""
     from fairseq import checkpoint_utils, utils
 
     plugin = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     utils.import_user_module(argparse.Namespace(user_dir=plugin))
-    require_checkpoint_file(checkpoint)
+    require_finetuned(checkpoint, task_name)
     overrides = {"data": os.path.abspath(data)} if data else {}
     models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
         [checkpoint], arg_overrides=overrides)
-    if not isinstance(task, task_class):
-        raise ElectraUsageError(f"{checkpoint} was not fine-tuned with --task {task_name}")
     return models[0].eval(), task
 
 
@@ -48,9 +60,7 @@ def squad_predictions(checkpoint, data=None, split="valid", cpu=False, *,
                       no_answer_threshold=0.0, batch_size=32):
     """-> ({question id: Prediction}, the split's SquadMetadata) of a ``--task squad``
     checkpoint on ``data``'s ``split`` (default: the checkpoint's own data)."""
-    from ..tasks.squad import SquadTask
-
-    model, task = load_finetuned(checkpoint, data, SquadTask, "squad")
+    model, task = load_finetuned(checkpoint, data, "squad")
     device = inference_device(cpu)
     model = model.to(device)
     dataset = task.load_dataset(split)
@@ -70,9 +80,7 @@ def tagging_predictions(checkpoint, data=None, split="valid", cpu=False, batch_s
 
     from ..data.conll import load_metadata
     from ..data.evaluation import net_input_on
-    from ..tasks.tagging import TaggingTask
-
-    model, task = load_finetuned(checkpoint, data, TaggingTask, "token_tagging")
+    model, task = load_finetuned(checkpoint, data, "token_tagging")
     sentences, first_pieces, labels = load_metadata(task.cfg.data, split)
     if labels != task.labels:
         raise ElectraUsageError(f"the {split} split's labels {labels} are not the model's "

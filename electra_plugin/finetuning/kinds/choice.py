@@ -61,13 +61,10 @@ class ChoiceKind(FinetuningKind):
 
     def chosen(self, checkpoint, data, split, cpu):
         """-> (the option each example of ``split`` gets, the gold ones or None)."""
-        from fairseq.tasks.sentence_ranking import SentenceRankingTask
-
         from ...data.evaluation import inference_device
         from ..evaluate import load_finetuned
 
-        model, fairseq_task = load_finetuned(checkpoint, data, SentenceRankingTask,
-                                             "sentence_ranking")
+        model, fairseq_task = load_finetuned(checkpoint, data, "sentence_ranking")
         device = inference_device(cpu)
         head = getattr(fairseq_task.args, "ranking_head_name", self.hf_head.head_name)
         scores, gold = mc.option_scores(model.to(device), fairseq_task, split, head, device)
