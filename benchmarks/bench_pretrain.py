@@ -982,13 +982,12 @@ def table(rows, peaks):
 def cpu_bf16_units():
     """The CPU's bf16 matrix instructions (/proc/cpuinfo flags) and torch's kernel level:
     without them bf16 matmuls are emulated and bf16 training is slower than fp32."""
-    flags = set()
+    from electra_plugin.environment.bf16_units import cpu_bf16_flags
+
+    cpuinfo = ""
     with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
-    return dict(bf16_units=[f for f in ("amx_bf16", "avx512_bf16") if f in flags],
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    return dict(bf16_units=cpu_bf16_flags(cpuinfo) or [],
                 torch_cpu_capability=torch.backends.cpu.get_cpu_capability())
 
 

@@ -8,6 +8,7 @@ from fairseq import optim
 from fairseq.optim.fp16_optimizer import FP16Optimizer
 from omegaconf import open_dict
 
+from electra_plugin.environment import bf16_units
 from electra_plugin.metrics.auc import auc_from_counts, auc_pair_counts
 from electra_plugin.models.core.heads import ElectraDiscriminatorPredictions
 from electra_plugin.models.core.run_config import complete_for_model
@@ -140,6 +141,28 @@ def test_flat_fp16_on_the_cpu_is_one_line(data_bin):
         cfg.common.memory_efficient_fp16, cfg.optimizer._name = False, "electra_adam"
         complete_for_model(cfg)
     assert cfg.common.fp16_no_flatten_grads is True
+
+
+@pytest.mark.parametrize("flags, lacking", [("fpu avx2 avx512f", True),
+                                             ("fpu avx512f avx512_bf16", False),
+                                             ("fpu amx_bf16 amx_tile", False), (None, False)])
+def test_bf16_without_bf16_units_is_said_once(data_bin, tmp_path, monkeypatch, caplog, flags,
+                                              lacking):
+    """bf16 pays only where the hardware multiplies it. On a CPU /proc/cpuinfo's flags decide
+    (here a file written in its format; one that lists no flags, as off Linux, is not
+    judged); a run asking for bf16 where they lack is warned once, naming fp32."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\n" + (f"flags\t\t: {flags}\n" if flags else ""))
+    monkeypatch.setattr(bf16_units, "CPUINFO", str(cpuinfo))
+    for options, bf16 in ((["--autocast-bf16"], True), ([], False)):
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            built_from_command_line(data_bin, *options)
+        said = [r.getMessage() for r in caplog.records if "bf16 is emulated" in r.getMessage()]
+        assert said == (["--autocast-bf16: this CPU has neither amx_bf16 nor avx512_bf16, so "
+                         "bf16 is emulated and slower than fp32 (several times); train in fp32 "
+                         "(no precision flag) here (docs/long_runs.md, \"Which one\")"]
+                        if bf16 and lacking else []), said
 
 
 def test_fully_sharded_is_one_line(data_bin):

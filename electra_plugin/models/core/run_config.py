@@ -13,6 +13,7 @@ import logging
 import torch
 from omegaconf import OmegaConf, open_dict
 
+from ...environment.bf16_units import warn_if_emulated
 from ...user_io.errors import ElectraUsageError
 
 logger = logging.getLogger(__name__)
@@ -56,6 +57,10 @@ def complete_for_model(run) -> None:
                    "--fp16 with electra_adam: fp32 master weights kept per parameter "
                    "(--fp16-no-flatten-grads), so LayerNorm and biases keep their "
                    "weight-decay exemption and --layer-decay its groups")
+    bf16 = next((flag for flag, on in (("--bf16", common.get("bf16")), ("--autocast-bf16", (
+        run.get("task", None) or {}).get("autocast_bf16"))) if on), None)
+    if bf16:
+        warn_if_emulated(bf16, cuda=not common.get("cpu") and torch.cuda.is_available())
     if flat_fp16(common) and (common.get("cpu") or not torch.cuda.is_available()):
         raise ElectraUsageError(
             "--fp16 on the CPU: fairseq's FP16Optimizer asks for a CUDA device for its flat "
