@@ -57,8 +57,9 @@ def complete_for_model(run) -> None:
                    "--fp16 with electra_adam: fp32 master weights kept per parameter "
                    "(--fp16-no-flatten-grads), so LayerNorm and biases keep their "
                    "weight-decay exemption and --layer-decay its groups")
-    bf16 = next((flag for flag, on in (("--bf16", common.get("bf16")), ("--autocast-bf16", (
-        run.get("task", None) or {}).get("autocast_bf16"))) if on), None)
+    autocast = getattr(run.get("task", None), "autocast_bf16", None)  # (a Namespace or not)
+    bf16 = next((flag for flag, on in (("--bf16", common.get("bf16")),
+                                       ("--autocast-bf16", autocast)) if on), None)
     if bf16:
         warn_if_emulated(bf16, cuda=not common.get("cpu") and torch.cuda.is_available())
     if flat_fp16(common) and (common.get("cpu") or not torch.cuda.is_available()):
