@@ -143,26 +143,27 @@ def test_flat_fp16_on_the_cpu_is_one_line(data_bin):
     assert cfg.common.fp16_no_flatten_grads is True
 
 
-@pytest.mark.parametrize("flags, lacking", [("fpu avx2 avx512f", True),
-                                             ("fpu avx512f avx512_bf16", False),
-                                             ("fpu amx_bf16 amx_tile", False), (None, False)])
-def test_bf16_without_bf16_units_is_said_once(data_bin, tmp_path, monkeypatch, caplog, flags,
-                                              lacking):
+def test_bf16_without_bf16_units_is_said_once(data_bin, tmp_path, monkeypatch, caplog):
     """bf16 pays only where the hardware multiplies it. On a CPU /proc/cpuinfo's flags decide
-    (here a file written in its format; one that lists no flags, as off Linux, is not
+    (here files written in its format; one that lists no flags, as off Linux, is not
     judged); a run asking for bf16 where they lack is warned once, naming fp32."""
+    cfg, _, _ = built_from_command_line(data_bin, "--autocast-bf16")
     cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\n" + (f"flags\t\t: {flags}\n" if flags else ""))
     monkeypatch.setattr(bf16_units, "CPUINFO", str(cpuinfo))
-    for options, bf16 in ((["--autocast-bf16"], True), ([], False)):
+    for flags, autocast, warned in (("fpu avx2 avx512f", True, True),
+                                    ("fpu avx2 avx512f", False, False),
+                                    ("fpu avx512f avx512_bf16", True, False),
+                                    ("fpu amx_bf16 amx_tile", True, False), (None, True, False)):
+        cpuinfo.write_text("processor\t: 0\n" + (f"flags\t\t: {flags}\n" if flags else ""))
         caplog.clear()
-        with caplog.at_level("WARNING"):
-            built_from_command_line(data_bin, *options)
+        with open_dict(cfg), caplog.at_level("WARNING"):
+            cfg.task.autocast_bf16 = autocast
+            complete_for_model(cfg)
         said = [r.getMessage() for r in caplog.records if "bf16 is emulated" in r.getMessage()]
         assert said == (["--autocast-bf16: this CPU has neither amx_bf16 nor avx512_bf16, so "
                          "bf16 is emulated and slower than fp32 (several times); train in fp32 "
                          "(no precision flag) here (docs/long_runs.md, \"Which one\")"]
-                        if bf16 and lacking else []), said
+                        if warned else []), (flags, autocast, said)
 
 
 def test_fully_sharded_is_one_line(data_bin):
