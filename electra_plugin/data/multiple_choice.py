@@ -51,7 +51,6 @@ def _label(value, choices: int, where: str) -> int:
     return label
 
 
-
 def read_swag(path: str) -> List[Example]:
     """SWAG's CSV: the context is sent1, option k is ``sent2 + " " + endingk`` (as
     Hugging Face's run_swag); label is absent from a test file."""
