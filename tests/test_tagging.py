@@ -4,6 +4,7 @@ seqeval's entity F1 (checked by hand), in English and in Korean."""
 
 import json
 import sys
+import warnings
 
 import pytest
 
@@ -54,6 +55,11 @@ def test_scores_by_hand():
     # parts of speech are no chunks: accuracy alone
     assert conll.tagging_scores([["NN", "VB"]], [["NN", "NN"]], ["NN", "VB"]) == \
         {"accuracy": 50.0}
+    # a model that predicts no entity yet (early validation): zeros, without seqeval's warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert conll.tagging_scores([["B-PER", "O"]], [["O", "O"]], ["O", "B-PER"]) == \
+            {"f1": 0.0, "precision": 0.0, "recall": 0.0, "accuracy": 50.0}
 
 
 def test_reading_and_the_first_piece_rule(tmp_path):

@@ -144,9 +144,11 @@ def tagging_scores(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[s
     scores = {"accuracy": 100.0 * sum(g == p for g, p in pairs) / max(1, len(pairs))}
     if is_entity_scheme(labels):
         gold, predicted = [list(g) for g in gold], [list(p) for p in predicted]
-        scores = {"f1": 100.0 * float(f1_score(gold, predicted)),
-                  "precision": 100.0 * float(precision_score(gold, predicted)),
-                  "recall": 100.0 * float(recall_score(gold, predicted)), **scores}
+        # zero_division=0: seqeval's value for no predicted (or gold) entity, without its
+        # warning at every early validation
+        scores = {name: 100.0 * float(score(gold, predicted, zero_division=0))
+                  for name, score in (("f1", f1_score), ("precision", precision_score),
+                                      ("recall", recall_score))} | scores
     return scores
 
 
