@@ -41,7 +41,7 @@ class CheckpointKind:
 def read_kind(path: str) -> CheckpointKind:
     """The config, tensor names and vocabulary size of the checkpoint at ``path`` (its
     weights let go)."""
-    state = load_checkpoint(path)
+    state = load_checkpoint(path, mmap=True)  # its tensors' shapes alone are read
     rows = sorted((not name.startswith("discriminator."), tensor.shape[0])
                   for name, tensor in state["model"].items()
                   if name.endswith("word_embeddings.weight") and hasattr(tensor, "shape"))

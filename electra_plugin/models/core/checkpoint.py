@@ -194,7 +194,8 @@ def is_electra_model_cfg(model_cfg) -> bool:
     return cls is not None and electra is not None and issubclass(cls, electra)
 
 
-def load_checkpoint(path, arg_overrides: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+def load_checkpoint(path, arg_overrides: Optional[Dict[str, Any]] = None,
+                    mmap: bool = False) -> Dict[str, Any]:
     """Read an ELECTRA checkpoint into CPU memory.
 
     Returns fairseq's checkpoint dict with ``cfg`` as a DictConfig (``arg_overrides`` applied
@@ -204,7 +205,7 @@ def load_checkpoint(path, arg_overrides: Optional[Dict[str, Any]] = None) -> Dic
     that is not a checkpoint is).
     """
     path = os.fspath(path)
-    state = read_checkpoint_file(path)
+    state = read_checkpoint_file(path, mmap)
     if state.get("cfg") is None:
         raise ElectraUsageError(
             f"{path} has no fairseq config ('cfg'); checkpoints from fairseq before its hydra "

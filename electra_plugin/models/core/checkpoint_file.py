@@ -29,15 +29,17 @@ PICKLE_PROTOCOL = b"\x80"  # the PROTO opcode that opens a pickle of protocol 2 
 SNIFF_BYTES = 4096
 
 
-def read_checkpoint_file(path) -> Dict[str, Any]:
+def read_checkpoint_file(path, mmap: bool = False) -> Dict[str, Any]:
     """The state dict of a fairseq checkpoint file (``model`` weights and the rest), read with
-    torch's safe loader; a missing, damaged, refused or foreign file raises one line."""
+    torch's safe loader; a missing, damaged, refused or foreign file raises one line.
+    ``mmap``: the tensors mapped from the file, not read (a caller that looks at the config
+    and the shapes alone; torch's zip format only)."""
     path = os.fspath(path)
     error = file_error(path)
     if error:
         raise error
     try:
-        state = torch.load(path, map_location="cpu")
+        state = torch.load(path, map_location="cpu", mmap=mmap and _is_zip(path))
     except Exception as e:  # pickle, zip and weights-only errors all mean "not readable"
         raise not_a_checkpoint(path, e) or _unreadable(path, e) from None
     payload = _payload_error(path, state)
