@@ -982,12 +982,9 @@ def table(rows, peaks):
 def cpu_bf16_units():
     """The CPU's bf16 matrix instructions (/proc/cpuinfo flags) and torch's kernel level:
     without them bf16 matmuls are emulated and bf16 training is slower than fp32."""
-    from electra_plugin.environment.bf16_units import cpu_bf16_flags
+    from electra_plugin.environment.bf16_units import cpu_bf16_flags, read_cpuinfo
 
-    cpuinfo = ""
-    with contextlib.suppress(OSError):
-        cpuinfo = Path("/proc/cpuinfo").read_text()
-    return dict(bf16_units=cpu_bf16_flags(cpuinfo) or [],
+    return dict(bf16_units=cpu_bf16_flags(read_cpuinfo()) or [],
                 torch_cpu_capability=torch.backends.cpu.get_cpu_capability())
 
 

@@ -78,13 +78,13 @@ def preprocess(args):
 def evaluate(args):
     """Prints the split's accuracy (labelled) as JSON and returns it (None: unlabelled)."""
     from electra_plugin.data.evaluation import inference_device
-    from electra_plugin.finetuning.evaluate import load_finetuned, require_finetuned
+    from electra_plugin.finetuning.evaluate import load_checked, require_finetuned
 
     require_finetuned(args.checkpoint, "sentence_ranking")  # named before the data is blamed
     if args.data and not os.path.isfile(os.path.join(args.data, "input0", "dict.txt")):
         raise ElectraUsageError(f"{args.data} has no input0/dict.txt; pass a directory "
                                 f"that electra-choice preprocess wrote")
-    model, task = load_finetuned(args.checkpoint, args.data, "sentence_ranking")
+    model, task = load_checked(args.checkpoint, args.data)
     if task.args.num_classes is None:  # an imported ElectraForMultipleChoice: the data's
         task.args.num_classes = mc.choices_in(task.args.data)
     if not mc.check_split(task.args.data, args.split, task.args.num_classes) and \

@@ -14,6 +14,14 @@ CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 CPUINFO = "/proc/cpuinfo"
 
 
+def read_cpuinfo() -> str:
+    """/proc/cpuinfo's text ('' where there is none)."""
+    with contextlib.suppress(OSError):
+        with open(CPUINFO) as f:
+            return f.read()
+    return ""
+
+
 def cpu_bf16_flags(cpuinfo: str) -> Optional[list]:
     """The bf16 matrix flags of /proc/cpuinfo's text; None when it lists no flags (not
     Linux, or unreadable): unknown, not absent."""
@@ -32,11 +40,7 @@ def missing_bf16_units(cuda: bool) -> Optional[str]:
         return None if major >= 8 else \
             f"this GPU ({torch.cuda.get_device_name()}) is compute capability {major}.{minor}, " \
             f"before Ampere's 8.0"
-    cpuinfo = ""
-    with contextlib.suppress(OSError):
-        with open(CPUINFO) as f:
-            cpuinfo = f.read()
-    return None if cpu_bf16_flags(cpuinfo) != [] else \
+    return None if cpu_bf16_flags(read_cpuinfo()) != [] else \
         f"this CPU has neither {' nor '.join(CPU_FLAGS)}"
 
 

@@ -8,7 +8,6 @@ import os
 
 from ..data import squad_answers as answers
 from ..data.evaluation import inference_device, predict_split, squad_window_logits
-from ..models.core.checkpoint_file import require_checkpoint_file
 from ..models.hub_interface import from_pretrained
 from ..user_io.errors import ElectraUsageError
 from ..user_io.progress import progress
@@ -22,8 +21,7 @@ def require_finetuned(checkpoint, task_name):
     fail on data that task reads (its dict.txt) with fairseq's traceback."""
     from .checkpoint_kind import read_kind
 
-    require_checkpoint_file(checkpoint)
-    kind = read_kind(checkpoint)
+    kind = read_kind(checkpoint)  # (a file that is no checkpoint: its own one line)
     if kind.task != task_name:
         raise kind.refusal(f"this needs one fine-tuned with --task {task_name} (a trial's "
                            f"checkpoint_last.pt)")
@@ -44,11 +42,16 @@ def sentence_predictions(checkpoint, data, splits=("valid",), cpu=False):
 def load_finetuned(checkpoint, data, task_name):
     """-> (the model in eval mode, its task) of a checkpoint fine-tuned with ``--task
     task_name``, its data directory replaced by ``data`` when given."""
+    require_finetuned(checkpoint, task_name)
+    return load_checked(checkpoint, data)
+
+
+def load_checked(checkpoint, data):
+    """:func:`load_finetuned` of a checkpoint that :func:`require_finetuned` has passed."""
     from fairseq import checkpoint_utils, utils
 
     plugin = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     utils.import_user_module(argparse.Namespace(user_dir=plugin))
-    require_finetuned(checkpoint, task_name)
     overrides = {"data": os.path.abspath(data)} if data else {}
     models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
         [checkpoint], arg_overrides=overrides)
