@@ -201,7 +201,7 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    peak = matmul_peak(device, args.precision)
+    peak = matmul_peak(device, args.precision, args.repeats)
     print(f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
           f"{args.precision} matmul peak {peak / 1e9:.1f} GFLOP/s")
     rows = []

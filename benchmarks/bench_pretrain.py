@@ -378,8 +378,10 @@ def synchronize(device):
         torch.cuda.synchronize(device)
 
 
-def matmul_peak(device, precision, repeats=5):
-    """Best measured FLOP/s of plain matrix multiplications shaped like the model's."""
+def matmul_peak(device, precision, repeats):
+    """Best measured FLOP/s of plain matrix multiplications shaped like the model's, each
+    shape's the median of ``repeats`` (the rows' --repeats: one knob for how long a run
+    measures)."""
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
     shapes = [(2048, 256, 1024), (2048, 1024, 256), (2048, 768, 3072), (4096, 1024, 1024)]
     if device.type == "cuda":
@@ -1256,7 +1258,7 @@ def main(argv=None):
         load_average=os.getloadavg(), **({} if gpu else cpu_bf16_units()))
     if args.data_only:
         precisions = []
-    peaks = {x: matmul_peak(device, x) for x in precisions}
+    peaks = {x: matmul_peak(device, x, args.repeats) for x in precisions}
     print(f"{machine['device']}, {machine['threads']} threads, torch {machine['torch']}, "
           f"load average {machine['load_average'][0]:.2f}")
     if not gpu:

@@ -62,6 +62,7 @@ def curves_in_a_process(tmp_path, configure: bool, file_size_limit=None):
                 tmp_path / "curves.png"], cwd=REPO)
 
 
+@pytest.mark.slow  # a new process: in the fast tier, the fork server's only start (5 s)
 def test_curves_print_no_debug_lines(tmp_path):
     bare = curves_in_a_process(tmp_path, configure=False)
     # importing fairseq leaves the root logger at DEBUG: matplotlib's font manager talks
@@ -72,6 +73,7 @@ def test_curves_print_no_debug_lines(tmp_path):
     assert (tmp_path / "curves.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow  # a new process, as above
 def test_curves_written_whole(tmp_path):
     """A file-size limit (ulimit -f: a full disk without privileges) stops the PNG half-way:
     the previous curves stay as they were, and no partial file is left."""
