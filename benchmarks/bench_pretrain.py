@@ -607,9 +607,12 @@ class Worker:
         import multiprocessing
 
         # forked by the stdlib's fork server, which has imported this script's modules once
-        # (a fresh process each, without a row's several seconds of imports)
+        # (a fresh process each, without a row's seconds of imports); by the script's module
+        # name: the server drops "__main__" from its preload (up to Python 3.13 at least, the
+        # script's path never reaches it), and each row imported fairseq again
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["__main__", "transformers.models.electra.modeling_electra"])
+        ctx.set_forkserver_preload([Path(__file__).stem, "fairseq.trainer",
+                                    "transformers.models.electra.modeling_electra"])
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=serve, daemon=True, args=(
             child, spec, args, config, batches, torch.get_num_threads()))
