@@ -606,12 +606,11 @@ class Worker:
     def __init__(self, spec, args, config, batches):
         import multiprocessing
 
-        # forked by the stdlib's fork server, which has imported this script's modules once
-        # (a fresh process each, without a row's seconds of imports); by the script's module
-        # name: the server drops "__main__" from its preload (up to Python 3.13 at least, the
-        # script's path never reaches it), and each row imported fairseq again
+        # forked by the stdlib's fork server, which has imported what this script imports once
+        # (a fresh process each, without a row's seconds of imports), named: the server drops
+        # "__main__" from its preload (Python 3.11: the script's path never reaches it)
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload([Path(__file__).stem, "fairseq.trainer",
+        ctx.set_forkserver_preload(["electra_plugin", "fairseq.trainer",
                                     "transformers.models.electra.modeling_electra"])
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=serve, daemon=True, args=(
