@@ -405,7 +405,7 @@ def matmul_peak(device, precision, repeats):
         single = time.perf_counter() - t
         inner = max(1, int(0.2 / max(single, 1e-6)))
         times = []
-        for _ in range(repeats if single < 0.2 else 2):
+        for _ in range(repeats if single < 0.2 else min(repeats, 2)):
             synchronize(device)
             t = time.perf_counter()
             for _ in range(inner):
