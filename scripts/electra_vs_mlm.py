@@ -45,7 +45,6 @@ state what the run reached.
 import argparse
 import datetime
 import json
-import math
 import os
 import subprocess
 import sys
@@ -56,6 +55,7 @@ from electra_plugin.data.binarize import pretraining_data_problem
 from electra_plugin.finetuning import report, trials
 from electra_plugin.finetuning.statistics import compare_paired, format_summary
 from electra_plugin.run.stop_signals import stopped_by_signals
+from electra_plugin.speed.launch import start_fairseq_train
 from electra_plugin.user_io.errors import ElectraUsageError, command_line
 from electra_plugin.user_io.partial_output import written_whole
 
@@ -229,10 +229,9 @@ def pretrain_together(args, arms, say):
         with open(os.path.join(args.work_dir, "commands.log"), "a") as log:
             log.write(" ".join(arm["cmd"]) + "\n")
         arm["started"] = time.time()
-        with open(arm["console"], "w") as console:
-            arm["process"] = subprocess.Popen(arm["cmd"], stdout=console,
-                                              stderr=subprocess.STDOUT,
-                                              env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        with open(arm["console"], "w") as console:  # forked warm (speed/launch.py)
+            arm["process"] = start_fairseq_train(arm["cmd"], console,
+                                                 dict(os.environ, PYTHONUNBUFFERED="1"))
         arm["said"], arm["updates_said"] = arm["started"], 0
         say(f"{arm['name']}: started (console: {arm['console']})")
     ended = {}
@@ -245,9 +244,10 @@ def pretrain_together(args, arms, say):
                     continue
                 code = arm["process"].poll()
                 figures = pace_figures(arm, arm["per_update"], args.batch * args.length)
-                fresh = figures["updates"] > arm["updates_said"] and (
-                    not arm["updates_said"] or now - arm["said"] >= PACE_SECONDS)
-                if code is None and (fresh or now - arm["said"] >= PACE_SECONDS):
+                unsaid = figures["updates"] > arm["updates_said"]
+                fresh = unsaid and (not arm["updates_said"] or now - arm["said"] >= PACE_SECONDS)
+                # an arm that ended since the last look: its last updates said before its end
+                if (fresh or now - arm["said"] >= PACE_SECONDS) if code is None else unsaid:
                     say(pace_line(arm, figures, now, clock and arm["started"] + clock))
                     arm["said"], arm["updates_said"] = now, figures["updates"]
                 if code is None and args.deadline_minutes and not figures["updates"] and \
@@ -371,9 +371,9 @@ def comparison(args, pretrained, finetuned, wall):
     results = [r for arm in ARMS for r in (finetuned.get(arm) or {}).get("results", [])]
     if results:
         rows = [r for r in report.report_rows(results) if r.judges]
-        lines += ["", "| task | arm | " + " | ".join(("median", "mean +- std", "min", "max",
-                                                       "failed")) + " |", "|---|---|" +
-                  "---:|" * 5]
+        columns = ("median", "mean +- std", "min", "max", "failed")
+        lines += ["", "| task | arm | " + " | ".join(columns) + " |",
+                  "|---|---|" + "---:|" * len(columns)]
         for row in rows:
             s = row.summary
             lines.append(f"| {row.name} | {row.arm} | {s.median:.2f} | {s.mean:.2f} +- "
@@ -505,8 +505,8 @@ def parse_args(argv):
     if args.deadline_minutes is None and args.pretrain_minutes:
         args.deadline_minutes = args.compile_minutes + args.pretrain_minutes + 1
     # a GPU takes every run of an arm at once (each a process of its own)
-    args.jobs = args.jobs or (1 if args.cpu else min(len(args.seeds) * len(args.task),
-                                                      os.cpu_count() or 1))
+    runs = len(args.seeds) * len(args.task)
+    args.jobs = args.jobs or (1 if args.cpu else min(runs, os.cpu_count() or 1))
     return args
 
 

@@ -1,9 +1,10 @@
-"""fairseq-train runs started warm: ``electra-finetune trials`` starts each trial from the
-standard library's fork server, which has imported torch and fairseq once, instead of a new
-interpreter that imports them again (about 4 of a small trial's seconds on a CPU). A trial
-is still a process of its own, with its log, environment, threads and exit status, and
-fairseq-train's logging; the command the trials print is the one it runs.
-``ELECTRA_SPEED=0`` (or ``-launch``) starts that command as a new interpreter instead."""
+"""fairseq-train runs started warm: ``electra-finetune trials`` starts each trial, and
+scripts/electra_vs_mlm.py each pre-training arm (fairseq-hydra-train), from the standard
+library's fork server, which has imported torch and fairseq once, instead of a new
+interpreter that imports them again (about 4 of a small trial's seconds on a CPU). A run is
+still a process of its own, with its log, environment, threads and exit status, and the
+command's logging; the command printed is the one it runs. ``ELECTRA_SPEED=0`` (or
+``-launch``) starts that command as a new interpreter instead."""
 
 import contextlib
 import importlib
@@ -23,7 +24,7 @@ PRELOADED = ["torch", "torch._dynamo", "fairseq.checkpoint_utils", "fairseq.opti
 
 
 class ForkedRun:
-    """A trial's process as the trials use a Popen: poll, returncode, kill, wait."""
+    """A forked run as its callers use a Popen: poll, returncode, terminate, kill, wait."""
 
     def __init__(self, process):
         self.process = process
@@ -35,23 +36,29 @@ class ForkedRun:
     def returncode(self):
         return self.process.exitcode
 
+    def terminate(self):
+        self.process.terminate()
+
     def kill(self):
         self.process.kill()
 
-    def wait(self):
-        self.process.join()
+    def wait(self, timeout=None):
+        self.process.join(timeout)
+        if self.process.exitcode is None:
+            raise subprocess.TimeoutExpired("fairseq-train", timeout)
         return self.process.exitcode
 
 
 def start_fairseq_train(cmd, log, env):
-    """Start ``cmd`` (``python -m fairseq_cli.train ARGS``) with stdout and stderr into the
-    open file ``log`` and the environment ``env``: forked warm where the platform has a fork
-    server, else as the command itself."""
+    """Start ``cmd`` (``python -m fairseq_cli.train ARGS``, or ``fairseq_cli.hydra_train``:
+    a module with a ``cli_main``) with stdout and stderr into the open file ``log`` and the
+    environment ``env``: forked warm where the platform has a fork server, else as the
+    command itself."""
     if not enabled("launch") or "forkserver" not in multiprocessing.get_all_start_methods():
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOADED)
-    process = context.Process(target=fairseq_train, args=(cmd[3:], log.name, env))
+    process = context.Process(target=fairseq_train, args=(cmd[2], cmd[3:], log.name, env))
     with main_module_hidden():
         process.start()
     return ForkedRun(process)
@@ -70,8 +77,8 @@ def main_module_hidden():
         sys.modules["__main__"] = main
 
 
-def fairseq_train(argv, log_path: str, env) -> None:
-    """The forked process: fairseq-train's ``cli_main`` on ``argv``, as its command runs it."""
+def fairseq_train(module: str, argv, log_path: str, env) -> None:
+    """The forked process: ``module``'s ``cli_main`` on ``argv``, as its command runs it."""
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     for fd in (1, 2):
         os.dup2(log, fd)
@@ -87,7 +94,7 @@ def fairseq_train(argv, log_path: str, env) -> None:
     # fairseq-train sets up its logging (INFO, stdout) when its module is imported, before
     # fairseq's own import leaves a DEBUG handler: so here too, from none
     logging.root.handlers.clear()
-    sys.modules.pop("fairseq_cli.train", None)
-    train = importlib.import_module("fairseq_cli.train")
-    sys.argv = [train.__file__, *argv]  # as python -m fairseq_cli.train has it
+    sys.modules.pop(module, None)
+    train = importlib.import_module(module)
+    sys.argv = [train.__file__, *argv]  # as python -m MODULE has it
     train.cli_main()

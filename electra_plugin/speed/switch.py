@@ -52,8 +52,8 @@ PARTS = {
     "layers": Part("the graphed step with a second graph for its backward (-gradients) traces "
                    "each kind of encoder layer once and reuses its graph",
                    "every layer traced on its own", "speed/layers.py"),
-    "launch": Part("each trial's fairseq-train forked from a warm server",
-                   "a new interpreter per trial", "speed/launch.py"),
+    "launch": Part("each trial's fairseq-train and each comparison arm's fairseq-hydra-train "
+                   "forked from a warm server", "a new interpreter per run", "speed/launch.py"),
     "multiply": Part("fairseq's multiply_grads skipped when its factor is exactly 1",
                      "a pass multiplying every gradient by 1", "speed/optimizer.py"),
     "qkv": Part("one fused q/k/v matmul, the softmax scale folded into the query weights",
