@@ -1,15 +1,19 @@
 """What only a CUDA GPU can show, run first on a GPU machine with ``pytest -m gpu``: every
 precision against fp32 over a few updates of electra_adam, --graphed-step against the eager
-step, --amp's update with the real CUDA GradScaler, two-stage freezing. (Compile: tests/test_compile.py; evaluation on the GPU:
-the GLUE and SQuAD tests.) Skipped without CUDA; the CPU emulations of each are in
+step, --amp's update with the real CUDA GradScaler, two-stage freezing, a run forked from the
+warm server. (Compile: tests/test_compile.py; evaluation on the GPU: the GLUE and SQuAD
+tests.) Skipped without CUDA; the CPU emulations of each are in
 test_precision.py, test_training.py and test_compile.py."""
 
 import math
+import os
 import re
 
 import pytest
 import torch
 from fairseq import optim
+
+from electra_plugin.speed.launch import ForkedRun, start_fairseq_train
 
 from helpers import (
     DISC_WEIGHT, adam_cfg, amp_optimizer, checkpoint, failure, hydra_train, masked_batch,
@@ -176,6 +180,20 @@ def test_two_stage_generator_frozen_on_gpu(data_bin, tmp_path):
     before = checkpoint(stage_one / "checkpoint_last.pt")["model"]
     generator = [k for k in state if k.startswith(("generator.", "generator_head."))]
     assert all(torch.equal(state[k].cpu(), before[k].cpu()) for k in generator)
+
+
+def test_a_run_forked_from_the_warm_server_trains_on_the_gpu(data_bin, tmp_path):
+    """Trials and the comparison's arms start from a fork server that imported torch and
+    fairseq (speed/launch.py), whose import asks torch for the device count: the forked run
+    still initialises CUDA and trains there."""
+    cmd = [c for c in train_cmd(data_bin, tmp_path, *DETERMINISTIC) if c != "--cpu"]
+    log_path = tmp_path / "train.log"
+    with open(log_path, "w") as log:
+        proc = start_fairseq_train(cmd, log, dict(os.environ))
+    log = log_path.read_text
+    assert isinstance(proc, ForkedRun) and proc.wait() == 0, log()[-3000:]
+    assert re.search(r"rank\s+0: capabilities =", log()), "not on CUDA"
+    assert records(log())[-1]["num_updates"] == 4
 
 
 def test_the_step_does_not_wait_for_the_gpu():
