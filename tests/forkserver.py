@@ -21,9 +21,9 @@ is dropped; ``[resource, limit]`` pairs for setrlimit) on the server's stdin and
 ``{"pid"}`` back, then ``{"exit": pid, "code": ...}`` when that child ends (``code`` as
 Popen's returncode). The server ends when its stdin closes.
 
-Commands that a shell script starts reach the server through :func:`warm_python`: an
+Commands that a shell script starts reach the same server through :func:`warm_python`: an
 executable that the script runs as its ``python``. It hands its argv, environment, working
-directory and its own stdin, stdout and stderr to the server over a Unix socket, passes the
+directory and its own stdin, stdout and stderr to the server over its Unix socket, passes the
 signals it gets on to the child and exits as the child did; a command the server cannot start
 as a new interpreter would (another form, other start-up variables) runs as itself.
 
@@ -417,32 +417,21 @@ def executable(path: Path, command: str) -> None:
     path.chmod(0o755)
 
 
-@contextlib.contextmanager
-def warm_python(folder: Path, commands=()):
-    """A fork server on a socket of its own -> the path of an executable in ``folder`` that a
-    shell script can run as its ``python`` (:func:`run_warm`), and beside it the console
-    scripts named in ``commands``, each its installed script run by that python; the server
-    ends with the block."""
-    name = f"electra-warm-python-{os.getpid()}-{random.getrandbits(64):016x}"
-    server = subprocess.Popen([sys.executable, __file__, name], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, env=server_environment())
+def warm_python(folder: Path, commands=()) -> Path:
+    """-> the path of an executable in ``folder`` that a shell script can run as its
+    ``python`` (:func:`run_warm`: this process's server, on its socket), and beside it the
+    console scripts named in ``commands``, each its installed script run by that python."""
+    name = running_server().name
     python = folder / "python"
     executable(python, f"'{sys.executable}' -S -E '{__file__}' --run {name} '{sys.executable}'")
     for command in commands:  # the installed script, run by that python
         executable(folder / command, f"'{python}' '{Path(sys.executable).with_name(command)}'")
-    try:
-        if server.stdout.readline() != b"listening\n":
-            raise RuntimeError(f"the fork server for {python} did not start")
-        yield python
-    finally:
-        server.stdin.close()
-        server.wait()
-        server.stdout.close()
+    return python
 
 
 # ------------------------------------------------------------------- the client's side
 
-_server = None  # this process's Server, started by its first ForkedProcess
+_server = None  # this process's Server, started by its first ForkedProcess or warm_python
 
 APPLIED = ("PYTHONUNBUFFERED", "PYTHONWARNINGS")  # start-up variables a child applies itself
 
@@ -469,14 +458,26 @@ def forkable(cmd, env, cwd=None) -> bool:
         interpreter_settings(env) == interpreter_settings(started_with)
 
 
+def running_server() -> "Server":
+    """This process's server, started if it is not running."""
+    global _server
+    if _server is None or _server.process.poll() is not None:
+        _server = Server()
+    return _server
+
+
 class Server:
-    """The server as the test process sees it: one per process, started at the first command."""
+    """The server as the test process sees it: one per process, started at the first command,
+    listening on its socket ``name`` for warm_python's executables too."""
 
     def __init__(self):
         self.env = dict(os.environ)
-        self.process = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, text=True, bufsize=1,
-                                        env=server_environment())
+        self.name = f"electra-warm-python-{os.getpid()}-{random.getrandbits(64):016x}"
+        self.process = subprocess.Popen([sys.executable, __file__, self.name],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                        bufsize=1, env=server_environment())
+        if self.process.stdout.readline() != "listening\n":
+            raise RuntimeError("the fork server did not start")
         self.started, self.codes = [], {}
         self.changed = threading.Condition()
         threading.Thread(target=self.read_replies, daemon=True).start()
@@ -543,10 +544,7 @@ class ForkedProcess:
 
     def __init__(self, cmd, env=None, cwd=None, merge_stderr=False, file_modes=False,
                  limits=()):
-        global _server
-        if _server is None or _server.process.poll() is not None:
-            _server = Server()
-        self.server, self.args, self.returncode = _server, [str(c) for c in cmd], None
+        self.server, self.args, self.returncode = running_server(), [str(c) for c in cmd], None
         self.folder = Path(tempfile.mkdtemp(prefix="forked-"))
         self.stdout = Lines(self, self.folder / "stdout")
         self.stderr = None if merge_stderr else Lines(self, self.folder / "stderr")
@@ -590,4 +588,4 @@ class ForkedProcess:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--run"]:  # warm_python's executable
         run_warm(sys.argv[2], sys.argv[3], sys.argv[4:])
-    serve(*sys.argv[1:2])  # (with a socket's name: warm_python's server)
+    serve(*sys.argv[1:2])  # (with the name of its socket, for warm_python's executables)

@@ -190,11 +190,10 @@ def test_a_shell_scripts_python_runs_warm_as_a_new_interpreter_would(tmp_path):
     env = dict(os.environ, PROBE_VARIABLE="1")
     fresh = subprocess.run([sys.executable, "probe_module.py", "a", "b c"], cwd=tmp_path,
                            env=env, input="input\n", capture_output=True, text=True)
-    with warm_python(tmp_path) as python:
-        env["PY"] = str(python)
-        started = time.monotonic()
-        done = subprocess.run(["bash", "-c", script.format(dir=tmp_path)], env=env, timeout=120)
-        waited = time.monotonic() - started
+    env["PY"] = str(warm_python(tmp_path))
+    started = time.monotonic()
+    done = subprocess.run(["bash", "-c", script.format(dir=tmp_path)], env=env, timeout=120)
+    waited = time.monotonic() - started
     assert done.returncode == 0
     forked = json.loads((tmp_path / "forked.json").read_text().splitlines()[-1])
     expected = json.loads(fresh.stdout.splitlines()[-1])

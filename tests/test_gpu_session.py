@@ -33,12 +33,11 @@ def session(spm_data, tmp_path_factory):
     out = root / "out"
     # the script's python commands forked warm (forkserver.warm_python): its stages' command
     # lines and imports as they are, without each interpreter's seconds of library imports
-    with warm_python(root) as python:
-        env = dict(os.environ, TINY="1", OUT=str(out), BACK=str(root / "back"), DATA=str(data),
-                   PYTHON=str(python), OMP_NUM_THREADS="1")
-        env.pop("STAGES", None)
-        proc = subprocess.run(["bash", "benchmarks/gpu_session.sh", "1500"], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=1800)
+    env = dict(os.environ, TINY="1", OUT=str(out), BACK=str(root / "back"), DATA=str(data),
+               PYTHON=str(warm_python(root)), OMP_NUM_THREADS="1")
+    env.pop("STAGES", None)
+    proc = subprocess.run(["bash", "benchmarks/gpu_session.sh", "1500"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
 
@@ -104,8 +103,7 @@ def test_what_comes_back_is_two_files_the_results_and_the_compile_cache(session)
     packed in one, rewritten after each stage, and the inductor cache (with what the carried
     one held) in another, for the next session to carry."""
     back = session.parent / "back"
-    assert sorted(p.name for p in back.iterdir()) == ["inductor-cache.tar.gz",
-                                                     "results.tar.gz"]
+    assert sorted(p.name for p in back.iterdir()) == ["inductor-cache.tar.gz", "results.tar.gz"]
     with tarfile.open(back / "results.tar.gz") as tar:
         names = set(tar.getnames())
     assert {"./stages.txt", "./compare/comparison.md", "./bench_small.json"} <= names, names

@@ -19,7 +19,8 @@ GUIDE = REPO / "docs" / "new_language.md"
 SEEDS = REPO.parent / "shared" / "seeds"
 # What the test shrinks: (pattern in the guide, its tiny replacement); each must match once.
 TINY = [
-    ("--sentencepiece-vocab-size 32000", "--sentencepiece-vocab-size 1000 --workers 1 --min-valid-lines 40"),
+    ("--sentencepiece-vocab-size 32000",
+     "--sentencepiece-vocab-size 1000 --workers 1 --min-valid-lines 40"),
     ("checkpoint.save_dir=$PWD/checkpoints/ko-tiny",
      "checkpoint.save_dir=$PWD/checkpoints/ko-tiny optimization.max_update=30 "
      "lr_scheduler.warmup_updates=3 lr_scheduler.total_num_update=30 dataset.batch_size=8 "
@@ -81,15 +82,15 @@ def test_the_korean_guide_runs_from_raw_text_to_a_trials_table(tmp_path):
     logs = []
     # python and the console scripts forked warm (forkserver.warm_python; test_installed runs
     # the installed scripts themselves)
-    with warm_python(tmp_path, COMMANDS) as python:
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
-                   PATH=os.pathsep.join([str(python.parent), str(Path(sys.executable).parent),
-                                         os.environ["PATH"]]))
-        for block in guide_blocks():
-            result = subprocess.run(["bash", "-e", "-c", block], cwd=work, env=env, text=True,
-                                    capture_output=True, timeout=300)
-            assert result.returncode == 0, failure(block.splitlines()[0], result)
-            logs.append(result.stdout + result.stderr)
+    python = warm_python(tmp_path, COMMANDS)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+               PATH=os.pathsep.join([str(python.parent), str(Path(sys.executable).parent),
+                                     os.environ["PATH"]]))
+    for block in guide_blocks():
+        result = subprocess.run(["bash", "-e", "-c", block], cwd=work, env=env, text=True,
+                                capture_output=True, timeout=300)
+        assert result.returncode == 0, failure(block.splitlines()[0], result)
+        logs.append(result.stdout + result.stderr)
     prepare_log, train_log = logs[1], logs[2]
 
     # the tokenizer covers the Korean text: byte fallback leaves no <unk>, few characters
