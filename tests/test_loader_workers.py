@@ -26,9 +26,22 @@ def test_no_loader_worker_outlives_its_epoch(data_bin, tmp_path, buffer):
         for worker in left:
             worker.join(timeout=20)
         alive = [worker for worker in left if worker.is_alive()]  # before any collection
+        clue = holders("_MultiProcessingDataLoaderIter") if alive else []
     finally:
         gc.enable()
     assert result.returncode == 0, result.stderr[-3000:]
     assert [r["epoch"] for r in records(result.stdout, "valid")] == [1, 2], result.stdout[-2000:]
     # two epochs and two validations, each with a worker of its own, all stopped
-    assert not alive, alive
+    assert not alive, (alive, clue)
+
+
+def holders(kind: str) -> list:
+    """What holds each uncollected object whose class is named ``kind``: its referrers'
+    types, and theirs (a rare failure above left a worker to the garbage collector)."""
+    found = [o for o in gc.get_objects() if type(o).__name__ == kind]
+
+    def referrers(o):
+        return [h for h in gc.get_referrers(o) if h is not found]
+
+    return [[(type(h).__name__, sorted(type(g).__name__ for g in referrers(h)))
+             for h in referrers(o)] for o in found]
