@@ -304,15 +304,14 @@ def receive(connection):
     return json.loads(data), streams
 
 
-def serve(name=None) -> None:
-    """Fork the commands asked for on stdin and, with ``name``, on the Unix socket of that
-    name (Linux's abstract namespace: no file, no limit on the folder's path)."""
-    listener = None
-    if name:  # bound before the imports: a client may connect at once and wait
-        listener = socket.socket(socket.AF_UNIX)
-        listener.bind("\0" + name)
-        listener.listen(64)
-        os.write(1, b"listening\n")
+def serve(name: str) -> None:
+    """Fork the commands asked for on stdin and on the Unix socket ``name`` (Linux's abstract
+    namespace: no file, no limit on the folder's path)."""
+    # bound before the imports: a client may connect at once and wait
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind("\0" + name)
+    listener.listen(64)
+    os.write(1, b"listening\n")
     requests, replies = os.dup(0), os.fdopen(os.dup(1), "w", buffering=1)
     # the requests and replies are the server's own: what it and the trials' fork server
     # (which inherits its descriptors) print goes to its stderr, their stdin is empty
@@ -334,7 +333,7 @@ def serve(name=None) -> None:
 
     pending, owners = b"", {}  # owners: pid -> its client's socket, or None (stdin's)
     while True:
-        ready, _, _ = select.select([requests] + [listener] * bool(listener), [], [], 0.02)
+        ready, _, _ = select.select([requests, listener], [], [], 0.02)
         started = []  # (request, streams, the client's socket or None)
         if requests in ready:
             chunk = os.read(requests, 65536)
@@ -472,7 +471,7 @@ class Server:
 
     def __init__(self):
         self.env = dict(os.environ)
-        self.name = f"electra-warm-python-{os.getpid()}-{random.getrandbits(64):016x}"
+        self.name = f"electra-fork-server-{os.getpid()}-{random.getrandbits(64):016x}"
         self.process = subprocess.Popen([sys.executable, __file__, self.name],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                         bufsize=1, env=server_environment())
@@ -588,4 +587,4 @@ class ForkedProcess:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--run"]:  # warm_python's executable
         run_warm(sys.argv[2], sys.argv[3], sys.argv[4:])
-    serve(*sys.argv[1:2])  # (with the name of its socket, for warm_python's executables)
+    serve(sys.argv[1])  # the name of its socket, for warm_python's executables

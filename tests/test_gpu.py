@@ -190,10 +190,10 @@ def test_a_run_forked_from_the_warm_server_trains_on_the_gpu(data_bin, tmp_path)
     log_path = tmp_path / "train.log"
     with open(log_path, "w") as log:
         proc = start_fairseq_train(cmd, log, dict(os.environ))
-    log = log_path.read_text
-    assert isinstance(proc, ForkedRun) and proc.wait() == 0, log()[-3000:]
-    assert re.search(r"rank\s+0: capabilities =", log()), "not on CUDA"
-    assert records(log())[-1]["num_updates"] == 4
+    assert isinstance(proc, ForkedRun) and proc.wait() == 0, log_path.read_text()[-3000:]
+    text = log_path.read_text()
+    assert re.search(r"rank\s+0: capabilities =", text), "not on CUDA"
+    assert records(text)[-1]["num_updates"] == 4
 
 
 def test_the_step_does_not_wait_for_the_gpu():
