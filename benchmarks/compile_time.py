@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Time to the first graphed update (``--graphed-step``), cold, and where it goes.
+"""Time to the first compiled update (``--graphed-step``, or with ``--encoders`` the
+encoders alone: ``--torch-compile``), cold, and where it goes.
 
 Each row runs in a fresh process with an empty inductor cache (a fresh machine's first
 update), through fairseq's Trainer on the plugin's model as fairseq-train builds it
@@ -14,6 +15,7 @@ folder's size.
 
     python benchmarks/compile_time.py --arch electra_small --backends inductor aot_eager
     python benchmarks/compile_time.py --arch electra_small --backends inductor --cache
+    python benchmarks/compile_time.py --arch electra_small --backends aot_eager --encoders
 """
 
 import argparse
@@ -61,7 +63,7 @@ def child(args) -> dict:
         task = electra_task(data, args.arch, args.length)
         batches = [(s.to(device), t.to(device)) for s, t in
                    make_batches(task, 3, args.batch_size, args.length)]
-        flags = ["--graphed-step", "--torch-compile", args.backend]
+        flags = ["--torch-compile", args.backend] + ([] if args.encoders else ["--graphed-step"])
         flags += ["--autocast-bf16"] if args.precision == "bf16" else []
         runner = PluginStep(data, args.arch, args.length, args.batch_size, device, flags,
                             extra=args.plugin_args)
@@ -95,7 +97,7 @@ def forwarded(args) -> list:
     return ["--arch", args.arch, "--length", str(args.length), "--batch-size",
             str(args.batch_size), "--vocab", str(args.vocab), "--device", args.device,
             "--precision", args.precision, "--threads", str(args.threads),
-            "--plugin-args", *args.plugin_args]
+            *(["--encoders"] if args.encoders else []), "--plugin-args", *args.plugin_args]
 
 
 def main(argv=None):
@@ -110,6 +112,8 @@ def main(argv=None):
     p.add_argument("--backends", nargs="+", default=["inductor", "aot_eager"])
     p.add_argument("--cache", action="store_true",
                    help="also time each backend once more on the cache its cold row left")
+    p.add_argument("--encoders", action="store_true",
+                   help="--torch-compile without --graphed-step: each encoder compiled alone")
     p.add_argument("--json", help="write the rows here")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--backend", help=argparse.SUPPRESS)
@@ -131,7 +135,8 @@ def main(argv=None):
                 rows.append(dict(run_row(args, backend, cache), row=f"{backend}+cache"))
     columns = ["row", "first_update_s", "next_update_s", *PHASES, "graphs", "eager",
                "cache_mb"]
-    print(f"{args.arch} {args.batch_size} x {args.length}, {args.precision}, {args.device}, "
+    print(f"{'encoders' if args.encoders else 'graphed step'}, "
+          f"{args.arch} {args.batch_size} x {args.length}, {args.precision}, {args.device}, "
           f"{args.threads} thread(s), torch {torch.__version__}")
     print(" | ".join(columns))
     for row in rows:

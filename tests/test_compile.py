@@ -60,6 +60,38 @@ def test_compiled_encoder_matches_eager_on_gpu():
     assert_compiled_matches_eager("cuda", "inductor")
 
 
+def float_inputs(graph) -> list:
+    """The graph's inputs that are Python floats dynamo wrapped as 0-d tensors."""
+    return [node.name for node in graph.graph.nodes if node.op == "placeholder"
+            and isinstance(value := node.meta["example_value"], torch.Tensor)
+            and value.dim() == 0 and value.dtype == torch.float64]
+
+
+@pytest.mark.slow
+def test_the_compiled_encoders_take_the_modules_floats_as_constants(monkeypatch):
+    """The floats part: the dropout rates and epsilons are constants of the encoder's graph;
+    with it off (dynamo's own dynamic=True) each is an input of the graph, traced as a
+    symbol with its guards (docs/benchmarks.md, "Compile time")."""
+    graphs = []
+
+    def record(graph, example_inputs):  # a backend that keeps the graph and runs it as traced
+        graphs.append(graph)
+        return graph.forward
+
+    torch._dynamo.register_backend(record, name="record_encoder_graph")
+    for speed in ("1", "-floats"):
+        monkeypatch.setenv("ELECTRA_SPEED", speed)
+        model, task = tiny_model(num_layers=1)
+        assert compile_encoders(model, "record_encoder_graph")
+        src = masked_batch(task)[0]
+        with torch.no_grad():
+            model.discriminator.encode(src, BatchLayout(src.eq(1)))
+    (constant, symbolic) = graphs
+    assert float_inputs(constant) == [], float_inputs(constant)
+    assert any(name.endswith("dropout_p") for name in float_inputs(symbolic)) and \
+        any(name.endswith("eps") for name in float_inputs(symbolic)), float_inputs(symbolic)
+
+
 @pytest.mark.slow
 def test_a_run_compiles_each_encoder_once_per_mask_kind(data_bin, tmp_path):
     """Sentence-sized samples: every batch has its own length, padding and masked count."""
@@ -137,7 +169,7 @@ def test_the_graphed_step_is_one_graph_equal_to_the_eager_step_and_resumes_exact
 @pytest.mark.slow
 @pytest.mark.parametrize("strict", [False, True], ids=["warns", "strict"])
 def test_a_step_that_cannot_compile_whole_runs_eager_with_one_line(strict, caplog,
-                                                                    monkeypatch):
+                                                                   monkeypatch):
     """A step that branches on its data on the host (here a check of one's own on the
     embeddings' input: an if on the tokens' values) cannot be one graph: the first batch
     says so in one warning and the step runs eager, equal to the plain step; with
@@ -311,10 +343,9 @@ def test_the_graph_takes_the_gradients_of_the_criterions_own_rule():
     assert any(not torch.allclose(default[n] - grads[n], grads[n], rtol=1e-3) for n in grads)
 
 
-
 @pytest.mark.slow
-def test_the_graphed_steps_gradients_reduce_across_workers_like_update_freq_2(data_bin,
-                                                                             tmp_path):
+def test_the_graphed_steps_gradients_reduce_across_workers_like_update_freq_2(
+        data_bin, tmp_path):
     """Two CPU workers (fairseq's legacy DDP), each taking its gradients inside the graph:
     the run equals one process's eager step with --update-freq 2."""
     deterministic = ("--temperature", "0", "--dropout", "0", "--attention-dropout", "0",

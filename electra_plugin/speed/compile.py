@@ -2,9 +2,10 @@
 whole step as one graph (``--graphed-step``); part of :mod:`electra_plugin.speed`.
 
 Encoders: each encoder's ``encode`` (embeddings, projection, Transformer layers), which
-``dynamic=True`` keeps symbolic so that a batch of another size or length reuses the graph;
-the rest of the step stays eager. ``attn_mask`` is None for a batch without padding (SDPA
-may then run flash attention) and a tensor otherwise: at most two graphs per encoder.
+``dynamic=True`` keeps symbolic so that a batch of another size or length reuses the graph,
+its modules' floats constants (the ``floats`` part); the rest of the step stays eager.
+``attn_mask`` is None for a batch without padding (SDPA may then run flash attention) and a
+tensor otherwise: at most two graphs per encoder.
 
 The step: :meth:`ElectraModel.electra_step` (generator, sampling, corruption, discriminator,
 losses) forward and backward under ``fullgraph=True``, which the collater's fixed prediction
@@ -56,8 +57,14 @@ def compile_encoders(model, backend: str) -> bool:
     if backend == "off" or not enabled():
         return False
     encoders = encoders_of(model)
+    # the modules' floats (dropout rates, epsilons) as constants: dynamic=True alone traces
+    # each as a symbol with its guards, values that never change from one batch to the next
+    # (electra_small's first update: 0.6-0.7x with aot_eager, 0.8x with inductor;
+    # docs/benchmarks.md, "Compile time")
+    floats = torch._dynamo.config.patch(specialize_float=enabled("floats"))
     for encoder in encoders:
-        encoder.encode = torch.compile(encoder.encode, backend=str(backend), dynamic=True)
+        encoder.encode = floats(torch.compile(encoder.encode, backend=str(backend),
+                                              dynamic=True))
     return bool(encoders)
 
 

@@ -43,6 +43,9 @@ PARTS = {
                      "speed/deferred.py"),
     "dropout": Part("a 15-bit integer-hash dropout mask (CPU)", "F.dropout",
                     "speed/dropout.py"),
+    "floats": Part("the encoders compiled by --torch-compile take the modules' floats "
+                   "(dropout rates, epsilons) as constants", "each float traced as a symbol "
+                   "with its guards (dynamic=True's default)", "speed/compile.py"),
     "global": Part("the modern body's global layers keep no T x T tensor for backward (CPU)",
                    "SDPA with the T x T mask", "speed/global_attention.py"),
     "gradients": Part("the graphed step's backward inside its one graph",
