@@ -3,6 +3,7 @@ pre-training run) and the fast tier's rule: a test not marked slow spawns no
 electra-prepare, fairseq-preprocess or fairseq-(hydra-)train."""
 
 import collections
+import gc
 import os
 import subprocess
 import sys
@@ -39,12 +40,12 @@ def pytest_configure(config):
 # worker sat idle.
 FILE_SECONDS = {"test_compile.py": 97, "test_gpu_session.py": 68, "test_graphed_checks.py": 45,
                 "test_forkserver.py": 32, "test_trials.py": 30, "test_kinds.py": 28,
-                "test_whole_update.py": 25, "test_bodies.py": 23, "test_benchmark.py": 22,
+                "test_compile_time.py": 24, "test_bodies.py": 23, "test_benchmark.py": 22,
                 "test_new_language.py": 21, "test_training.py": 20, "test_installed.py": 19,
-                "test_layers_traced_once.py": 18, "test_scale_out.py": 17,
-                "test_crash_safety.py": 16, "test_readme.py": 15, "test_padded_vocab.py": 14,
-                "test_errors.py": 13, "test_full_disk.py": 12, "test_modern_graphed.py": 11,
-                "test_glue.py": 10, "test_fast_path.py": 9, "test_compile_time.py": 8}
+                "test_whole_update.py": 18, "test_layers_traced_once.py": 18,
+                "test_scale_out.py": 17, "test_crash_safety.py": 16, "test_readme.py": 15,
+                "test_padded_vocab.py": 14, "test_errors.py": 13, "test_full_disk.py": 12,
+                "test_modern_graphed.py": 11, "test_glue.py": 10, "test_fast_path.py": 9}
 
 
 def pytest_collection_modifyitems(items):
@@ -56,6 +57,18 @@ def pytest_collection_modifyitems(items):
         return -FILE_SECONDS.get(name, 0), -counts[name], name
 
     items.sort(key=rank)  # stable: a file's tests keep their order
+
+
+def pytest_collection_finish(session):
+    """The test process's collector sees what is there once the libraries are imported and
+    the tests collected (millions of objects) as permanent, and runs its young generation
+    every 50,000 allocations instead of 700: the in-process runs allocate in bursts (hydra's
+    composition of fairseq's config), and each full collection walked the whole heap (the
+    fast tier on one worker: 100 -> 72 s; docs/testing.md). A command the tests start as a
+    process keeps Python's defaults."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
 
 
 @pytest.hookimpl(hookwrapper=True)
