@@ -42,7 +42,7 @@ FILE_SECONDS = {"test_compile.py": 97, "test_gpu_session.py": 68, "test_graphed_
                 "test_forkserver.py": 32, "test_trials.py": 30, "test_kinds.py": 28,
                 "test_compile_time.py": 24, "test_bodies.py": 23, "test_benchmark.py": 22,
                 "test_new_language.py": 21, "test_training.py": 20, "test_installed.py": 19,
-                "test_whole_update.py": 18, "test_layers_traced_once.py": 18,
+                "test_layers_traced_once.py": 18, "test_whole_update.py": 17.5,
                 "test_scale_out.py": 17, "test_crash_safety.py": 16, "test_readme.py": 15,
                 "test_padded_vocab.py": 14, "test_errors.py": 13, "test_full_disk.py": 12,
                 "test_modern_graphed.py": 11, "test_glue.py": 10, "test_fast_path.py": 9}
