@@ -3,6 +3,7 @@ pre-training run) and the fast tier's rule: a test not marked slow spawns no
 electra-prepare, fairseq-preprocess or fairseq-(hydra-)train."""
 
 import collections
+import compileall
 import gc
 import os
 import subprocess
@@ -28,9 +29,22 @@ def pytest_configure(config):
     subprocesses a test starts run on one thread: helpers.run). A graphed step that falls
     back to the eager one is an error throughout (the runs the tests start inherit it)."""
     os.environ.setdefault("ELECTRA_GRAPHED_STRICT", "1")
+    compile_bytecode()
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
+def compile_bytecode():
+    """The repository's Python compiled to bytecode beside it (``__pycache__``, ignored by
+    git), as Python does where PYTHONDONTWRITEBYTECODE is unset, and the test processes
+    writing theirs (pytest's rewritten test modules): the few hundred commands the tests
+    start import the plugin's sources, and each would compile them anew (0.08 of a tiny
+    run's 0.7 CPU seconds), as would each worker its tests (docs/testing.md). Where the
+    folders cannot be written, everything compiles in memory as before."""
+    sys.dont_write_bytecode = False
+    for folder in ("electra_plugin", "benchmarks", "scripts", "tests"):
+        compileall.compile_dir(Path(__file__).parents[1] / folder, quiet=2, workers=1)
 
 
 # Seconds each of the longest files takes in a full run (--durations, summed; docs/testing.md;
