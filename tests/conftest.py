@@ -5,9 +5,11 @@ electra-prepare, fairseq-preprocess or fairseq-(hydra-)train."""
 import collections
 import compileall
 import gc
+import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -85,11 +87,31 @@ def pytest_collection_finish(session):
     gc.set_threshold(50_000, 20, 100)
 
 
+def pytest_addoption(parser):
+    parser.addoption("--core-seconds", metavar="FILE",
+                     help="append each test's busy core-seconds (/proc/stat: the test and "
+                     "every process it starts; meaningful with -n0) and wall seconds to FILE, "
+                     "one JSON line a test (docs/testing.md, 'Where the time goes')")
+
+
+def busy_core_seconds() -> float:
+    """The machine's busy CPU time so far (/proc/stat: user, nice, system, irq, softirq)."""
+    with open("/proc/stat") as stat:
+        ticks = stat.readline().split()[1:]
+    return sum(int(ticks[i]) for i in (0, 1, 2, 5, 6)) / os.sysconf("SC_CLK_TCK")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item):
     _current["item"] = item
+    record = item.config.getoption("core_seconds")
+    busy, start = (busy_core_seconds(), time.monotonic()) if record else (0, 0)
     yield
     _current["item"] = None
+    if record:
+        with open(record, "a") as out:
+            out.write(json.dumps({"test": item.nodeid, "wall": time.monotonic() - start,
+                                  "core_seconds": busy_core_seconds() - busy}) + "\n")
 
 
 def _slow_command(args):
