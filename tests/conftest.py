@@ -45,6 +45,8 @@ def compile_bytecode():
     run's 0.7 CPU seconds), as would each worker its tests (docs/testing.md). Where the
     folders cannot be written, everything compiles in memory as before."""
     sys.dont_write_bytecode = False
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the process that started it compiled them
+        return
     for folder in ("electra_plugin", "benchmarks", "scripts", "tests"):
         compileall.compile_dir(Path(__file__).parents[1] / folder, quiet=2, workers=1)
 
