@@ -372,6 +372,22 @@ def test_a_trial_forked_warm_is_the_trial_its_command_runs(tmp_path, rte_data, m
     assert runs["1"] == runs["-launch"] and runs["1"][1] and runs["1"][2]
 
 
+def test_a_run_forked_warm_starts_its_children_as_its_command_does(tmp_path):
+    """A run started from the fork server starts its own children (fairseq's loader workers)
+    as a new interpreter of its command would, not from a fork server of its own, which
+    imports fairseq again in every worker."""
+    from electra_plugin.speed.launch import ForkedRun, start_fairseq_train
+
+    log = tmp_path / "run.log"
+    with open(log, "w") as out:
+        forked = start_fairseq_train([sys.executable, "-m", "start_method_probe"], out,
+                                     dict(os.environ))
+    assert isinstance(forked, ForkedRun) and forked.wait(60) == 0, log.read_text()
+    fresh = run([sys.executable, "-m", "start_method_probe"], fresh=True,
+                cwd=os.path.dirname(__file__))  # (where -m finds it)
+    assert fresh.returncode == 0 and log.read_text() == fresh.stdout, log.read_text()
+
+
 # a caller's script without an ``if __name__ == "__main__"`` guard: it notes each run of its
 # top level, then runs trials
 UNGUARDED = """import sys

@@ -87,6 +87,11 @@ def fairseq_train(module: str, argv, log_path: str, env) -> None:
         stream.reconfigure(line_buffering=True)
     os.environ.clear()
     os.environ.update(env)
+    # a process the fork server starts defaults to starting its own children from a fork
+    # server too: the run's loader workers would then start as new interpreters that import
+    # fairseq again, each epoch (6.8 s an epoch on an H200 machine); a new interpreter's
+    # default (fork on Linux) starts them as fairseq-train does
+    multiprocessing.set_start_method(None, force=True)
     import torch
 
     if env.get("OMP_NUM_THREADS"):
