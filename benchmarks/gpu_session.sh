@@ -113,8 +113,9 @@ else
     small="--batch-size 128 --lengths 128"; base="--batch-size 32 --lengths 512"
     arch=electra_small; updates=4000; seeds="1 2 3 4 5"; jobs=5; count=""; pretrain=""; trials=""
     bodies="--sizes small base --lengths 128 512 --batch-size 32"; tiny_model=""; tiny_base=""
-    compare="--flops 1e16"; reserve=200; compile=1  # seconds kept for the fine-tuning of three
-    # arms; minutes for each arm's start-up and compile
+    compare="--flops 1e16"; reserve=240; compile=1  # seconds kept for the fine-tuning of three
+    # arms (66-67 s each on an H200, 10 runs at once); minutes for each arm's start-up and
+    # compile
 fi
 export PYTHONUNBUFFERED=1
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null

@@ -11,7 +11,9 @@ One difference is left on purpose: the server imports torch._dynamo (0.7 s), whi
 imports when a command builds its first optimizer. A forked command that never does has two
 library warning filters (sympy's deprecations, torch's TracerWarning) that a new one lacks.
 Tests of a fresh interpreter itself (the installed console scripts, import-time behaviour)
-start real processes (:func:`helpers.run` with ``fresh=True``).
+start real processes (:func:`helpers.run` with ``fresh=True``). So does every command on a
+machine with a CUDA GPU: there a forked child could not initialise CUDA ("Cannot re-initialize
+CUDA in forked subprocess": 14 of the GPU tests of an H200 run failed so).
 
 A command is ``python -m MODULE ...``, ``python -c CODE ...`` or ``python SCRIPT ...``.
 
@@ -418,11 +420,13 @@ def executable(path: Path, command: str) -> None:
 
 def warm_python(folder: Path, commands=()) -> Path:
     """-> the path of an executable in ``folder`` that a shell script can run as its
-    ``python`` (:func:`run_warm`: this process's server, on its socket), and beside it the
-    console scripts named in ``commands``, each its installed script run by that python."""
-    name = running_server().name
+    ``python`` (:func:`run_warm`: this process's server, on its socket; on a CUDA machine the
+    interpreter itself), and beside it the console scripts named in ``commands``, each its
+    installed script run by that python."""
     python = folder / "python"
-    executable(python, f"'{sys.executable}' -S -E '{__file__}' --run {name} '{sys.executable}'")
+    executable(python, f"'{sys.executable}'" if cuda_machine() else
+               f"'{sys.executable}' -S -E '{__file__}' --run {running_server().name} "
+               f"'{sys.executable}'")
     for command in commands:  # the installed script, run by that python
         executable(folder / command, f"'{python}' '{Path(sys.executable).with_name(command)}'")
     return python
@@ -454,7 +458,13 @@ def forkable(cmd, env, cwd=None) -> bool:
     the server started with."""
     started_with = os.environ if _server is None else _server.env
     return str(cmd[0]) == sys.executable and warm_form([str(c) for c in cmd[1:]], cwd) and \
-        interpreter_settings(env) == interpreter_settings(started_with)
+        interpreter_settings(env) == interpreter_settings(started_with) and not cuda_machine()
+
+
+def cuda_machine() -> bool:
+    """Whether torch sees a CUDA GPU here (then commands start as new interpreters)."""
+    import torch
+    return torch.cuda.is_available()
 
 
 def running_server() -> "Server":

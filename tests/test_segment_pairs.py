@@ -57,6 +57,26 @@ def test_official_rules_on_a_hand_checked_case():
     assert build_examples(np.array([6, 7, 4]), 12, draws) == [([0], [1], 6, 3), ([2], [], 4, 0)]
 
 
+def test_under_the_graphed_step_every_batch_takes_the_full_length(data_bin):
+    """segment_pairs batches come in several lengths (fairseq batches by size), each of
+    which the graphed step would compile anew: under --graphed-step every batch is padded to
+    --tokens-per-sample instead."""
+    from electra_plugin.tasks.electra_pretraining import (
+        ElectraPretrainingConfig, ElectraPretrainingTask)
+
+    lengths = {}
+    for graphed in (False, True):
+        cfg = ElectraPretrainingConfig(data=str(data_bin), sample_break_mode="segment_pairs",
+                                       tokens_per_sample=64, graphed_step=graphed, seed=1)
+        task = ElectraPretrainingTask(cfg, Dictionary.load(str(data_bin / "dict.txt")))
+        task.load_dataset("train")
+        batches = task.get_batch_iterator(task.dataset("train"), max_sentences=8, seed=1)
+        lengths[graphed] = {batch["net_input"]["src_tokens"].size(1)
+                            for batch in batches.next_epoch_itr(shuffle=False)}
+    assert len(lengths[False]) > 2 and max(lengths[False]) == 64, lengths
+    assert lengths[True] == {64}
+
+
 @pytest.fixture(scope="module")
 def pairs(data_bin):
     d = Dictionary.load(str(data_bin / "dict.txt"))

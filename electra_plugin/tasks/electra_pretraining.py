@@ -287,9 +287,14 @@ class ElectraPretrainingTask(FairseqTask):
 
 def length_bucket(cfg) -> int:
     """What the collater rounds a batch's length up to: in ``none`` break mode every block is
-    full already (one shape); otherwise an eighth of --tokens-per-sample, so that batches
-    come in at most eight lengths (a compiled or graphed step meets a few shapes)."""
-    return 1 if cfg.sample_break_mode == "none" else max(8, cfg.tokens_per_sample // 8)
+    full already (one shape); under --graphed-step --tokens-per-sample, one shape for its one
+    graph (each length compiles a graph of its own: eight of them took the arms of an H200
+    run minutes; the official builder pads every example so too); otherwise an eighth of
+    it, so that batches come in at most eight lengths (--torch-compile's graphs are
+    dynamic)."""
+    if cfg.sample_break_mode == "none":
+        return 1
+    return cfg.tokens_per_sample if cfg.graphed_step else max(8, cfg.tokens_per_sample // 8)
 
 
 def load_split(data_path: str, split: str, dictionary: Dictionary, combine: bool):
