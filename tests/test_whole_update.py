@@ -323,5 +323,6 @@ def test_on_a_gpu_fairseq_train_with_the_replay_part_replays_the_whole_update(
     monkeypatch.setenv(VARIABLE, "1")
     log = poisoned_run([c for c in whole_update_cmd(data_bin, tmp_path, "off", 1, *graphed)
                         if c != "--cpu"], monkeypatch, caplog)
-    assert log.count("the whole update as one graph is off: on a GPU its CUDA graph has not "
-                     "yet run (ELECTRA_SPEED=+replay tries it)") == 1, log
+    assert log.count("the whole update as one graph is off: on a GPU its CUDA graph is tried "
+                     "only with ELECTRA_SPEED=+replay (inductor's capture failed on an "
+                     "H200)") == 1, log

@@ -61,8 +61,9 @@ PARTS = {
                      "a pass multiplying every gradient by 1", "speed/optimizer.py"),
     "qkv": Part("one fused q/k/v matmul, the softmax scale folded into the query weights",
                 "three nn.Linear, q scaled after", "speed/attention.py"),
-    "replay": Part("on a GPU, the whole update replayed as one CUDA graph (not yet run on a "
-                   "GPU)", "fairseq's update around the graphed step (GPU)",
+    "replay": Part("on a GPU, the whole update replayed as one CUDA graph (on an H200: over "
+                   "aot_eager; inductor's capture failed)",
+                   "fairseq's update around the graphed step (GPU)",
                    "speed/whole_update.py", default=False),
     "sampling": Part("the generator's samples by inverse CDF: one uniform number per row",
                      "the Gumbel-max trick: one Gumbel variate per vocabulary entry",
