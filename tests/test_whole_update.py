@@ -181,15 +181,19 @@ def test_the_whole_update_is_fairseqs_eager_update_without_a_host_sync(monkeypat
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_a_gpu_the_whole_update_replays_one_cuda_graph_equal_to_fairseqs_update(
         monkeypatch):
-    """As on the CPU, with inductor's code replayed as one CUDA graph (update 1 the warm-up,
+    """As on the CPU, with aot_eager's code replayed as one CUDA graph (update 1 the warm-up,
     2 captured, 3-10 replayed, the overflow among them): each replay moves the weights,
     moments and counts once, at the lr of its row, without a host sync (the capture
-    synchronizes once, outside aten: HostWork does not count it). Inductor draws with aten's
-    random ops (``fallback_random``), so that the generator samples what the eager step
-    samples at the same seed, replay after replay."""
+    synchronizes once, outside aten: HostWork does not count it). Inductor on a GPU keeps
+    the step's backward out of its graph, so it refuses the whole update in one line."""
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)  # (a GPU run's)
-    with torch._inductor.config.patch(fallback_random=True):
-        check_against_eager(monkeypatch, "cuda", "inductor")
+    model, _, criterion = built("cuda")
+    step = GraphedStep(model.electra_step, "inductor")
+    step.combine = functools.partial(criterion.combine, model)
+    adam = CapturableAdam([{"params": list(model.parameters())}], lr=1e-3)
+    with pytest.raises(ElectraUsageError, match="not inductor on a GPU"):
+        WholeUpdate(step, adam, CLIP, backend="inductor", window=4)
+    check_against_eager(monkeypatch, "cuda", "aot_eager")
 
 
 def test_an_adam_without_every_trained_parameter_is_refused():

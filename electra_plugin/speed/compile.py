@@ -10,11 +10,12 @@ tensor otherwise: at most two graphs per encoder.
 The step: :meth:`ElectraModel.electra_step` (generator, sampling, corruption, discriminator,
 losses) forward and backward under ``fullgraph=True``, which the collater's fixed prediction
 slots make possible (no shape depends on the masked count). Where the task knows the
-criterion's loss weights, the loss is not scaled (not ``--fp16``/``--amp``) and no parameter
-is registered in two modules, the backward is in the same graph: ``torch.func.grad_and_value``
-of the criterion's loss over the parameters (the step run by ``torch.func.functional_call``)
-gives the gradients as the graph's outputs, and
-autograd only hands them to the parameters (:class:`_Gradients`): one graph call and one
+criterion's loss weights, the loss is not scaled (not ``--fp16``/``--amp``), no parameter
+is registered in two modules and inductor does not compile for a GPU (where this form failed:
+:meth:`GraphedStep.inductor_on_a_gpu`), the backward is in the same graph:
+``torch.func.grad_and_value`` of the criterion's loss over the parameters (the step run by
+``torch.func.functional_call``) gives the gradients as the graph's outputs, and autograd
+only hands them to the parameters (:class:`_Gradients`): one graph call and one
 guard check per update instead of two, and no autograd walk through a compiled backward
 (docs/benchmarks.md, "The update at the GPU's pace"). Otherwise (or with
 ``ELECTRA_SPEED=-gradients``) autograd runs the compiled backward as a second graph. On a
@@ -203,7 +204,7 @@ class GraphedStep:
             return True
         # (a module shared by both encoders is one module: one name reaches it)
         if self.combine is None or not enabled("gradients") or \
-                tied_across_modules(self.eager.__self__):
+                tied_across_modules(self.eager.__self__) or self.inductor_on_a_gpu():
             return False
         self.as_module = _Step(self.eager)
         self.values = {name: p for name, p in self.as_module.named_parameters()
@@ -211,6 +212,14 @@ class GraphedStep:
         self.params = list(self.values.values())
         self.output = declared_output(typing.get_type_hints(self.eager)["return"])
         return True
+
+    def inductor_on_a_gpu(self) -> bool:
+        """Whether inductor compiles this step for a GPU, where the one-graph form failed at
+        its first call: Triton's launcher met a CPU buffer among the logged counts' kernel
+        arguments (H200, torch 2.11; docs/benchmarks.md, "The one-graph step on a GPU").
+        There the backward stays with autograd, as a second graph."""
+        return self.backend == "inductor" and \
+            any(p.is_cuda for p in self.eager.__self__.parameters())
 
     def with_gradients(self, params, src_tokens, *args):
         """The gradients of the criterion's loss (``combine``), one per parameter of

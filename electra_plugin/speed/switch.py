@@ -48,7 +48,8 @@ PARTS = {
                    "with its guards (dynamic=True's default)", "speed/compile.py"),
     "global": Part("the modern body's global layers keep no T x T tensor for backward (CPU)",
                    "SDPA with the T x T mask", "speed/global_attention.py"),
-    "gradients": Part("the graphed step's backward inside its one graph",
+    "gradients": Part("the graphed step's backward inside its one graph (not with inductor "
+                      "on a GPU)",
                       "autograd runs the backward as a second graph", "speed/compile.py"),
     "guards": Part("dynamo's guards on the model's structure dropped from the graphed step",
                    "every guard kept", "speed/compile.py"),

@@ -67,7 +67,8 @@ class WholeUpdate:
             raise ElectraUsageError(
                 "the whole update needs the graphed step to take its gradients inside its "
                 "graph (an unscaled loss, ELECTRA_SPEED's gradients part on, no parameter "
-                "registered in two modules); train without it or meet those")
+                "registered in two modules, not inductor on a GPU); train without it or meet "
+                "those")
         where = {id(p): i for i, p in enumerate(step.params)}
         held = [p for group in adam.groups for p in group.params]
         if len(held) != len(step.params) or any(id(p) not in where for p in held):
@@ -213,7 +214,8 @@ def why_not(trainer, step):
     trainer.task.before_first_update(trainer.model, trainer.optimizer)
     if not step.takes_gradients():
         return "the graphed step cannot take its gradients inside its graph (--fp16, --amp, " \
-               f"{VARIABLE}=-gradients or a parameter registered in two modules)"
+               f"{VARIABLE}=-gradients, a parameter registered in two modules or inductor on " \
+               "a GPU)"
     if not deferrable(trainer):
         return f"it needs electra_adam, one worker, fp32 or --autocast-bf16 and {VARIABLE}'s " \
                f"deferred part"
