@@ -219,14 +219,15 @@ def stop(proc):
 
 @stopped_by_signals()
 def pretrain_together(args, arms, say):
-    """Run the arms' processes at once (each console in --work-dir), a pace line per arm as
-    it starts, as its train_inner lines come (at most every PACE_SECONDS after the first) and
-    every PACE_SECONDS before them; an arm without an update at --deadline-minutes is
-    stopped. -> {arm name: how it ended}"""
+    """Run the arms' processes at once (each console and the commands in --out-dir, beside
+    the table: a lent machine returns that folder), a pace line per arm as it starts, as
+    its train_inner lines come (at most every PACE_SECONDS after the first) and every
+    PACE_SECONDS before them; an arm without an update at --deadline-minutes is stopped.
+    -> {arm name: how it ended}"""
     clock = (args.compile_minutes + args.pretrain_minutes) * 60 if args.pretrain_minutes \
         else None
     for arm in arms:
-        with open(os.path.join(args.work_dir, "commands.log"), "a") as log:
+        with open(os.path.join(args.out_dir, "commands.log"), "a") as log:
             log.write(" ".join(arm["cmd"]) + "\n")
         arm["started"] = time.time()
         with open(arm["console"], "w") as console:  # forked warm (speed/launch.py)
@@ -297,7 +298,7 @@ def pretrain(args, plan, say):
     for name, overrides in (("electra", []), ("mlm", MLM_OVERRIDES)):
         arm = dict(name=name, planned=plan["updates"][name],
                    per_update=plan["flops_per_update"][name],
-                   console=os.path.join(args.work_dir, f"pretrain-{name}.out"),
+                   console=os.path.join(args.out_dir, f"pretrain-{name}.out"),
                    cmd=arm_command(args, name, overrides, plan["updates"][name]))
         record_path = os.path.join(args.out_dir, f"pretrain-{name}.json")
         saved = json.load(open(record_path)) if os.path.isfile(record_path) else {}

@@ -25,7 +25,7 @@ def test_arms_stopped_before_their_first_update_count_zero_and_random_init_still
                          f"sentiment={data / 'sentiment-bin'}", "--out-dir", str(out), "--cpu",
                          "--arch", "electra_tiny", "--updates", "4", "--batch", "8",
                          "--length", "32", "--seeds", "1", "--finetune-updates", "1",
-                         "--pretrain-minutes", "1", "--deadline-minutes", "0.05"])
+                         "--pretrain-minutes", "1", "--deadline-minutes", "0.01"])
     for arm in ("electra", "mlm"):
         record = json.loads((out / f"pretrain-{arm}.json").read_text())
         assert record["updates"] == 0 and record["checkpoint"] is None, record

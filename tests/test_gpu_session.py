@@ -100,13 +100,16 @@ def test_the_comparison_pretrains_both_arms_at_once_and_finetunes_what_they_reac
 
 def test_what_comes_back_is_two_files_the_results_and_the_compile_cache(session):
     """A lent machine returns at most 8 files of its $OUT (BACK here): the results come back
-    packed in one, rewritten after each stage, and the inductor cache (with what the carried
-    one held) in another, for the next session to carry."""
+    packed in one (the comparison's arms' consoles and commands among them), rewritten after
+    each stage, and the inductor cache (with what the carried one held) in another, for the
+    next session to carry."""
     back = session.parent / "back"
     assert sorted(p.name for p in back.iterdir()) == ["inductor-cache.tar.gz", "results.tar.gz"]
     with tarfile.open(back / "results.tar.gz") as tar:
         names = set(tar.getnames())
-    assert {"./stages.txt", "./compare/comparison.md", "./bench_small.json"} <= names, names
+    assert {"./stages.txt", "./compare/comparison.md", "./bench_small.json",
+            "./compare/pretrain-electra.out", "./compare/pretrain-mlm.out",
+            "./compare/commands.log"} <= names, names
     assert not any(name.startswith("./scratch") for name in names), names
     with tarfile.open(back / "inductor-cache.tar.gz") as tar:
         assert "./from-an-earlier-session" in tar.getnames()
