@@ -36,7 +36,7 @@ def test_the_recompile_limit_is_one_line_naming_the_lengths():
     with torch._dynamo.config.patch(recompile_limit=1), \
             pytest.raises(ElectraUsageError, match=r"more than 1 kinds of batch, dynamo's "
                                                    r"recompile limit .*lengths seen: \[20, 24\]"
-                                                   r"\).*--sample-break-mode none") as error:
+                                                   r"\).*--tokens-per-sample") as error:
         step(model, task, 20)
         step(model, task, 24)
     assert "\n" not in str(error.value)
@@ -55,8 +55,8 @@ def test_a_model_changed_after_the_capture_is_refused(monkeypatch):
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="inductor on CPU needs a C++ compiler")
 def test_inductor_compiles_the_whole_step_on_a_cpu(data_bin, tmp_path):
-    """The default backend, as a GPU run uses it (without CUDA graphs): one graph, no break,
-    the eager step's losses. Without dropout the step's one random draw is the generator's
+    """The default backend, with the gradients inside its one graph (a GPU run takes two):
+    one graph, no break, the eager step's losses. Without dropout the step's one random draw is the generator's
     sampling, which inductor's ``fallback_random`` takes from torch's generator as eager
     does; the suite's strict mode makes a fall-back an error. One layer each, as inductor's
     compile time grows with the depth and its code for a layer is the same at any depth."""

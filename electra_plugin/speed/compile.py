@@ -138,8 +138,8 @@ class GraphedStep:
             raise ElectraUsageError(
                 f"--graphed-step: the step met more than {limit} kinds of batch, dynamo's "
                 f"recompile limit (torch._dynamo.config.recompile_limit; lengths seen: "
-                f"{sorted(self.rows)}); give the batches fewer lengths (--sample-break-mode "
-                f"none: one) or raise the limit") from None
+                f"{sorted(self.rows)}); give the batches fewer lengths (the electra task pads "
+                f"them to --tokens-per-sample) or raise the limit") from None
         except Exception as error:  # the compiler's own errors are not all its exception
             # class (torch 2.11 raises AssertionError); a real error of the step recurs eager
             if not first:
