@@ -220,8 +220,8 @@ def why_not(trainer, step):
         return f"it needs electra_adam, one worker, fp32 or --autocast-bf16 and {VARIABLE}'s " \
                f"deferred part"
     if trainer.cuda and not enabled("replay"):
-        return f"on a GPU its CUDA graph is tried only with {VARIABLE}=+replay (inductor's " \
-               f"capture failed on an H200)"
+        return f"on a GPU its CUDA graph is tried only with {VARIABLE}=+replay (it ran over " \
+               f"aot_eager on an H200, untimed)"
     # a generator kind whose resting_parameters overrides its base's (which rests none)
     kind = type(getattr(trainer.model, "generator_kind", None))
     if sum("resting_parameters" in vars(c) for c in kind.__mro__) > 1:
