@@ -372,6 +372,7 @@ def test_a_trial_forked_warm_is_the_trial_its_command_runs(tmp_path, rte_data, m
     assert runs["1"] == runs["-launch"] and runs["1"][1] and runs["1"][2]
 
 
+@pytest.mark.slow  # a fork server and a new interpreter: 3.7 s
 def test_a_run_forked_warm_starts_its_children_as_its_command_does(tmp_path):
     """A run started from the fork server starts its own children (fairseq's loader workers)
     as a new interpreter of its command would, not from a fork server of its own, which
