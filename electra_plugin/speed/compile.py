@@ -39,7 +39,7 @@ import typing
 
 import torch
 
-from ..user_io.errors import ElectraUsageError
+from ..user_io.errors import ElectraUsageError, first_line
 from .layers import trace_layers_once
 from .switch import enabled
 
@@ -305,13 +305,6 @@ def declared_output(output: type) -> type:
                         f"NamedTuple declaring TRAINING_FIELDS and FILLED_BY_THE_GRAPH among "
                         f"its fields (missing: {', '.join(missing) or 'the declarations'})")
     return output
-
-
-def first_line(error: BaseException) -> str:
-    """The first line of ``error``'s message, or its class's name where it has none (torch
-    2.11's compiler raises a bare ``AssertionError``)."""
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
 
 
 class _Step(torch.nn.Module):

@@ -38,10 +38,10 @@ import torch
 from fairseq.logging import metrics
 from torch.utils._pytree import tree_map_only
 
-from ..user_io.errors import ElectraUsageError
+from ..user_io.errors import ElectraUsageError, first_line
 from .capturable_adam import CapturableAdam
 from .clip import grad_norm, clip_coefficient
-from .compile import STRICT, first_line, own_code, unguarded_structure
+from .compile import STRICT, own_code, unguarded_structure
 from .deferred import DeviceNorm, deferrable
 from .switch import VARIABLE, enabled
 
