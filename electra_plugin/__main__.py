@@ -35,4 +35,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(command_line(main))
+    sys.exit(command_line(main, logs=False))

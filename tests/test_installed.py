@@ -83,3 +83,14 @@ def test_electra_train_help_lists_the_plugin_options(installed):
         assert f"  {option}" in shown.stdout, option
     assert "implies --tpu" not in shown.stdout
     assert "use bfloat16 (on GPUs and CPUs; add --tpu for a TPU)" in shown.stdout
+
+
+def test_locating_the_plugin_skips_fairseqs_import():
+    """``python -m electra_plugin user-dir`` sits inside every command a user types (``--user-dir
+    "$(python -m electra_plugin user-dir)"``): it prints at once, without fairseq's seconds of
+    imports (``electra-train --help`` below: ``-m`` of a submodule still registers the plugin)."""
+    where = run([sys.executable, "-X", "importtime", "-m", "electra_plugin", "user-dir"],
+                fresh=True)
+    assert where.returncode == 0 and where.stdout.strip() == str(REPO / "electra_plugin"), \
+        failure("python -m electra_plugin", where)
+    assert " fairseq" not in where.stderr, where.stderr[-2000:]

@@ -44,12 +44,14 @@ def usage_error_in_chain(error: BaseException) -> Optional[ElectraUsageError]:
     return None
 
 
-def command_line(main):
+def command_line(main, logs: bool = True):
     """Run a script's ``main()``; an :class:`ElectraUsageError` ends it with its one line and
-    exit status 1 instead of a traceback. Logging is set up here, once per command."""
-    from .logs import configure_logging
+    exit status 1 instead of a traceback. Logging is set up here, once per command (``logs``
+    False: a command that logs nothing and so skips fairseq's import, seconds)."""
+    if logs:
+        from .logs import configure_logging
 
-    configure_logging()
+        configure_logging()
     try:
         return main()
     except ElectraUsageError as error:
