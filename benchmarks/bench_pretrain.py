@@ -62,6 +62,7 @@ import torch.nn.functional as F
 
 from electra_plugin.data.masking import max_predictions, prediction_slots
 from electra_plugin.speed import retain_freed_memory
+from electra_plugin.speed.launch import PRELOADED
 from electra_plugin.speed.switch import PARTS
 from electra_plugin.models.core.flops import executed_train_flops, paper_train_flops
 from electra_plugin.models.generators import model_sizes
@@ -606,12 +607,12 @@ class Worker:
     def __init__(self, spec, args, config, batches):
         import multiprocessing
 
-        # forked by the stdlib's fork server, which has imported what this script imports once
-        # (a fresh process each, without a row's seconds of imports), named: the server drops
-        # "__main__" from its preload (Python 3.11: the script's path never reaches it)
+        # forked by the stdlib's fork server, which has imported torch and fairseq once (a
+        # fresh process each, without a row's seconds of imports): the list the plugin's trials
+        # preload (speed/launch.py), so that a process forked from a server that runs one
+        # (the tests') shares it; a peer's worker imports transformers itself (1.3 s)
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["electra_plugin", "fairseq.trainer",
-                                    "transformers.models.electra.modeling_electra"])
+        ctx.set_forkserver_preload(PRELOADED)
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=serve, daemon=True, args=(
             child, spec, args, config, batches, torch.get_num_threads()))
