@@ -119,8 +119,8 @@ def start_trials_server() -> None:
 def share_trials_server() -> None:
     """In a child: the server's fork server for trials serves a command that asks for one with
     the same imports, as it serves the process that started it (the standard library would
-    look for it by waiting on its own child); a command that asks for other imports (the
-    benchmark harness) starts its own, as a new process does."""
+    look for it by waiting on its own child; the benchmark harness asks for the same); a
+    command that asks for other imports starts its own, as a new process does."""
     server = multiprocessing.forkserver._forkserver  # noqa: SLF001
     shared, imports, start_own = server._forkserver_pid, list(server._preload_modules), \
         server.ensure_running
