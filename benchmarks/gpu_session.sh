@@ -172,8 +172,7 @@ stage pretrain $py -m fairseq_cli.hydra_train --config-dir examples/pretraining/
     checkpoint.save_dir=$scratch/pretrain checkpoint.save_interval_updates=0 \
     checkpoint.no_epoch_checkpoints=true dataset.disable_validation=true \
     hydra.run.dir=$scratch/pretrain-hydra $pretrain
-# four files at once (a file's shared runs made once): tiny models, the GPU holds them all;
-# 28 tests ran one by one in 124 s on an H200, most of them failing early
+# four files at once (a file's shared runs made once): tiny models, the GPU holds them all
 stage pytest_gpu $py -m pytest -m gpu -n 4 --dist loadfile -q -p no:cacheprovider --timeout 150 -rA tests
 for arm in "--arch $arch" "--checkpoint $scratch/pretrain/checkpoint_last.pt"; do
     name=trials${arm%% *}  # each arm in a folder of its own

@@ -37,6 +37,7 @@ import ast
 import atexit
 import contextlib
 import ctypes
+import functools
 import importlib
 import json
 import logging
@@ -461,8 +462,10 @@ def forkable(cmd, env, cwd=None) -> bool:
         interpreter_settings(env) == interpreter_settings(started_with) and not cuda_machine()
 
 
+@functools.cache
 def cuda_machine() -> bool:
-    """Whether torch sees a CUDA GPU here (then commands start as new interpreters)."""
+    """Whether torch sees a CUDA GPU here (then commands start as new interpreters); asked
+    once, not at every command."""
     import torch
     return torch.cuda.is_available()
 
