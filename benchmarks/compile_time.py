@@ -86,7 +86,7 @@ def run_row(args, backend, cache) -> dict:
     with tempfile.NamedTemporaryFile() as out:
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache,
                    OMP_NUM_THREADS=str(args.threads))
-        argv = [sys.executable, __file__, "--child", out.name, "--backend", backend,
+        argv = [args.python, __file__, "--child", out.name, "--backend", backend,
                 *forwarded(args)]
         subprocess.run(argv, env=env, check=True)
         size = sum(f.stat().st_size for f in Path(cache).rglob("*") if f.is_file())
@@ -115,6 +115,8 @@ def main(argv=None):
     p.add_argument("--encoders", action="store_true",
                    help="--torch-compile without --graphed-step: each encoder compiled alone")
     p.add_argument("--json", help="write the rows here")
+    p.add_argument("--python", default=sys.executable,
+                   help="the interpreter that runs each row (default: this one)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--backend", help=argparse.SUPPRESS)
     p.add_argument("--plugin-args", nargs=argparse.REMAINDER, default=[],

@@ -7,14 +7,18 @@ import sys
 
 import pytest
 
+from forkserver import warm_python
 from helpers import REPO, run
 
 
 def compile_time(out, *options):
+    """The benchmark at tiny sizes, its row's process forked warm (forkserver.warm_python):
+    its compile as cold, without an interpreter's seconds of imports."""
     return run(
         [sys.executable, str(REPO / "benchmarks" / "compile_time.py"), "--arch", "electra_tiny",
          "--batch-size", "2", "--length", "16", "--vocab", "64", "--backends", "aot_eager",
-         "--json", str(out), *options, "--plugin-args", "--num-layers", "1"],
+         "--python", str(warm_python(out.parent)), "--json", str(out), *options,
+         "--plugin-args", "--num-layers", "1"],
         cwd=REPO)
 
 

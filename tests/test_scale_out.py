@@ -10,6 +10,7 @@ import pytest
 from electra_plugin.run.save_dir_lock import LOCK_FILE
 from electra_plugin.run.scale_out import continued_position
 from electra_plugin.user_io.errors import ElectraUsageError
+from forkserver import warm_python
 from helpers import (assert_metrics_equal, assert_same_params, assert_usage_error, binarize,
                      checkpoint, ddp_options, ddp_train, free_port, records, run_together,
                      train, train_cmd, write_corpus)
@@ -29,12 +30,16 @@ def small_data(tmp_path_factory):
 
 
 def node_cmd(node, port, data, save_dir, *extra):
-    """fairseq-train as torchrun starts it on node ``node`` of two, one process each."""
+    """fairseq-train as torchrun starts it on node ``node`` of two, one process each (its
+    python forked warm: forkserver.warm_python)."""
     cmd = train_cmd(data, save_dir, *extra, "--distributed-world-size", "2",
                     "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp")
+    folder = save_dir.parent / f"python{node}"
+    folder.mkdir(exist_ok=True)
+    python = warm_python(folder)
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank",
             str(node), "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port",
-            str(port), *cmd[1:]]
+            str(port), "--no-python", python, *cmd[1:]]
 
 
 def sequences_per_epoch(*logs):
