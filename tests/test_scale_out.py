@@ -91,7 +91,7 @@ def once(small_data, tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("before, after", [(2, 1), (1, 2)])
 def test_resuming_on_another_world_size_continues_the_epoch(before, after, small_data, once,
-                                                           tmp_path):
+                                                            tmp_path):
     """2 updates on ``before`` processes, then to 7 on ``after`` == 7 on one process: the
     same records update by update, the same weights, and each epoch's 64 sequences once."""
     options = (*GLOBAL_BATCH, *DETERMINISTIC)
