@@ -34,12 +34,9 @@ def node_cmd(node, port, data, save_dir, *extra):
     python forked warm: forkserver.warm_python)."""
     cmd = train_cmd(data, save_dir, *extra, "--distributed-world-size", "2",
                     "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp")
-    folder = save_dir.parent / f"python{node}"
-    folder.mkdir(exist_ok=True)
-    python = warm_python(folder)
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank",
             str(node), "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port",
-            str(port), "--no-python", python, *cmd[1:]]
+            str(port), "--no-python", warm_python(save_dir.parent), *cmd[1:]]
 
 
 def sequences_per_epoch(*logs):
