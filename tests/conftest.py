@@ -82,8 +82,8 @@ def pytest_collection_finish(session):
     the tests collected (millions of objects) as permanent, and runs its young generation
     every 50,000 allocations instead of 700: the in-process runs allocate in bursts (hydra's
     composition of fairseq's config), and each full collection walked the whole heap (the
-    fast tier on one worker: 100 -> 72 s; docs/testing.md). A command the tests start as a
-    process keeps Python's defaults."""
+    fast tier on one worker: 100 -> 72 s; docs/testing.md). The commands the fork server
+    starts run so too; a fresh interpreter keeps Python's defaults."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)

@@ -7,9 +7,11 @@ those libraries once and forks a child per command, so a command is still a proc
 own (its exit status, its stderr, its pid to kill, its loader workers, its locks released at
 its exit) that starts with the libraries loaded. It imports no module of the plugin and no
 command module, so each command imports and registers the plugin as a new process does.
-One difference is left on purpose: the server imports torch._dynamo (0.7 s), which torch
-imports when a command builds its first optimizer. A forked command that never does has two
+Two differences are left on purpose. The server imports torch._dynamo (0.7 s), which torch
+imports when a command builds its first optimizer: a forked command that never does has two
 library warning filters (sympy's deprecations, torch's TracerWarning) that a new one lacks.
+And its garbage collector is the test process's (tests/conftest.py), inherited by each child:
+the libraries frozen, the young generation collected every 50,000 allocations instead of 700.
 Tests of a fresh interpreter itself (the installed console scripts, import-time behaviour)
 start real processes (:func:`helpers.run` with ``fresh=True``). So does every command on a
 machine with a CUDA GPU: there a forked child could not initialise CUDA ("Cannot re-initialize
@@ -38,6 +40,7 @@ import atexit
 import contextlib
 import ctypes
 import functools
+import gc
 import importlib
 import json
 import logging
@@ -324,6 +327,11 @@ def serve(name: str) -> None:
     os.dup2(2, 1)
     preload()
     start_trials_server()
+    # the collector as in the test process (conftest.py): the libraries permanent, the young
+    # generation run every 50,000 allocations; the children inherit both
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
 
     def tell(connection, reply):
         """A reply to the test process (stdin's requests: ``connection`` None) or a client."""
