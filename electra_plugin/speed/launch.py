@@ -3,8 +3,9 @@ scripts/electra_vs_mlm.py each pre-training arm (fairseq-hydra-train), from the 
 library's fork server, which has imported torch and fairseq once, instead of a new
 interpreter that imports them again (about 4 of a small trial's seconds on a CPU). A run is
 still a process of its own, with its log, environment, threads and exit status, and the
-command's logging; the command printed is the one it runs. ``ELECTRA_SPEED=0`` (or
-``-launch``) starts that command as a new interpreter instead."""
+command's logging; the command printed is the one it runs. Its collector skips what the
+server imported (``gc.freeze``). ``ELECTRA_SPEED=0`` (or ``-launch``) starts that command as
+a new interpreter instead."""
 
 import contextlib
 import gc
