@@ -53,28 +53,40 @@ def probe_command(tmp_path, flag, first):
     return [sys.executable, *((flag, target) if flag else ("probe_module.py",)), "a", "b c"]
 
 
-@pytest.mark.parametrize("flag, first", [("-m", "fairseq"), ("-c", "fairseq"),
-                                         ("-c", "fairseq_cli.train"), ("", "fairseq_cli.train")],
-                         ids=["-m-fairseq", "-c-fairseq", "-c-fairseq_cli.train",
-                              "script-fairseq_cli.train"])
-def test_a_forked_command_is_a_new_process_of_that_command(tmp_path, flag, first):
-    cmd = probe_command(tmp_path, flag, first)
+# the forms of a command whose first import is each module: a new interpreter's state
+# (logging, warning filters) depends on that import, not on the form
+FORMS = {"fairseq": ("-m", "-c"), "fairseq_cli.train": ("-c", "")}
+
+
+@pytest.mark.parametrize("first", FORMS)
+def test_a_forked_command_is_a_new_process_of_that_command(tmp_path, first):
+    """Each form forked twice against a new interpreter that ran the first form: the same
+    environment, logging, warning filters, exit status and stderr; the form's own argv,
+    import path and ``__main__``; a random seed of its own each."""
     # PYTHONWARNINGS as fairseq's loader sets it, and one more: their filters where a new
     # interpreter puts them
     env = {"PROBE_VARIABLE": "1",
            "PYTHONWARNINGS": "ignore:semaphore_tracker:UserWarning,error::ResourceWarning"}
-    fresh = run(cmd, cwd=tmp_path, env=env, fresh=True)
-    forked = [run(cmd, cwd=tmp_path, env=env) for _ in range(2)]
-    assert fresh.returncode == forked[0].returncode == 3
-    assert fresh.stderr == forked[0].stderr == "to stderr\n"
-    seen = [json.loads(p.stdout.splitlines()[-1]) for p in (fresh, *forked)]
+    here = tmp_path.resolve()
+    form = {"-m": ([str(here / "probe_module.py")], str(here)), "-c": (["-c"], ""),
+            "": (["probe_module.py"], str(here))}  # flag -> (argv[:1], sys.path[0])
+    runs = [(FORMS[first][0], run(probe_command(tmp_path, FORMS[first][0], first),
+                                  cwd=tmp_path, env=env, fresh=True))]
+    runs += [(flag, run(probe_command(tmp_path, flag, first), cwd=tmp_path, env=env))
+             for flag in FORMS[first] for _ in range(2)]
+    seen = []
+    for flag, proc in runs:
+        assert proc.returncode == 3 and proc.stderr == "to stderr\n", (flag, proc.stderr)
+        seen.append(json.loads(proc.stdout.splitlines()[-1]))
+        argv0, path0 = form[flag]
+        assert seen[-1]["argv"] == [*argv0, "a", "b c"] and seen[-1]["path0"] == path0, seen[-1]
     randoms = [s.pop("random") for s in seen]
-    assert seen[0] == seen[1] == seen[2], seen
-    argv0 = {"-m": str(tmp_path / "probe_module.py"), "-c": "-c"}.get(flag, "probe_module.py")
-    assert seen[0]["argv"] == [argv0, "a", "b c"]
+    for s in seen:
+        s.pop("argv"), s.pop("path0")
+    assert all(s == seen[0] for s in seen), seen
     assert seen[0]["name"] == "__main__" and seen[0]["variable"] == "1"
     assert seen[0]["warnoptions"] == env["PYTHONWARNINGS"].split(",")
-    assert len(set(randoms)) == 3  # each its own seed, as new processes
+    assert len(set(randoms)) == len(randoms)  # each its own seed, as new processes
 
 
 def test_a_forked_command_can_be_killed_and_read_as_it_writes(tmp_path):
