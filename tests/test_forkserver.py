@@ -82,7 +82,7 @@ def test_a_forked_command_is_a_new_process_of_that_command(tmp_path, first):
         assert seen[-1]["argv"] == [*argv0, "a", "b c"] and seen[-1]["path0"] == path0, seen[-1]
     randoms = [s.pop("random") for s in seen]
     for s in seen:
-        s.pop("argv"), s.pop("path0")
+        del s["argv"], s["path0"]
     assert all(s == seen[0] for s in seen), seen
     assert seen[0]["name"] == "__main__" and seen[0]["variable"] == "1"
     assert seen[0]["warnoptions"] == env["PYTHONWARNINGS"].split(",")

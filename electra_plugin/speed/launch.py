@@ -94,8 +94,8 @@ def fairseq_train(module: str, argv, log_path: str, env) -> None:
     # fairseq again, each epoch (6.8 s an epoch on an H200 machine); a new interpreter's
     # default (fork on Linux) starts them as fairseq-train does
     multiprocessing.set_start_method(None, force=True)
-    # the server's imports are never garbage: the run's collector skips them (a tiny trial's
-    # CPU time: about 0.25 of 1.4 s)
+    # the server's imports are never garbage: the run's collector skips them (a tiny
+    # fairseq-train run's CPU time: about 0.25 of 1.4 s)
     gc.freeze()
     import torch
 
