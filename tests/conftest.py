@@ -4,7 +4,6 @@ electra-prepare, fairseq-preprocess or fairseq-(hydra-)train."""
 
 import collections
 import compileall
-import gc
 import json
 import os
 import subprocess
@@ -16,6 +15,7 @@ import pytest
 import torch
 
 from electra_plugin.cli import prepare
+from forkserver import freeze_libraries
 from helpers import BEFORE_START, PLUGIN, binarize, run_here, write_corpus
 
 # The commands only a slow test may start: console scripts and their ``-m`` modules.
@@ -78,15 +78,9 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_collection_finish(session):
-    """The test process's collector sees what is there once the libraries are imported and
-    the tests collected (millions of objects) as permanent, and runs its young generation
-    every 50,000 allocations instead of 700: the in-process runs allocate in bursts (hydra's
-    composition of fairseq's config), and each full collection walked the whole heap (the
-    fast tier on one worker: 100 -> 72 s; docs/testing.md). The commands the fork server
-    starts run so too; a fresh interpreter keeps Python's defaults."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 100)
+    """The libraries and the collected tests frozen for the collector
+    (:func:`forkserver.freeze_libraries`; the fast tier on one worker: 100 -> 72 s)."""
+    freeze_libraries()
 
 
 def pytest_addoption(parser):

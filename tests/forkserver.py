@@ -106,6 +106,17 @@ def preload():
         importlib.import_module(name)
 
 
+def freeze_libraries() -> None:
+    """The tests' collector (the test process's, and this server's, which its children
+    inherit): what is there once the libraries are imported (millions of objects) becomes
+    permanent, and the young generation runs every 50,000 allocations instead of 700. A tiny
+    run allocates in bursts (hydra's composition of fairseq's config, dynamo's trace), and
+    each full collection walked the whole heap (docs/testing.md)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+
+
 def start_trials_server() -> None:
     """The standard library's fork server that ``electra-finetune trials`` starts its trials
     from (``PRELOADED`` of electra_plugin/speed/launch.py, read without importing the plugin),
@@ -327,11 +338,7 @@ def serve(name: str) -> None:
     os.dup2(2, 1)
     preload()
     start_trials_server()
-    # the collector as in the test process (conftest.py): the libraries permanent, the young
-    # generation run every 50,000 allocations; the children inherit both
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 100)
+    freeze_libraries()  # the children inherit it
 
     def tell(connection, reply):
         """A reply to the test process (stdin's requests: ``connection`` None) or a client."""
