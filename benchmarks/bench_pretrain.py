@@ -379,6 +379,16 @@ def synchronize(device):
         torch.cuda.synchronize(device)
 
 
+def product_seconds(a, b, device, inner):
+    """Seconds per ``a @ b``, the mean of ``inner`` back to back."""
+    synchronize(device)
+    t = time.perf_counter()
+    for _ in range(inner):
+        a @ b
+    synchronize(device)
+    return (time.perf_counter() - t) / inner
+
+
 def matmul_peak(device, precision, repeats):
     """Best measured FLOP/s of plain matrix multiplications shaped like the model's, each
     shape's the median of ``repeats`` (the rows' --repeats: one knob for how long a run
@@ -397,22 +407,15 @@ def matmul_peak(device, precision, repeats):
         a = torch.randn(m, k, device=device).to(dtype)
         b = torch.randn(k, n, device=device).to(dtype)
         a @ b
-        synchronize(device)
-        t = time.perf_counter()
-        a @ b
-        synchronize(device)
-        # ~0.2 s per repeat, fewer repeats when one product takes longer: bf16 runs at
-        # about 1 GFLOP/s on a CPU without bf16 units
-        single = time.perf_counter() - t
-        inner = max(1, int(0.2 / max(single, 1e-6)))
-        times = []
-        for _ in range(repeats if single < 0.2 else min(repeats, 2)):
-            synchronize(device)
-            t = time.perf_counter()
-            for _ in range(inner):
-                a @ b
-            synchronize(device)
-            times.append((time.perf_counter() - t) / inner)
+        single = product_seconds(a, b, device, 1)
+        # ~0.2 s per repeat; a product that takes longer is a repeat of its own, two at most
+        # (bf16 runs at 1 to 3 GFLOP/s on a CPU without bf16 units)
+        if single < 0.2:
+            inner = int(0.2 / max(single, 1e-6))
+            times = [product_seconds(a, b, device, inner) for _ in range(repeats)]
+        else:
+            times = [single] + [product_seconds(a, b, device, 1)
+                                for _ in range(min(repeats, 2) - 1)]
         best = max(best, flops / statistics.median(times))
     return best
 

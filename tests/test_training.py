@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from helpers import (
-    CONFIG_DIR, DISC_WEIGHT, PLUGIN, assert_metrics_equal, assert_same_params, checkpoint,
-    composed, ddp_train, failure, hydra_train, import_plugin, records, run, train, train_cmd,
+    CONFIG_DIR, DISC_WEIGHT, PLUGIN, TINY_SIZES, assert_metrics_equal, assert_same_params,
+    checkpoint, composed, ddp_train, failure, hydra_train, import_plugin, records, run, train,
+    train_cmd,
 )
 
 LOGGED = ("loss", "gen_loss", "disc_loss", "gen_acc", "sampled_acc", "disc_acc",
@@ -89,6 +90,19 @@ def hydra_small_run(data_bin, tmp_path_factory):
     """2 updates of fairseq-hydra-train --config-name electra_small -> (stdout, save_dir)."""
     return hydra_train(tmp_path_factory.mktemp("hydra_small"), data_bin,
                        "optimization.max_update=2")
+
+
+# electra_small's recipe at the tiny sizes, for the bf16 runs: a CPU without bf16 units
+# computes bf16 in software, about 2 s an update at electra_small's size
+TINY_HYDRA = ("optimization.max_update=2",
+              *(f"++model.{flag[2:].replace('-', '_')}={value}"
+                for flag, value in zip(TINY_SIZES[::2], TINY_SIZES[1::2])))
+
+
+@pytest.fixture(scope="module")
+def hydra_tiny_run(data_bin, tmp_path_factory):
+    """The fp32 run of TINY_HYDRA -> (stdout, save_dir)."""
+    return hydra_train(tmp_path_factory.mktemp("hydra_tiny"), data_bin, *TINY_HYDRA)
 
 
 # ----------------------------------------------------------------------------- 1. CLI
@@ -307,27 +321,25 @@ def test_autocast_bf16_matches_fp32_within_bf16_error(cli_run, data_bin, tmp_pat
 
 
 @pytest.mark.slow
-def test_hydra_autocast_bf16(hydra_small_run, data_bin, tmp_path):
+def test_hydra_autocast_bf16(hydra_tiny_run, data_bin, tmp_path):
     """task.autocast_bf16=true through hydra: bf16 compute, fp32 weights, fp32-like losses."""
-    stdout, save_dir = hydra_train(tmp_path, data_bin, "optimization.max_update=2",
-                                   "task.autocast_bf16=true")
+    stdout, save_dir = hydra_train(tmp_path, data_bin, *TINY_HYDRA, "task.autocast_bf16=true")
     state = checkpoint(save_dir / "checkpoint_last.pt")
     assert state["cfg"]["task"]["autocast_bf16"] is True
     assert all(v.dtype != torch.bfloat16 for v in state["model"].values())
-    assert_close_to_fp32(records(stdout), records(hydra_small_run[0]),
+    assert_close_to_fp32(records(stdout), records(hydra_tiny_run[0]),
                          {"gen_loss": 0.05, "disc_loss": 0.01})
 
 
 @pytest.mark.slow
-def test_hydra_bf16_trains_without_tpu(hydra_small_run, data_bin, tmp_path):
+def test_hydra_bf16_trains_without_tpu(hydra_tiny_run, data_bin, tmp_path):
     """common.bf16=true through hydra (what the README recommends) keeps tpu off and gives
     the fp32 run's losses up to bf16 error."""
-    stdout, save_dir = hydra_train(tmp_path, data_bin, "optimization.max_update=2",
-                                   "common.bf16=true")
+    stdout, save_dir = hydra_train(tmp_path, data_bin, *TINY_HYDRA, "common.bf16=true")
     state = checkpoint(save_dir / "checkpoint_last.pt")
     assert state["cfg"]["common"]["bf16"] is True
     assert state["cfg"]["common"]["tpu"] is False
-    assert_close_to_fp32(records(stdout), records(hydra_small_run[0]),
+    assert_close_to_fp32(records(stdout), records(hydra_tiny_run[0]),
                          {"gen_loss": 0.05, "disc_loss": 0.01})
     assert all(torch.isfinite(v).all() for v in state["model"].values())
 
