@@ -409,7 +409,7 @@ def matmul_peak(device, precision, repeats):
         a @ b
         single = product_seconds(a, b, device, 1)
         # ~0.2 s per repeat; a product that takes longer is a repeat of its own, two at most
-        # (bf16 runs at 1 to 3 GFLOP/s on a CPU without bf16 units)
+        # (bf16 runs at 0.7 to 3 GFLOP/s on CPUs without bf16 units, docs/benchmarks.md)
         if single < 0.2:
             inner = int(0.2 / max(single, 1e-6))
             times = [product_seconds(a, b, device, inner) for _ in range(repeats)]
